@@ -1,0 +1,543 @@
+//! Configuration: one TOML file, every key overridable from the environment.
+//!
+//! `OUTBOX_RELAY__<SECTION>__<KEY>=value` sets `[section] key = value` (for example
+//! `OUTBOX_RELAY__POSTGRES__PASSWORD`). Unknown keys, in the file or the environment, are
+//! rejected. Secrets (`postgres.password`, `kafka.properties` entries whose name contains
+//! `password` or `secret`) are never printed: [`Secret`] redacts itself in `Debug`.
+//! Every option is documented here and in `docs/configuration.md`.
+
+use std::{collections::BTreeMap, fmt, path::PathBuf, str::FromStr, time::Duration};
+
+use relay_core::route::OutboxTable;
+use serde::{Deserialize, Deserializer, de};
+
+/// Prefix of environment variables that override the file.
+pub const ENV_PREFIX: &str = "OUTBOX_RELAY__";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where to read the replication stream from.
+    #[serde(default)]
+    pub postgres: PostgresConfig,
+    /// Where to produce.
+    #[serde(default)]
+    pub kafka: KafkaConfig,
+    /// One entry per outbox table (`[[outbox]]`). Default: Debezium's `public.outbox` layout.
+    #[serde(default = "default_outbox")]
+    pub outbox: Vec<OutboxTable>,
+    /// Pipeline limits and behaviour.
+    #[serde(default)]
+    pub relay: RelayConfig,
+}
+
+fn default_outbox() -> Vec<OutboxTable> {
+    vec![OutboxTable::default()]
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// Host name or IP address of the primary. Default `127.0.0.1`.
+    #[serde(default = "d::host")]
+    pub host: String,
+    /// Port. Default 5432.
+    #[serde(default = "d::port", deserialize_with = "flex")]
+    pub port: u16,
+    /// Role to connect as. It needs the REPLICATION attribute (see docs/security.md).
+    #[serde(default = "d::user")]
+    pub user: String,
+    /// Password. Prefer the environment (`OUTBOX_RELAY__POSTGRES__PASSWORD`) or `password_file`.
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// File holding the password (trailing newline ignored). Takes precedence over `password`.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// Database holding the outbox table(s). Default `postgres`.
+    #[serde(default = "d::database")]
+    pub database: String,
+    /// Logical replication slot (pgoutput). Default `outbox_relay`.
+    #[serde(default = "d::slot")]
+    pub slot: String,
+    /// Publication listing the outbox table(s). Default `outbox_relay`.
+    #[serde(default = "d::publication")]
+    pub publication: String,
+    /// Create the publication at start (`FOR TABLE <outbox tables> WITH (publish = 'insert')`)
+    /// when it does not exist. Default true.
+    #[serde(default = "d::yes", deserialize_with = "flex")]
+    pub create_publication: bool,
+    /// Create the slot at start when it does not exist. Default **false**: a slot that
+    /// disappeared means events written since are lost to the relay, so `run` refuses and says
+    /// so; create it once with `outbox-relay setup`.
+    #[serde(default, deserialize_with = "flex")]
+    pub create_slot: bool,
+    /// `application_name` of the connections (shown in pg_stat_replication). Default `outbox-relay`.
+    #[serde(default = "d::application_name")]
+    pub application_name: String,
+    /// Connect timeout in milliseconds. Default 10000.
+    #[serde(default = "d::connect_timeout_ms", deserialize_with = "flex")]
+    pub connect_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Bootstrap servers, comma-separated. Default `127.0.0.1:9092`.
+    #[serde(default = "d::brokers")]
+    pub brokers: String,
+    /// `linger.ms`: how long the producer waits to fill a batch. Default 5 (as Kafka 4 clients).
+    #[serde(default = "d::linger_ms", deserialize_with = "flex")]
+    pub linger_ms: u64,
+    /// `compression.type`: none, gzip, snappy or lz4. Default lz4.
+    #[serde(default = "d::compression")]
+    pub compression: String,
+    /// `message.timeout.ms`. Default 0 = never give up: a timed-out message would leave a gap
+    /// that a retry could only fill out of order, so the relay waits for Kafka instead (and
+    /// stops reading PostgreSQL while it waits; alert on slot lag). A non-zero value makes a
+    /// timeout restart the pipeline from the last confirmed LSN.
+    #[serde(default, deserialize_with = "flex")]
+    pub message_timeout_ms: u64,
+    /// Timeout in milliseconds for the startup check that the brokers answer. Default 10000.
+    #[serde(default = "d::connect_timeout_ms", deserialize_with = "flex")]
+    pub connect_timeout_ms: u64,
+    /// Extra librdkafka producer properties (security.protocol, sasl.*, ssl.*, batch.size...).
+    /// Properties that would break ordering or durability (`enable.idempotence`, `acks`,
+    /// `partitioner`, `max.in.flight.requests.per.connection`, `retries`,
+    /// `queuing.strategy`, `transactional.id`) are rejected; so are keys with a first-class
+    /// option above.
+    #[serde(default)]
+    pub properties: BTreeMap<String, Secret>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelayConfig {
+    /// Most outbox records handed to Kafka and not yet acknowledged. When reached, the relay
+    /// stops reading the replication stream (PostgreSQL keeps the WAL) until acks arrive.
+    /// Default 50000.
+    #[serde(default = "d::max_in_flight_records", deserialize_with = "flex")]
+    pub max_in_flight_records: u64,
+    /// Most payload bytes in flight, same rule. Default 67108864 (64 MiB).
+    #[serde(default = "d::max_in_flight_bytes", deserialize_with = "flex")]
+    pub max_in_flight_bytes: u64,
+    /// Add the headers `outbox-relay.commit-lsn`, `outbox-relay.commit-time-us` and
+    /// `outbox-relay.seq` to every record. Default true.
+    #[serde(default = "d::yes", deserialize_with = "flex")]
+    pub relay_headers: bool,
+    /// On SIGINT/SIGTERM, how long to wait for in-flight acks before exiting. Default 30000.
+    #[serde(default = "d::shutdown_timeout_ms", deserialize_with = "flex")]
+    pub shutdown_timeout_ms: u64,
+    /// How often to send a status update to PostgreSQL, in milliseconds. Default: the smaller
+    /// of 1000 and half the server's `wal_sender_timeout`.
+    #[serde(default, deserialize_with = "flex_opt")]
+    pub status_interval_ms: Option<u64>,
+    /// First delay before restarting after a transient failure. Default 500. Doubles up to
+    /// `restart_backoff_max_ms` (default 30000), with jitter.
+    #[serde(default = "d::backoff_initial_ms", deserialize_with = "flex")]
+    pub restart_backoff_initial_ms: u64,
+    /// Longest delay between restarts. Default 30000.
+    #[serde(default = "d::backoff_max_ms", deserialize_with = "flex")]
+    pub restart_backoff_max_ms: u64,
+    /// Replication events buffered between the socket and the pipeline. Default 1024.
+    #[serde(default = "d::buffer_events", deserialize_with = "flex")]
+    pub buffer_events: usize,
+}
+
+mod d {
+    pub fn host() -> String {
+        "127.0.0.1".into()
+    }
+    pub fn port() -> u16 {
+        5432
+    }
+    pub fn user() -> String {
+        "postgres".into()
+    }
+    pub fn database() -> String {
+        "postgres".into()
+    }
+    pub fn slot() -> String {
+        "outbox_relay".into()
+    }
+    pub fn publication() -> String {
+        "outbox_relay".into()
+    }
+    pub fn application_name() -> String {
+        "outbox-relay".into()
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn connect_timeout_ms() -> u64 {
+        10_000
+    }
+    pub fn brokers() -> String {
+        "127.0.0.1:9092".into()
+    }
+    pub fn linger_ms() -> u64 {
+        5
+    }
+    pub fn compression() -> String {
+        "lz4".into()
+    }
+    pub fn max_in_flight_records() -> u64 {
+        50_000
+    }
+    pub fn max_in_flight_bytes() -> u64 {
+        64 << 20
+    }
+    pub fn shutdown_timeout_ms() -> u64 {
+        30_000
+    }
+    pub fn backoff_initial_ms() -> u64 {
+        500
+    }
+    pub fn backoff_max_ms() -> u64 {
+        30_000
+    }
+    pub fn buffer_events() -> usize {
+        1024
+    }
+}
+
+macro_rules! default_from_serde {
+    ($($t:ty),*) => {$(
+        impl Default for $t {
+            fn default() -> Self {
+                toml::from_str("").expect("every field has a default")
+            }
+        }
+    )*};
+}
+default_from_serde!(PostgresConfig, KafkaConfig, RelayConfig);
+
+/// A string that never appears in logs or `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"<redacted>\"")
+    }
+}
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Scalar {
+            S(String),
+            I(i64),
+            F(f64),
+            B(bool),
+        }
+        Ok(Secret(match Scalar::deserialize(d)? {
+            Scalar::S(s) => s,
+            Scalar::I(i) => i.to_string(),
+            Scalar::F(f) => f.to_string(),
+            Scalar::B(b) => b.to_string(),
+        }))
+    }
+}
+
+/// Accepts a native TOML value or its text (environment overrides are always text).
+fn flex<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: FromStr + Deserialize<'de>,
+    T::Err: fmt::Display,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either<T> {
+        Native(T),
+        Text(String),
+    }
+    match Either::<T>::deserialize(d)? {
+        Either::Native(v) => Ok(v),
+        Either::Text(s) => s
+            .trim()
+            .parse()
+            .map_err(|e| de::Error::custom(format!("{s:?}: {e}"))),
+    }
+}
+
+fn flex_opt<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: FromStr + Deserialize<'de>,
+    T::Err: fmt::Display,
+{
+    flex(d).map(Some)
+}
+
+/// The configuration could not be loaded. The message says which key and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid configuration: {0}")]
+    Parse(String),
+    #[error(
+        "environment variable {0} does not name a config key: use OUTBOX_RELAY__<SECTION>__<KEY>"
+    )]
+    BadEnvKey(String),
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Loads `path` (if given), applies `OUTBOX_RELAY__*` variables from `env`, validates.
+    pub fn load(
+        path: Option<&std::path::Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let text = match path {
+            Some(p) => std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                path: p.to_path_buf(),
+                source,
+            })?,
+            None => String::new(),
+        };
+        let mut table: toml::Table =
+            toml::from_str(&text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        for (key, value) in env {
+            let Some(rest) = key.strip_prefix(ENV_PREFIX) else {
+                continue;
+            };
+            let path: Vec<String> = rest.split("__").map(|p| p.to_ascii_lowercase()).collect();
+            if path.iter().any(|p| p.is_empty()) {
+                return Err(ConfigError::BadEnvKey(key));
+            }
+            set_path(&mut table, &path, value).map_err(|()| ConfigError::BadEnvKey(key.clone()))?;
+        }
+        let cfg: Config = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.message().to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        for (what, name) in [
+            ("postgres.slot", &self.postgres.slot),
+            ("postgres.publication", &self.postgres.publication),
+        ] {
+            if !valid_identifier(name) {
+                return bad(format!(
+                    "{what} = {name:?}: use 1-63 characters of lower-case letters, digits and \
+                     underscores, starting with a letter or underscore"
+                ));
+            }
+        }
+        if self.outbox.is_empty() {
+            return bad("at least one [[outbox]] table is required".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for t in &self.outbox {
+            t.validate()
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            if !seen.insert(t.qualified_name()) {
+                return bad(format!("outbox table {} is configured twice", t.table));
+            }
+        }
+        for key in self.kafka.properties.keys() {
+            if FORBIDDEN_KAFKA_PROPERTIES.contains(&key.as_str()) {
+                return bad(format!(
+                    "kafka.properties.{key:?} cannot be set: outbox-relay fixes it to keep \
+                     per-key order and durability (see docs/configuration.md)"
+                ));
+            }
+            if let Some(option) = FIRST_CLASS_KAFKA_PROPERTIES.iter().find(|(p, _)| p == key) {
+                return bad(format!(
+                    "kafka.properties.{key:?}: use kafka.{} instead",
+                    option.1
+                ));
+            }
+        }
+        if !matches!(
+            self.kafka.compression.as_str(),
+            "none" | "gzip" | "snappy" | "lz4"
+        ) {
+            return bad(format!(
+                "kafka.compression = {:?}: use none, gzip, snappy or lz4",
+                self.kafka.compression
+            ));
+        }
+        if self.relay.max_in_flight_records == 0 || self.relay.max_in_flight_bytes == 0 {
+            return bad("relay.max_in_flight_records and max_in_flight_bytes must be > 0".into());
+        }
+        if self.postgres.password.is_some() && self.postgres.password_file.is_some() {
+            return bad("set postgres.password or postgres.password_file, not both".into());
+        }
+        Ok(())
+    }
+
+    /// The PostgreSQL password, from `password_file` or `password`.
+    pub fn postgres_password(&self) -> Result<Option<Secret>, ConfigError> {
+        match &self.postgres.password_file {
+            Some(p) => std::fs::read_to_string(p)
+                .map(|s| Some(Secret(s.trim_end_matches(['\n', '\r']).to_string())))
+                .map_err(|source| ConfigError::Read {
+                    path: p.clone(),
+                    source,
+                }),
+            None => Ok(self.postgres.password.clone()),
+        }
+    }
+
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_millis(self.relay.shutdown_timeout_ms)
+    }
+}
+
+const FORBIDDEN_KAFKA_PROPERTIES: &[&str] = &[
+    "enable.idempotence",
+    "acks",
+    "request.required.acks",
+    "partitioner",
+    "max.in.flight.requests.per.connection",
+    "max.in.flight",
+    "retries",
+    "message.send.max.retries",
+    "queuing.strategy",
+    "transactional.id",
+    "enable.gapless.guarantee",
+];
+
+const FIRST_CLASS_KAFKA_PROPERTIES: &[(&str, &str)] = &[
+    ("bootstrap.servers", "brokers"),
+    ("metadata.broker.list", "brokers"),
+    ("linger.ms", "linger_ms"),
+    ("queue.buffering.max.ms", "linger_ms"),
+    ("compression.type", "compression"),
+    ("compression.codec", "compression"),
+    ("message.timeout.ms", "message_timeout_ms"),
+    ("delivery.timeout.ms", "message_timeout_ms"),
+];
+
+/// Slot and publication names are interpolated into replication commands: only plain
+/// identifiers are accepted, so nothing in the config can inject SQL.
+pub fn valid_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+fn set_path(table: &mut toml::Table, path: &[String], value: String) -> Result<(), ()> {
+    let (last, parents) = path.split_last().ok_or(())?;
+    let mut t = table;
+    for p in parents {
+        t = t
+            .entry(p.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .ok_or(())?;
+    }
+    t.insert(last.clone(), toml::Value::String(value));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(toml: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let dir = std::env::temp_dir().join(format!("relay-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(format!("{:x}.toml", toml.len() * 31 + env.len()));
+        std::fs::write(&p, toml).unwrap();
+        Config::load(
+            Some(&p),
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+    }
+
+    #[test]
+    fn empty_file_gives_debezium_compatible_defaults() {
+        let c = load("", &[]).unwrap();
+        assert_eq!(c.outbox, vec![OutboxTable::default()]);
+        assert_eq!(c.postgres.port, 5432);
+        assert_eq!(c.kafka.message_timeout_ms, 0);
+        assert!(!c.postgres.create_slot);
+    }
+
+    #[test]
+    fn environment_overrides_the_file_with_typed_values() {
+        let c = load(
+            "[postgres]\nport = 1\n",
+            &[
+                ("OUTBOX_RELAY__POSTGRES__PORT", "6543"),
+                ("OUTBOX_RELAY__POSTGRES__PASSWORD", "12345"),
+                ("OUTBOX_RELAY__RELAY__RELAY_HEADERS", "false"),
+                ("OTHER", "ignored"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.postgres.port, 6543);
+        assert_eq!(
+            c.postgres.password.as_ref().map(Secret::expose),
+            Some("12345")
+        );
+        assert!(!c.relay.relay_headers);
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_in_file_and_environment() {
+        let e = load("[postgres]\nhots = \"x\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hots"), "{e}");
+        let e = load("", &[("OUTBOX_RELAY__KAFKA__BROKER", "x")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("broker"), "{e}");
+        let e = load("[[outbox]]\ntable = \"public.o\"\nkey = \"k\"\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("key"), "{e}");
+    }
+
+    #[test]
+    fn unsafe_kafka_properties_and_bad_names_are_rejected() {
+        let e = load(
+            "[kafka.properties]\n\"enable.idempotence\" = \"false\"\n",
+            &[],
+        );
+        assert!(e.unwrap_err().to_string().contains("enable.idempotence"));
+        let e = load("[kafka.properties]\n\"linger.ms\" = \"1\"\n", &[]);
+        assert!(e.unwrap_err().to_string().contains("kafka.linger_ms"));
+        let e = load("[postgres]\nslot = \"x'; DROP TABLE t; --\"\n", &[]);
+        assert!(e.unwrap_err().to_string().contains("postgres.slot"));
+    }
+
+    #[test]
+    fn secrets_never_appear_in_debug_output() {
+        let c = load(
+            "[postgres]\npassword = \"hunter2\"\n[kafka.properties]\n\"sasl.password\" = \"s3cr3t\"\n",
+            &[],
+        )
+        .unwrap();
+        let dump = format!("{c:?}");
+        assert!(
+            !dump.contains("hunter2") && !dump.contains("s3cr3t"),
+            "{dump}"
+        );
+        assert!(dump.contains("<redacted>"));
+    }
+}

@@ -1,0 +1,120 @@
+//! The relay's errors, split by what the operator (or the supervisor) should do.
+//!
+//! *Transient* errors restart the pipeline from the last confirmed LSN after a backoff: a network
+//! drop, a broker that is down, a slot held by another instance. *Definite* errors stop the
+//! process with a non-zero exit code: retrying cannot fix them (bad config, missing table,
+//! invalidated slot, an event Kafka refuses). Every message says what to do.
+
+use relay_core::{decode::DecodeError, watermark::FramingError};
+
+use crate::config::ConfigError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+
+    /// A precondition in PostgreSQL is not met; the text is one actionable sentence.
+    #[error("{0}")]
+    Precondition(String),
+
+    #[error("cannot reach PostgreSQL at {target}: {detail}")]
+    PostgresUnreachable { target: String, detail: String },
+
+    #[error("PostgreSQL query failed ({context}): {detail}")]
+    Postgres {
+        context: &'static str,
+        detail: String,
+    },
+
+    #[error(
+        "replication slot {slot:?} is in use by another connection ({detail}); another \
+         outbox-relay instance is probably active: waiting to take over"
+    )]
+    SlotBusy { slot: String, detail: String },
+
+    #[error("replication stream failed: {0}")]
+    Replication(String),
+
+    #[error("replication stream refused: {0}")]
+    ReplicationDefinite(String),
+
+    #[error("cannot decode the replication stream: {0}")]
+    Decode(#[from] DecodeError),
+
+    #[error("the replication stream broke transaction framing: {0}")]
+    Framing(#[from] FramingError),
+
+    #[error("cannot reach Kafka at {brokers}: {detail}")]
+    KafkaUnreachable { brokers: String, detail: String },
+
+    #[error("cannot create the Kafka producer: {0}")]
+    KafkaSetup(String),
+
+    #[error(
+        "Kafka did not accept an event for topic {topic:?} ({code}); nothing after it was \
+         confirmed and the relay restarts from the last confirmed LSN"
+    )]
+    DeliveryTransient { topic: String, code: String },
+
+    #[error(
+        "Kafka refused an event for topic {topic:?} for good ({code}): {hint}. Nothing after it \
+         was confirmed; fix the cause and restart outbox-relay, the event will be sent again"
+    )]
+    DeliveryDefinite {
+        topic: String,
+        code: String,
+        hint: &'static str,
+    },
+}
+
+impl RelayError {
+    /// True when restarting the pipeline after a backoff may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            RelayError::PostgresUnreachable { .. }
+                | RelayError::Postgres { .. }
+                | RelayError::SlotBusy { .. }
+                | RelayError::Replication(_)
+                | RelayError::KafkaUnreachable { .. }
+                | RelayError::DeliveryTransient { .. }
+        )
+    }
+
+    /// A short, bounded label for logs and the reconnect metric.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RelayError::Config(_) => "config",
+            RelayError::Precondition(_) => "precondition",
+            RelayError::PostgresUnreachable { .. } => "postgres_unreachable",
+            RelayError::Postgres { .. } => "postgres_query",
+            RelayError::SlotBusy { .. } => "slot_busy",
+            RelayError::Replication(_) => "replication_stream",
+            RelayError::ReplicationDefinite(_) => "replication_refused",
+            RelayError::Decode(_) => "decode",
+            RelayError::Framing(_) => "framing",
+            RelayError::KafkaUnreachable { .. } => "kafka_unreachable",
+            RelayError::KafkaSetup(_) => "kafka_setup",
+            RelayError::DeliveryTransient { .. } => "kafka_delivery",
+            RelayError::DeliveryDefinite { .. } => "kafka_delivery_refused",
+        }
+    }
+}
+
+/// Turns a tokio-postgres error into one sentence with the SQLSTATE's meaning.
+pub fn describe_pg(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => {
+            let mut s = e.to_string();
+            let mut src = std::error::Error::source(e);
+            while let Some(inner) = src {
+                s.push_str(": ");
+                s.push_str(&inner.to_string());
+                src = inner.source();
+            }
+            s
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The `outbox-relay` binary: CLI, logging, signals, exit codes.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+use outbox_relay::{config::Config, error::RelayError};
+use tokio::sync::watch;
+
+/// Moves transactional-outbox events from PostgreSQL (pgoutput) into Kafka, confirming the WAL
+/// position only after Kafka has acknowledged everything before it.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log format: `text` or `json`. Levels come from RUST_LOG (default `info`).
+    #[arg(
+        long,
+        global = true,
+        env = "OUTBOX_RELAY_LOG_FORMAT",
+        default_value = "text"
+    )]
+    log_format: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the relay until SIGINT/SIGTERM.
+    Run {
+        /// TOML config file; every key can also come from OUTBOX_RELAY__<SECTION>__<KEY>.
+        #[arg(short, long, env = "OUTBOX_RELAY_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Check preconditions; create the publication and the slot if they are missing.
+    Setup {
+        #[arg(short, long, env = "OUTBOX_RELAY_CONFIG")]
+        config: Option<PathBuf>,
+        /// Drop and re-create a slot that PostgreSQL invalidated (wal_status = lost). Events
+        /// committed in between are NOT relayed; the gap is logged. See docs/operations.md.
+        #[arg(long)]
+        recreate_slot: bool,
+    },
+    /// Parse and validate the config, print it with secrets redacted, and exit.
+    CheckConfig {
+        #[arg(short, long, env = "OUTBOX_RELAY_CONFIG")]
+        config: Option<PathBuf>,
+    },
+}
+
+/// Exit codes: 0 ok, 1 runtime failure, 2 bad configuration, 3 unmet precondition.
+fn exit_code(e: &RelayError) -> ExitCode {
+    match e {
+        RelayError::Config(_) => ExitCode::from(2),
+        RelayError::Precondition(_) => ExitCode::from(3),
+        _ => ExitCode::from(1),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log_format);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::from(1);
+        }
+    };
+    let result = rt.block_on(async {
+        match cli.command {
+            Command::Run { config } => {
+                let cfg = load(config)?;
+                let (tx, rx) = watch::channel(false);
+                tokio::spawn(async move {
+                    wait_for_signal().await;
+                    tracing::info!("signal_received: stopping intake, waiting for in-flight acks");
+                    let _ = tx.send(true);
+                });
+                outbox_relay::run::run(&cfg, rx).await
+            }
+            Command::Setup {
+                config,
+                recreate_slot,
+            } => {
+                let cfg = load(config)?;
+                outbox_relay::run::setup(&cfg, recreate_slot).await
+            }
+            Command::CheckConfig { config } => {
+                let cfg = load(config)?;
+                println!("{cfg:#?}");
+                Ok(())
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(reason = e.reason(), "{e}");
+            exit_code(&e)
+        }
+    }
+}
+
+fn load(path: Option<PathBuf>) -> Result<Config, RelayError> {
+    Ok(Config::load(path.as_deref(), std::env::vars())?)
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

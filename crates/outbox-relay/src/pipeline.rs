@@ -1,0 +1,339 @@
+//! The one loop that owns the replication connection:
+//!
+//! ```text
+//! replication stream ─▶ decode ─▶ route ─▶ Kafka (in source order)
+//!        ▲                                   │ delivery reports (any order)
+//!        └── update_applied_lsn(watermark) ◀─ AckTracker
+//! ```
+//!
+//! Progress rule: the only LSN ever confirmed is [`AckTracker::watermark`], the end of the
+//! longest prefix of transactions Kafka fully acknowledged (or an idle keepalive behind it).
+//! Backpressure: when too many records or bytes are in flight the loop stops reading the stream;
+//! pgwire-replication then stops reading the socket but keeps sending status updates, so
+//! PostgreSQL keeps the WAL and the connection stays up. A delivery error freezes the watermark
+//! and ends the loop; the supervisor restarts from the last confirmed LSN.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig, ReplicationEvent};
+use relay_core::{
+    Lsn,
+    decode::{Decoded, Decoder},
+    route::Position,
+    watermark::AckTracker,
+};
+use tokio::sync::{mpsc, watch};
+
+use crate::{
+    config::Config,
+    error::RelayError,
+    metrics as m,
+    setup::SlotInfo,
+    sink::{Delivered, KafkaSink, delivery_error},
+};
+
+/// Microseconds between 1970-01-01 and 2000-01-01 (PostgreSQL's epoch).
+const PG_EPOCH_UNIX_US: i64 = 946_684_800_000_000;
+
+/// Status update interval: the configured one, else `min(1 s, wal_sender_timeout / 2)`.
+pub fn status_interval(cfg: &Config, wal_sender_timeout: Duration) -> Duration {
+    match cfg.relay.status_interval_ms {
+        Some(ms) => Duration::from_millis(ms.max(10)),
+        None if wal_sender_timeout.is_zero() => Duration::from_secs(1),
+        None => (wal_sender_timeout / 2).min(Duration::from_secs(1)),
+    }
+}
+
+struct State {
+    tracker: AckTracker,
+    decoder: Decoder,
+    confirmed: Lsn,
+    received: Lsn,
+    in_flight_bytes: u64,
+    txn: Option<Position>,
+}
+
+/// Streams until shutdown (`Ok`) or a failure (`Err`, nothing confirmed past the failure).
+pub async fn stream(
+    cfg: &Config,
+    slot: &SlotInfo,
+    sink: &KafkaSink,
+    mut reports: mpsc::UnboundedReceiver<Delivered>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), RelayError> {
+    let interval = status_interval(cfg, slot.wal_sender_timeout);
+    let pg = &cfg.postgres;
+    let password = cfg
+        .postgres_password()?
+        .map(|s| s.expose().to_string())
+        .unwrap_or_default();
+    let rcfg = ReplicationConfig::new(
+        pg.host.clone(),
+        pg.user.clone(),
+        password,
+        pg.database.clone(),
+        pg.slot.clone(),
+        pg.publication.as_str(),
+    )
+    .with_port(pg.port)
+    .with_start_lsn(pgwire_replication::Lsn::ZERO)
+    .with_status_interval(interval)
+    .with_wakeup_interval(interval)
+    .with_buffer_size(cfg.relay.buffer_events.max(1))
+    .with_options("-c datestyle=ISO -c timezone=UTC -c extra_float_digits=3")
+    .with_application_name(pg.application_name.clone());
+
+    let mut client = ReplicationClient::connect(rcfg)
+        .await
+        .map_err(|e| classify(e, cfg))?;
+    client.wait_started().await.map_err(|e| classify(e, cfg))?;
+    metrics::gauge!(m::STREAMING).set(1.0);
+    tracing::info!(
+        slot = %pg.slot, confirmed_flush = %slot.confirmed_flush,
+        status_interval_ms = interval.as_millis() as u64, "streaming_started"
+    );
+
+    let mut st = State {
+        tracker: AckTracker::new(slot.confirmed_flush),
+        decoder: Decoder::new(&cfg.outbox, cfg.relay.relay_headers),
+        confirmed: slot.confirmed_flush,
+        received: slot.confirmed_flush,
+        in_flight_bytes: 0,
+        txn: None,
+    };
+    let result = run_loop(cfg, sink, &mut client, &mut st, &mut reports, shutdown).await;
+    metrics::gauge!(m::STREAMING).set(0.0);
+    match result {
+        Ok(()) => {
+            drain(cfg, &mut client, &mut st, &mut reports, interval).await?;
+            let _ = client.shutdown().await;
+            tracing::info!(confirmed = %st.confirmed, "shutdown_complete");
+            Ok(())
+        }
+        Err(e) => {
+            st.tracker.fail();
+            client.abort();
+            Err(e)
+        }
+    }
+}
+
+async fn run_loop(
+    cfg: &Config,
+    sink: &KafkaSink,
+    client: &mut ReplicationClient,
+    st: &mut State,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), RelayError> {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let can_read = st.tracker.outstanding_records() < cfg.relay.max_in_flight_records
+            && st.in_flight_bytes < cfg.relay.max_in_flight_bytes;
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => return Ok(()),
+            Some(d) = reports.recv() => {
+                on_delivery(st, d)?;
+                // Drain whatever else is ready before confirming once.
+                while let Ok(d) = reports.try_recv() {
+                    on_delivery(st, d)?;
+                }
+                confirm(client, st);
+            }
+            ev = client.recv(), if can_read => match ev {
+                Ok(Some(ev)) => on_event(sink, client, st, ev).await?,
+                Ok(None) => return Err(RelayError::Replication("the server closed the replication stream".into())),
+                Err(e) => return Err(classify(e, cfg)),
+            },
+            _ = tick.tick() => {
+                if let Some(fatal) = sink.fatal_error() {
+                    return Err(RelayError::DeliveryTransient { topic: "*".into(), code: fatal });
+                }
+                report_gauges(st);
+            }
+        }
+    }
+}
+
+fn on_delivery(st: &mut State, d: Delivered) -> Result<(), RelayError> {
+    match d.outcome {
+        Ok(()) => {
+            st.tracker.ack(d.tx)?;
+            st.in_flight_bytes -= d.bytes;
+            metrics::counter!(m::EVENTS_PRODUCED).increment(1);
+            metrics::counter!(m::BYTES_PRODUCED).increment(d.bytes);
+            let lag_us = now_unix_us() - d.commit_time_unix_us;
+            metrics::histogram!(m::COMMIT_TO_ACK_SECONDS).record(lag_us.max(0) as f64 / 1e6);
+            Ok(())
+        }
+        Err((e, topic)) => {
+            st.tracker.fail();
+            metrics::counter!(m::DELIVERY_ERRORS).increment(1);
+            Err(delivery_error(&e, &topic))
+        }
+    }
+}
+
+async fn on_event(
+    sink: &KafkaSink,
+    client: &ReplicationClient,
+    st: &mut State,
+    ev: ReplicationEvent,
+) -> Result<(), RelayError> {
+    match ev {
+        ReplicationEvent::Begin {
+            final_lsn,
+            commit_time_micros,
+            ..
+        } => {
+            let commit_lsn = Lsn(final_lsn.as_u64());
+            let commit_time_unix_us = commit_time_micros + PG_EPOCH_UNIX_US;
+            st.tracker.begin(commit_lsn, commit_time_unix_us)?;
+            st.txn = Some(Position {
+                commit_lsn,
+                commit_time_unix_us,
+                seq: 0,
+            });
+        }
+        ReplicationEvent::XLogData { data, wal_end, .. } => {
+            st.received = st.received.max(Lsn(wal_end.as_u64()));
+            // Relation messages may come outside a transaction; they need no position.
+            let pos = st.txn.unwrap_or(Position {
+                commit_lsn: Lsn::ZERO,
+                commit_time_unix_us: 0,
+                seq: 0,
+            });
+            match st.decoder.decode(data, pos)? {
+                Decoded::Record(rec) => {
+                    let tx = st.tracker.add_record()?;
+                    st.in_flight_bytes +=
+                        (rec.key.len() + rec.value.as_ref().map_or(0, |v| v.len())) as u64;
+                    sink.send(&rec, tx, pos.commit_time_unix_us).await?;
+                    if let Some(p) = st.txn.as_mut() {
+                        p.seq += 1;
+                    }
+                }
+                Decoded::LogicalMessage { prefix, .. } => {
+                    tracing::trace!(prefix = %prefix, "logical_message_ignored");
+                }
+                Decoded::Nothing => {}
+            }
+        }
+        ReplicationEvent::Commit { lsn, end_lsn, .. } => {
+            st.received = st.received.max(Lsn(end_lsn.as_u64()));
+            st.tracker
+                .commit(Lsn(lsn.as_u64()), Lsn(end_lsn.as_u64()))?;
+            st.txn = None;
+            confirm(client, st);
+        }
+        ReplicationEvent::KeepAlive { wal_end, .. } => {
+            st.received = st.received.max(Lsn(wal_end.as_u64()));
+            st.tracker.keepalive(Lsn(wal_end.as_u64()));
+            confirm(client, st);
+        }
+        ReplicationEvent::Message { prefix, .. } => {
+            tracing::trace!(prefix = %prefix, "logical_message_ignored");
+        }
+        ReplicationEvent::StoppedAt { .. } => {}
+    }
+    Ok(())
+}
+
+/// Hands the watermark to the replication client, which sends it with its next status update.
+fn confirm(client: &ReplicationClient, st: &mut State) {
+    let w = st.tracker.watermark();
+    if w > st.confirmed {
+        client.update_applied_lsn(pgwire_replication::Lsn::from_u64(w.0));
+        st.confirmed = w;
+        metrics::gauge!(m::CONFIRMED_LSN).set(w.0 as f64);
+    }
+}
+
+fn report_gauges(st: &State) {
+    metrics::gauge!(m::INFLIGHT_EVENTS).set(st.tracker.outstanding_records() as f64);
+    metrics::gauge!(m::INFLIGHT_TRANSACTIONS).set(st.tracker.pending_txns() as f64);
+    metrics::gauge!(m::RECEIVED_LSN).set(st.received.0 as f64);
+    let lag = st
+        .tracker
+        .oldest_pending_commit_time()
+        .map_or(0.0, |t| (now_unix_us() - t).max(0) as f64 / 1e6);
+    metrics::gauge!(m::TIME_LAG_SECONDS).set(lag);
+}
+
+/// Graceful stop: read nothing more, wait (bounded) for in-flight acks, confirm, and make sure
+/// the final status update left before closing.
+async fn drain(
+    cfg: &Config,
+    client: &mut ReplicationClient,
+    st: &mut State,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    interval: Duration,
+) -> Result<(), RelayError> {
+    let deadline = tokio::time::Instant::now() + cfg.shutdown_timeout();
+    tracing::info!(
+        in_flight = st.tracker.outstanding_records(),
+        "shutdown_draining"
+    );
+    while st.tracker.outstanding_records() > 0 {
+        tokio::select! {
+            Some(d) = reports.recv() => on_delivery(st, d)?,
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(
+                    in_flight = st.tracker.outstanding_records(),
+                    "shutdown_timeout: unacknowledged events stay unconfirmed and will be sent again"
+                );
+                break;
+            }
+        }
+    }
+    confirm(client, st);
+    let target = st.confirmed.0;
+    let wait_until = Instant::now() + interval * 2 + Duration::from_secs(1);
+    while client.metrics().last_applied_lsn().as_u64() < target && Instant::now() < wait_until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+fn now_unix_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// Sorts replication errors into "wait and retry" and "tell the operator".
+fn classify(e: PgWireError, cfg: &Config) -> RelayError {
+    let pg = &cfg.postgres;
+    let text = e.to_string();
+    let sqlstate = text
+        .rsplit_once("(SQLSTATE ")
+        .and_then(|(_, s)| s.get(..5))
+        .unwrap_or("");
+    match sqlstate {
+        "55006" => RelayError::SlotBusy {
+            slot: pg.slot.clone(),
+            detail: text,
+        },
+        "42704" => RelayError::Precondition(format!(
+            "{text}: the slot or publication is missing; run `outbox-relay setup` (see \
+             docs/operations.md before re-creating a slot that existed)"
+        )),
+        "28P01" | "28000" => RelayError::Precondition(format!(
+            "PostgreSQL rejected the replication connection of user {:?}: {text}; check the \
+             password and pg_hba.conf",
+            pg.user
+        )),
+        "55000" => RelayError::ReplicationDefinite(format!(
+            "{text}; the slot can no longer be used (invalidated?); outbox-relay will not \
+             re-create it silently: see `outbox-relay setup --recreate-slot`"
+        )),
+        "42501" => RelayError::Precondition(format!(
+            "{text}: grant the role REPLICATION (docs/security.md)"
+        )),
+        _ if e.is_auth() || e.is_tls() || e.is_message_too_large() => {
+            RelayError::ReplicationDefinite(text)
+        }
+        _ => RelayError::Replication(text),
+    }
+}

@@ -1,0 +1,382 @@
+//! Preflight and setup over a plain SQL connection: the checks that turn every failed
+//! precondition into one actionable sentence, and the creation of the publication and the slot.
+//!
+//! Order matters: the publication is created **before** the slot, so the slot's first
+//! transaction already sees it. A missing or invalidated slot is never re-created by `run`
+//! unless `postgres.create_slot` says so; `setup --recreate-slot` is the explicit operator
+//! command and states the gap it leaves.
+
+use std::time::Duration;
+
+use relay_core::Lsn;
+use tokio_postgres::{Client, NoTls, error::SqlState};
+
+use crate::{
+    config::{Config, valid_identifier},
+    error::{RelayError, describe_pg},
+};
+
+/// What `run` needs to know from the server before it starts streaming.
+#[derive(Debug, Clone)]
+pub struct SlotInfo {
+    pub confirmed_flush: Lsn,
+    pub wal_sender_timeout: Duration,
+}
+
+/// Whether a missing slot may be created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotPolicy {
+    /// `run` without `create_slot`: a missing slot is an error.
+    MustExist,
+    /// `setup`, or `run` with `create_slot = true`.
+    CreateIfMissing,
+    /// `setup --recreate-slot`: drop an invalidated slot and create a new one.
+    RecreateIfLost,
+}
+
+/// Opens the control-plane connection. Errors say whether it was the address, the password or
+/// the database.
+pub async fn connect(cfg: &Config) -> Result<Client, RelayError> {
+    let pg = &cfg.postgres;
+    let mut c = tokio_postgres::Config::new();
+    c.host(&pg.host)
+        .port(pg.port)
+        .user(&pg.user)
+        .dbname(&pg.database)
+        .application_name(format!("{}-control", pg.application_name))
+        .connect_timeout(Duration::from_millis(pg.connect_timeout_ms));
+    if let Some(pw) = cfg.postgres_password()? {
+        c.password(pw.expose());
+    }
+    let target = format!(
+        "{}:{} (database {:?}, user {:?})",
+        pg.host, pg.port, pg.database, pg.user
+    );
+    let (client, conn) = c
+        .connect(NoTls)
+        .await
+        .map_err(|e| classify_connect(e, &target, cfg))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "control connection closed");
+        }
+    });
+    Ok(client)
+}
+
+fn classify_connect(e: tokio_postgres::Error, target: &str, cfg: &Config) -> RelayError {
+    let pg = &cfg.postgres;
+    match e.code() {
+        Some(c)
+            if *c == SqlState::INVALID_PASSWORD
+                || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+        {
+            RelayError::Precondition(format!(
+                "PostgreSQL rejected the credentials of user {:?} at {}:{}: check \
+                 postgres.password (or OUTBOX_RELAY__POSTGRES__PASSWORD / postgres.password_file) \
+                 and pg_hba.conf ({})",
+                pg.user,
+                pg.host,
+                pg.port,
+                describe_pg(&e)
+            ))
+        }
+        Some(c) if *c == SqlState::INVALID_CATALOG_NAME => RelayError::Precondition(format!(
+            "database {:?} does not exist on {}:{}: set postgres.database to the database that \
+             holds the outbox table",
+            pg.database, pg.host, pg.port
+        )),
+        _ => RelayError::PostgresUnreachable {
+            target: target.to_string(),
+            detail: describe_pg(&e),
+        },
+    }
+}
+
+fn query_err(context: &'static str) -> impl Fn(tokio_postgres::Error) -> RelayError {
+    move |e| RelayError::Postgres {
+        context,
+        detail: describe_pg(&e),
+    }
+}
+
+/// Double-quotes an identifier for SQL.
+pub fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// Checks every precondition, creates what is missing and allowed, and reports the slot.
+pub async fn preflight(
+    client: &Client,
+    cfg: &Config,
+    policy: SlotPolicy,
+) -> Result<SlotInfo, RelayError> {
+    let pg = &cfg.postgres;
+    debug_assert!(valid_identifier(&pg.slot) && valid_identifier(&pg.publication));
+
+    let wal_level: String = client
+        .query_one("SELECT current_setting('wal_level')", &[])
+        .await
+        .map_err(query_err("read wal_level"))?
+        .get(0);
+    if wal_level != "logical" {
+        return Err(RelayError::Precondition(format!(
+            "wal_level is {wal_level:?} on {}:{}: set wal_level = logical in postgresql.conf (or \
+             ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL",
+            pg.host, pg.port
+        )));
+    }
+
+    let can_replicate: bool = client
+        .query_one(
+            "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user",
+            &[],
+        )
+        .await
+        .map_err(query_err("read role attributes"))?
+        .get(0);
+    if !can_replicate {
+        return Err(RelayError::Precondition(format!(
+            "role {:?} cannot open a replication connection: run ALTER ROLE {} REPLICATION \
+             (see docs/security.md for the least-privilege role)",
+            pg.user,
+            quote_ident(&pg.user)
+        )));
+    }
+
+    for t in &cfg.outbox {
+        let (schema, table) = t.qualified_name();
+        let row = client
+            .query_opt(
+                "SELECT c.relkind::text, has_table_privilege(c.oid, 'SELECT') \
+                   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                  WHERE n.nspname = $1 AND c.relname = $2",
+                &[&schema, &table],
+            )
+            .await
+            .map_err(query_err("look up the outbox table"))?;
+        let Some(row) = row else {
+            return Err(RelayError::Precondition(format!(
+                "outbox table {schema}.{table} does not exist in database {:?}: create it (see \
+                 migrations/) or fix [[outbox]] table",
+                pg.database
+            )));
+        };
+        let kind: String = row.get(0);
+        if kind != "r" && kind != "p" {
+            return Err(RelayError::Precondition(format!(
+                "{schema}.{table} is not a table (relkind {kind}): point [[outbox]] table at the \
+                 outbox table itself"
+            )));
+        }
+    }
+
+    ensure_publication(client, cfg).await?;
+    ensure_slot(client, cfg, policy).await
+}
+
+async fn ensure_publication(client: &Client, cfg: &Config) -> Result<(), RelayError> {
+    let pg = &cfg.postgres;
+    let row = client
+        .query_opt(
+            "SELECT pubinsert FROM pg_publication WHERE pubname = $1",
+            &[&pg.publication],
+        )
+        .await
+        .map_err(query_err("look up the publication"))?;
+    let tables: Vec<String> = cfg
+        .outbox
+        .iter()
+        .map(|t| {
+            let (s, n) = t.qualified_name();
+            format!("{}.{}", quote_ident(&s), quote_ident(&n))
+        })
+        .collect();
+    match row {
+        None if pg.create_publication => {
+            let sql = format!(
+                "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')",
+                quote_ident(&pg.publication),
+                tables.join(", ")
+            );
+            client.batch_execute(&sql).await.map_err(|e| {
+                RelayError::Precondition(format!(
+                    "cannot create publication {:?}: {}; create it as the table owner: {sql}",
+                    pg.publication,
+                    describe_pg(&e)
+                ))
+            })?;
+            tracing::info!(publication = %pg.publication, tables = %tables.join(", "), "publication_created");
+            return Ok(());
+        }
+        None => {
+            return Err(RelayError::Precondition(format!(
+                "publication {:?} does not exist: run CREATE PUBLICATION {} FOR TABLE {} WITH \
+                 (publish = 'insert'), or set postgres.create_publication = true",
+                pg.publication,
+                quote_ident(&pg.publication),
+                tables.join(", ")
+            )));
+        }
+        Some(row) => {
+            let inserts: bool = row.get(0);
+            if !inserts {
+                return Err(RelayError::Precondition(format!(
+                    "publication {:?} does not publish INSERTs: run ALTER PUBLICATION {} SET \
+                     (publish = 'insert')",
+                    pg.publication,
+                    quote_ident(&pg.publication)
+                )));
+            }
+        }
+    }
+    for t in &cfg.outbox {
+        let (schema, table) = t.qualified_name();
+        let present = client
+            .query_opt(
+                "SELECT 1 FROM pg_publication_tables \
+                  WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
+                &[&pg.publication, &schema, &table],
+            )
+            .await
+            .map_err(query_err("list publication tables"))?
+            .is_some();
+        if !present {
+            return Err(RelayError::Precondition(format!(
+                "publication {:?} does not include {schema}.{table}, so its events would never \
+                 reach the relay (this also happens after the table is dropped and re-created): \
+                 run ALTER PUBLICATION {} ADD TABLE {}.{}",
+                pg.publication,
+                quote_ident(&pg.publication),
+                quote_ident(&schema),
+                quote_ident(&table)
+            )));
+        }
+    }
+    Ok(())
+}
+
+async fn ensure_slot(
+    client: &Client,
+    cfg: &Config,
+    policy: SlotPolicy,
+) -> Result<SlotInfo, RelayError> {
+    let pg = &cfg.postgres;
+    let wal_sender_timeout_ms: i64 = client
+        .query_one(
+            "SELECT setting::bigint * CASE unit WHEN 's' THEN 1000 ELSE 1 END \
+               FROM pg_settings WHERE name = 'wal_sender_timeout'",
+            &[],
+        )
+        .await
+        .map_err(query_err("read wal_sender_timeout"))?
+        .get(0);
+    let wal_sender_timeout = Duration::from_millis(wal_sender_timeout_ms.max(0) as u64);
+
+    let slot = client
+        .query_opt(
+            "SELECT plugin, slot_type, database, active_pid, wal_status, \
+                    confirmed_flush_lsn::text \
+               FROM pg_replication_slots WHERE slot_name = $1",
+            &[&pg.slot],
+        )
+        .await
+        .map_err(query_err("look up the replication slot"))?;
+
+    let Some(slot) = slot else {
+        if policy == SlotPolicy::MustExist {
+            return Err(RelayError::Precondition(format!(
+                "replication slot {:?} does not exist. On a first start run `outbox-relay setup` \
+                 to create it. If it existed before, it was dropped and every event committed \
+                 since then is missing from Kafka: create it with `outbox-relay setup`, then \
+                 re-publish the missing events from the outbox table (docs/operations.md)",
+                pg.slot
+            )));
+        }
+        let lsn = create_slot(client, &pg.slot).await?;
+        return Ok(SlotInfo {
+            confirmed_flush: lsn,
+            wal_sender_timeout,
+        });
+    };
+
+    let plugin: Option<String> = slot.get(0);
+    let slot_type: String = slot.get(1);
+    let database: Option<String> = slot.get(2);
+    let active_pid: Option<i32> = slot.get(3);
+    let wal_status: Option<String> = slot.get(4);
+    let confirmed: Option<String> = slot.get(5);
+    if slot_type != "logical" || plugin.as_deref() != Some("pgoutput") {
+        return Err(RelayError::Precondition(format!(
+            "replication slot {:?} is a {slot_type} slot with plugin {:?}; outbox-relay needs a \
+             logical slot with pgoutput: choose another postgres.slot",
+            pg.slot,
+            plugin.unwrap_or_default()
+        )));
+    }
+    if database.as_deref() != Some(pg.database.as_str()) {
+        return Err(RelayError::Precondition(format!(
+            "replication slot {:?} belongs to database {:?}, not {:?}: choose another \
+             postgres.slot or fix postgres.database",
+            pg.slot,
+            database.unwrap_or_default(),
+            pg.database
+        )));
+    }
+    if wal_status.as_deref() == Some("lost") {
+        let old = confirmed.clone().unwrap_or_else(|| "unknown".into());
+        if policy == SlotPolicy::RecreateIfLost {
+            client
+                .execute("SELECT pg_drop_replication_slot($1)", &[&pg.slot])
+                .await
+                .map_err(query_err("drop the invalidated slot"))?;
+            let new = create_slot(client, &pg.slot).await?;
+            tracing::warn!(
+                slot = %pg.slot, gap_from = %old, gap_to = %new,
+                "slot_recreated: events committed between these LSNs were not relayed; \
+                 re-publish them from the outbox table"
+            );
+            return Ok(SlotInfo {
+                confirmed_flush: new,
+                wal_sender_timeout,
+            });
+        }
+        return Err(RelayError::Precondition(format!(
+            "replication slot {:?} was invalidated (wal_status = lost): PostgreSQL removed WAL \
+             it still needed, so events committed after {old} may never reach Kafka. \
+             outbox-relay will not re-create it silently: run `outbox-relay setup \
+             --recreate-slot` and re-publish the gap from the outbox table (docs/operations.md)",
+            pg.slot
+        )));
+    }
+    if let Some(pid) = active_pid {
+        tracing::info!(slot = %pg.slot, active_pid = pid, "slot_in_use: another connection holds the slot; will wait for it");
+    }
+    let confirmed_flush = confirmed
+        .as_deref()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(Lsn::ZERO);
+    Ok(SlotInfo {
+        confirmed_flush,
+        wal_sender_timeout,
+    })
+}
+
+async fn create_slot(client: &Client, slot: &str) -> Result<Lsn, RelayError> {
+    let row = client
+        .query_one(
+            "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await
+        .map_err(|e| {
+            RelayError::Precondition(format!(
+                "cannot create replication slot {slot:?}: {}; check max_replication_slots and \
+                 that the role has REPLICATION",
+                describe_pg(&e)
+            ))
+        })?;
+    let lsn: String = row.get(0);
+    tracing::info!(slot = %slot, lsn = %lsn, "slot_created: events committed from this LSN on will be relayed");
+    Ok(lsn.parse().unwrap_or(Lsn::ZERO))
+}

@@ -1,0 +1,236 @@
+//! The Kafka side: an idempotent producer fed strictly in source order, whose delivery reports
+//! come back as values on a channel.
+//!
+//! Ordering rules (correctness notes K1-K6): `enable.idempotence=true` (acks=all, at most 5
+//! in-flight requests, infinite retries, FIFO) keeps per-partition order across retries;
+//! records are enqueued one at a time in source order, and a full local queue is waited out by
+//! retrying *the same* record before anything later; `murmur2_random` makes key → partition
+//! agree with Java clients. A delivery error is never skipped: the pipeline stops confirming
+//! and restarts from the last confirmed LSN.
+
+use std::time::Duration;
+
+use rdkafka::{
+    ClientConfig, ClientContext,
+    config::RDKafkaLogLevel,
+    error::{KafkaError, RDKafkaErrorCode},
+    message::{Header, OwnedHeaders},
+    producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer},
+};
+use relay_core::{route::Record, watermark::TxId};
+use tokio::sync::mpsc;
+
+use crate::{config::KafkaConfig, error::RelayError};
+
+/// A delivery report, in whatever order Kafka answers.
+#[derive(Debug)]
+pub struct Delivered {
+    pub tx: TxId,
+    pub bytes: u64,
+    pub commit_time_unix_us: i64,
+    pub outcome: Result<(), (KafkaError, String)>,
+}
+
+/// What travels with each record through librdkafka.
+pub struct Pending {
+    tx: TxId,
+    bytes: u64,
+    commit_time_unix_us: i64,
+}
+
+pub struct SinkContext {
+    reports: mpsc::UnboundedSender<Delivered>,
+}
+
+impl ClientContext for SinkContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(facility = fac, "librdkafka: {log_message}")
+            }
+            RDKafkaLogLevel::Warning => tracing::warn!(facility = fac, "librdkafka: {log_message}"),
+            _ => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        // Broker-down and similar are retried by librdkafka; deliveries report what matters.
+        tracing::warn!(error = %error, reason, "kafka_client_error");
+    }
+}
+
+impl ProducerContext for SinkContext {
+    type DeliveryOpaque = Box<Pending>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, p: Self::DeliveryOpaque) {
+        let outcome = match result {
+            Ok(_) => Ok(()),
+            Err((e, msg)) => Err((e.clone(), rdkafka::Message::topic(msg).to_string())),
+        };
+        // The receiver is gone only when the pipeline is being torn down.
+        let _ = self.reports.send(Delivered {
+            tx: p.tx,
+            bytes: p.bytes,
+            commit_time_unix_us: p.commit_time_unix_us,
+            outcome,
+        });
+    }
+}
+
+/// The producer plus the receiving end of its delivery reports.
+pub struct KafkaSink {
+    producer: std::sync::Arc<ThreadedProducer<SinkContext>>,
+    brokers: String,
+}
+
+impl KafkaSink {
+    /// Builds the producer. Nothing is sent yet; see [`KafkaSink::check_reachable`].
+    pub fn new(
+        cfg: &KafkaConfig,
+    ) -> Result<(Self, mpsc::UnboundedReceiver<Delivered>), RelayError> {
+        let (reports, rx) = mpsc::unbounded_channel();
+        let mut c = ClientConfig::new();
+        for (k, v) in &cfg.properties {
+            c.set(k, v.expose());
+        }
+        c.set("bootstrap.servers", &cfg.brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("partitioner", "murmur2_random")
+            .set("linger.ms", cfg.linger_ms.to_string())
+            .set("compression.type", &cfg.compression)
+            .set("message.timeout.ms", cfg.message_timeout_ms.to_string())
+            .set("client.id", "outbox-relay");
+        let producer: ThreadedProducer<SinkContext> = c
+            .create_with_context(SinkContext { reports })
+            .map_err(|e| RelayError::KafkaSetup(e.to_string()))?;
+        Ok((
+            Self {
+                producer: std::sync::Arc::new(producer),
+                brokers: cfg.brokers.clone(),
+            },
+            rx,
+        ))
+    }
+
+    /// Fails when no broker answers a metadata request within `timeout`.
+    pub async fn check_reachable(&self, timeout: Duration) -> Result<(), RelayError> {
+        let producer = self.producer.clone();
+        let res = tokio::task::spawn_blocking(move || {
+            producer
+                .client()
+                .fetch_metadata(None, timeout)
+                .map(|m| m.brokers().len())
+        })
+        .await
+        .map_err(|e| RelayError::KafkaSetup(e.to_string()))?;
+        match res {
+            Ok(n) if n > 0 => Ok(()),
+            Ok(_) => Err(self.unreachable("the cluster reported no brokers".into())),
+            Err(e) => Err(self.unreachable(format!(
+                "{e}; check kafka.brokers, the network and kafka.properties (security.protocol, sasl.*)"
+            ))),
+        }
+    }
+
+    fn unreachable(&self, detail: String) -> RelayError {
+        RelayError::KafkaUnreachable {
+            brokers: self.brokers.clone(),
+            detail,
+        }
+    }
+
+    /// Enqueues one record. Waits (without reordering) while the local queue is full.
+    pub async fn send(
+        &self,
+        rec: &Record,
+        tx: TxId,
+        commit_time_unix_us: i64,
+    ) -> Result<(), RelayError> {
+        let bytes = (rec.key.len() + rec.value.as_ref().map_or(0, |v| v.len())) as u64;
+        let mut headers = OwnedHeaders::new_with_capacity(rec.headers.len());
+        for (k, v) in &rec.headers {
+            headers = headers.insert(Header {
+                key: k,
+                value: v.as_deref(),
+            });
+        }
+        let mut record = BaseRecord::with_opaque_to(
+            &rec.topic,
+            Box::new(Pending {
+                tx,
+                bytes,
+                commit_time_unix_us,
+            }),
+        )
+        .key(&rec.key[..])
+        .headers(headers);
+        if let Some(v) = &rec.value {
+            record = record.payload(&v[..]);
+        }
+        let mut delay = Duration::from_millis(1);
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_millis(50));
+                }
+                Err((e, _)) => return Err(delivery_error(&e, &rec.topic)),
+            }
+        }
+    }
+
+    /// The fatal error librdkafka raised, if any (the producer must then be rebuilt).
+    pub fn fatal_error(&self) -> Option<String> {
+        self.producer
+            .client()
+            .fatal_error()
+            .map(|(code, reason)| format!("{code:?}: {reason}"))
+    }
+}
+
+/// Classifies a failed delivery: errors retrying cannot fix stop the relay with a hint.
+pub fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
+    let code = e.rdkafka_error_code();
+    let hint = match code {
+        Some(RDKafkaErrorCode::MessageSizeTooLarge)
+        | Some(RDKafkaErrorCode::InvalidMessageSize) => Some(
+            "the event is larger than the topic's max.message.bytes or the producer's message.max.bytes; raise both (kafka.properties.\"message.max.bytes\") or shrink the payload",
+        ),
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed) => {
+            Some("the relay's Kafka principal may not write to this topic; grant WRITE on it")
+        }
+        Some(RDKafkaErrorCode::ClusterAuthorizationFailed) => {
+            Some("the relay's Kafka principal lacks IDEMPOTENT_WRITE on the cluster; grant it")
+        }
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition) | Some(RDKafkaErrorCode::UnknownTopic) => {
+            Some(
+                "the topic does not exist and the brokers do not create topics automatically; create it",
+            )
+        }
+        Some(RDKafkaErrorCode::InvalidRecord) | Some(RDKafkaErrorCode::InvalidMessage) => {
+            Some("the broker rejected the record as invalid")
+        }
+        Some(RDKafkaErrorCode::InvalidTopic) => {
+            Some("the topic name is not valid for this cluster")
+        }
+        _ => None,
+    };
+    let code = format!("{e}");
+    match hint {
+        Some(hint) => RelayError::DeliveryDefinite {
+            topic: topic.to_string(),
+            code,
+            hint,
+        },
+        None => RelayError::DeliveryTransient {
+            topic: topic.to_string(),
+            code,
+        },
+    }
+}

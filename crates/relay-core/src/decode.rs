@@ -1,0 +1,221 @@
+//! Stream decoding: the relation cache and the turn from pgoutput messages into records.
+//!
+//! Invariants (PostgreSQL docs "Logical Replication Message Flow", correctness notes P11):
+//! - a Relation message precedes the first change of a table on every connection, may arrive in
+//!   the middle of a transaction, and replaces whatever was cached for that OID (columns can be
+//!   added, dropped or reordered by `ALTER TABLE`): the plan is recompiled on every Relation;
+//! - an Insert for an OID with no Relation seen is a protocol violation, never a skip;
+//! - the cache is per connection: [`Decoder::reset`] on every reconnect.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use crate::{
+    Lsn, pgoutput,
+    pgoutput::{Message, Relation},
+    route::{OutboxTable, Plan, Position, Record, RouteError},
+};
+
+/// What one message meant to the relay.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded {
+    /// An INSERT into an outbox table: publish this.
+    Record(Record),
+    /// A logical message (`pg_logical_emit_message`), for the caller to filter by prefix.
+    LogicalMessage {
+        transactional: bool,
+        lsn: Lsn,
+        prefix: String,
+        content: Bytes,
+    },
+    /// Anything that needs no action (Relation, a change to another table, Update, Delete...).
+    Nothing,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error(transparent)]
+    Parse(#[from] pgoutput::ParseError),
+    #[error(transparent)]
+    Route(#[from] RouteError),
+    #[error(
+        "an INSERT arrived for relation OID {0} before its Relation message; the replication \
+         stream is out of protocol"
+    )]
+    UnknownRelation(u32),
+    #[error("a Begin or Commit arrived inside XLogData; the replication stream is out of protocol")]
+    UnexpectedBoundary,
+}
+
+enum Cached {
+    Outbox(Box<Plan>),
+    Other,
+}
+
+/// Relation cache + routing of inserts for the configured outbox tables.
+pub struct Decoder {
+    tables: HashMap<(String, String), OutboxTable>,
+    relay_headers: bool,
+    relations: HashMap<u32, Cached>,
+}
+
+impl Decoder {
+    pub fn new(tables: &[OutboxTable], relay_headers: bool) -> Self {
+        Self {
+            tables: tables
+                .iter()
+                .map(|t| (t.qualified_name(), t.clone()))
+                .collect(),
+            relay_headers,
+            relations: HashMap::new(),
+        }
+    }
+
+    /// Forgets every Relation: call on every new replication connection.
+    pub fn reset(&mut self) {
+        self.relations.clear();
+    }
+
+    /// Decodes one XLogData payload. `pos` is the enclosing transaction's position, with `seq`
+    /// the index the next outbox row would get.
+    pub fn decode(&mut self, data: Bytes, pos: Position) -> Result<Decoded, DecodeError> {
+        match pgoutput::parse(data)? {
+            Message::Relation(rel) => {
+                self.on_relation(rel)?;
+                Ok(Decoded::Nothing)
+            }
+            Message::Insert {
+                relation_oid,
+                tuple,
+            } => match self.relations.get(&relation_oid) {
+                None => Err(DecodeError::UnknownRelation(relation_oid)),
+                Some(Cached::Other) => Ok(Decoded::Nothing),
+                Some(Cached::Outbox(plan)) => Ok(Decoded::Record(plan.route(tuple, pos)?)),
+            },
+            Message::LogicalMessage {
+                transactional,
+                lsn,
+                prefix,
+                content,
+            } => Ok(Decoded::LogicalMessage {
+                transactional,
+                lsn,
+                prefix,
+                content,
+            }),
+            Message::Begin { .. } | Message::Commit { .. } => Err(DecodeError::UnexpectedBoundary),
+            Message::Ignored { .. } => Ok(Decoded::Nothing),
+        }
+    }
+
+    fn on_relation(&mut self, rel: Relation) -> Result<(), RouteError> {
+        let key = (rel.namespace.clone(), rel.name.clone());
+        let cached = match self.tables.get(&key) {
+            Some(cfg) => Cached::Outbox(Box::new(Plan::compile(cfg, &rel, self.relay_headers)?)),
+            None => Cached::Other,
+        };
+        self.relations.insert(rel.oid, cached);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pgoutput::fixtures::{insert, relation};
+
+    const POS: Position = Position {
+        commit_lsn: Lsn(1),
+        commit_time_unix_us: 0,
+        seq: 0,
+    };
+    const TEXT: u32 = 25;
+
+    fn decoder() -> Decoder {
+        Decoder::new(&[OutboxTable::default()], false)
+    }
+    fn outbox_rel(cols: &[&str]) -> Bytes {
+        let cols: Vec<_> = cols.iter().map(|c| (*c, TEXT)).collect();
+        relation(100, "public", "outbox", &cols)
+    }
+    const COLS: [&str; 5] = ["id", "aggregatetype", "aggregateid", "type", "payload"];
+
+    #[test]
+    fn inserts_into_other_tables_are_not_published() {
+        let mut d = decoder();
+        d.decode(relation(200, "public", "orders", &[("id", TEXT)]), POS)
+            .unwrap();
+        assert_eq!(
+            d.decode(insert(200, &[Some(b"1")]), POS).unwrap(),
+            Decoded::Nothing
+        );
+    }
+
+    #[test]
+    fn insert_before_relation_is_a_protocol_error() {
+        let mut d = decoder();
+        let err = d.decode(insert(100, &[Some(b"1")]), POS).unwrap_err();
+        assert!(matches!(err, DecodeError::UnknownRelation(100)));
+    }
+
+    #[test]
+    fn a_relation_resent_after_alter_table_remaps_columns_by_name() {
+        let mut d = decoder();
+        d.decode(outbox_rel(&COLS), POS).unwrap();
+        let row = [
+            Some(&b"i"[..]),
+            Some(b"order"),
+            Some(b"k1"),
+            Some(b"T"),
+            Some(b"{}"),
+        ];
+        let Decoded::Record(r) = d.decode(insert(100, &row), POS).unwrap() else {
+            panic!()
+        };
+        assert_eq!(r.key, "k1");
+        // ALTER TABLE outbox ADD COLUMN tenant text, and a column moved first (as after a rewrite).
+        d.decode(
+            outbox_rel(&[
+                "tenant",
+                "id",
+                "aggregatetype",
+                "aggregateid",
+                "type",
+                "payload",
+            ]),
+            POS,
+        )
+        .unwrap();
+        let row = [
+            Some(&b"t1"[..]),
+            Some(b"i2"),
+            Some(b"order"),
+            Some(b"k2"),
+            Some(b"T"),
+            Some(b"{}"),
+        ];
+        let Decoded::Record(r) = d.decode(insert(100, &row), POS).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (r.topic.as_str(), &r.key[..]),
+            ("outbox.event.order", &b"k2"[..])
+        );
+    }
+
+    #[test]
+    fn reset_forgets_relations() {
+        let mut d = decoder();
+        d.decode(outbox_rel(&COLS), POS).unwrap();
+        d.reset();
+        assert!(d.decode(insert(100, &[None; 5]), POS).is_err());
+    }
+
+    #[test]
+    fn a_relation_missing_a_mapped_column_is_an_error_at_once() {
+        let mut d = decoder();
+        let err = d.decode(outbox_rel(&["id", "payload"]), POS).unwrap_err();
+        assert!(err.to_string().contains("aggregatetype"), "{err}");
+    }
+}

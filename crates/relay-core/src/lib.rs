@@ -1,0 +1,17 @@
+//! The pure core of outbox-relay: no sockets, no clocks, no Kafka.
+//!
+//! ```text
+//! pgoutput bytes ──pgoutput::parse──▶ Message ──decode::Decoder──▶ Change(row of an outbox table)
+//!        ──route::Router──▶ Record { topic, key, value, headers } ──(Kafka, in the binary)
+//! Begin/Commit/keepalive/ack ──▶ watermark::AckTracker ──▶ the one LSN safe to confirm
+//! ```
+//!
+//! Everything here is deterministic so it can be unit-, property- and fuzz-tested.
+
+pub mod decode;
+pub mod lsn;
+pub mod pgoutput;
+pub mod route;
+pub mod watermark;
+
+pub use lsn::Lsn;

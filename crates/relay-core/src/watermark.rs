@@ -1,0 +1,477 @@
+//! The LSN watermark: the one position that is safe to confirm to PostgreSQL.
+//!
+//! Invariant: the confirmed LSN `P` promises PostgreSQL that every transaction with
+//! `commit_lsn < P` is durably in Kafka, because PostgreSQL will never send those again. So `P` is
+//! the `end_lsn` of the **longest fully acknowledged prefix** of the transactions received, in
+//! receive (= commit) order. Kafka acknowledges out of order across partitions, so "the last
+//! delivery callback" is never the answer.
+//!
+//! A primary keepalive's `wal_end` received outside a transaction is queued as a *mark*: once
+//! everything received before it is acknowledged, confirming it is safe (PostgreSQL has already
+//! sent every transaction that commits before it) and lets an idle database, or one written only
+//! in other tables, release WAL. Keepalives inside a transaction are ignored.
+//!
+//! The watermark never moves backwards: it starts at the slot's `confirmed_flush_lsn`, and a
+//! catch-up keepalive below it (sent while the server re-reads from `restart_lsn`) changes
+//! nothing. After a failure ([`AckTracker::fail`]) it never moves again; the pipeline restarts.
+
+use std::collections::VecDeque;
+
+use crate::Lsn;
+
+/// Identifies one received transaction inside the tracker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TxId(u64);
+
+/// Every entry, transaction or mark, takes the next id, so an entry's index in the queue is
+/// `id - front id`: acknowledgements find their transaction in O(1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    id: u64,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
+    Txn {
+        commit_lsn: Lsn,
+        end_lsn: Option<Lsn>,
+        outstanding: u64,
+        commit_time_unix_us: i64,
+    },
+    Mark {
+        lsn: Lsn,
+    },
+}
+
+/// The replication stream broke transaction framing. The pipeline must restart.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FramingError {
+    #[error("a Begin arrived while transaction {open} was still open")]
+    NestedBegin { open: Lsn },
+    #[error("a change or Commit arrived outside a transaction")]
+    NoOpenTransaction,
+    #[error("Commit LSN {commit} does not match the Begin's final LSN {begin}")]
+    CommitMismatch { begin: Lsn, commit: Lsn },
+    #[error("an acknowledgement arrived for a transaction with nothing outstanding")]
+    UnexpectedAck,
+}
+
+/// Pure bookkeeping of transactions in flight and the safe flush position.
+#[derive(Debug)]
+pub struct AckTracker {
+    queue: VecDeque<Entry>,
+    next_id: u64,
+    open: Option<TxId>,
+    durable: Lsn,
+    failed: bool,
+    outstanding_records: u64,
+    open_txns: usize,
+}
+
+impl AckTracker {
+    /// `start` is where the slot stands (its `confirmed_flush_lsn`).
+    pub fn new(start: Lsn) -> Self {
+        Self {
+            queue: VecDeque::new(),
+            next_id: 0,
+            open: None,
+            durable: start,
+            failed: false,
+            outstanding_records: 0,
+            open_txns: 0,
+        }
+    }
+
+    /// At Begin. `final_lsn` is the LSN of the commit record.
+    pub fn begin(
+        &mut self,
+        final_lsn: Lsn,
+        commit_time_unix_us: i64,
+    ) -> Result<TxId, FramingError> {
+        if let Some(open) = self.open {
+            return Err(FramingError::NestedBegin {
+                open: self.commit_lsn_of(open),
+            });
+        }
+        let id = TxId(self.push(Kind::Txn {
+            commit_lsn: final_lsn,
+            end_lsn: None,
+            outstanding: 0,
+            commit_time_unix_us,
+        }));
+        self.open = Some(id);
+        self.open_txns += 1;
+        Ok(id)
+    }
+
+    /// One record of the open transaction was handed to Kafka.
+    pub fn add_record(&mut self) -> Result<TxId, FramingError> {
+        let id = self.open.ok_or(FramingError::NoOpenTransaction)?;
+        let Some(Entry {
+            kind: Kind::Txn { outstanding, .. },
+            ..
+        }) = self.queue.back_mut()
+        else {
+            unreachable!("the open transaction is always the last entry");
+        };
+        *outstanding += 1;
+        self.outstanding_records += 1;
+        Ok(id)
+    }
+
+    /// At Commit. Completes the transaction's framing; it becomes confirmable once its records
+    /// are acknowledged and everything before it is.
+    pub fn commit(&mut self, commit_lsn: Lsn, end_lsn: Lsn) -> Result<(), FramingError> {
+        let id = self.open.take().ok_or(FramingError::NoOpenTransaction)?;
+        let Some(Entry {
+            id: back,
+            kind:
+                Kind::Txn {
+                    commit_lsn: begin,
+                    end_lsn: end,
+                    ..
+                },
+        }) = self.queue.back_mut()
+        else {
+            unreachable!("the open transaction is always the last entry");
+        };
+        debug_assert_eq!(*back, id.0);
+        if *begin != commit_lsn {
+            return Err(FramingError::CommitMismatch {
+                begin: *begin,
+                commit: commit_lsn,
+            });
+        }
+        *end = Some(end_lsn);
+        self.advance();
+        Ok(())
+    }
+
+    /// A primary keepalive. Ignored inside a transaction; otherwise confirmable once everything
+    /// received before it is acknowledged.
+    pub fn keepalive(&mut self, wal_end: Lsn) {
+        if self.open.is_some() || wal_end <= self.durable {
+            return;
+        }
+        match self.queue.back_mut() {
+            // Consecutive marks collapse into the newest one: the queue stays small when idle.
+            Some(Entry {
+                kind: Kind::Mark { lsn },
+                ..
+            }) => *lsn = (*lsn).max(wal_end),
+            _ => {
+                self.push(Kind::Mark { lsn: wal_end });
+            }
+        }
+        self.advance();
+    }
+
+    /// Kafka acknowledged one record of transaction `id`.
+    pub fn ack(&mut self, id: TxId) -> Result<(), FramingError> {
+        let idx = self.find(id).ok_or(FramingError::UnexpectedAck)?;
+        let Kind::Txn { outstanding, .. } = &mut self.queue[idx].kind else {
+            return Err(FramingError::UnexpectedAck);
+        };
+        if *outstanding == 0 {
+            return Err(FramingError::UnexpectedAck);
+        }
+        *outstanding -= 1;
+        self.outstanding_records -= 1;
+        if idx == 0 {
+            self.advance();
+        }
+        Ok(())
+    }
+
+    /// A delivery failed: progress freezes here for good. Restart from [`Self::watermark`].
+    pub fn fail(&mut self) {
+        self.failed = true;
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.failed
+    }
+
+    /// The LSN that is safe to confirm: the end of the longest acknowledged prefix.
+    pub fn watermark(&self) -> Lsn {
+        self.durable
+    }
+
+    /// Records handed to Kafka and not yet acknowledged.
+    pub fn outstanding_records(&self) -> u64 {
+        self.outstanding_records
+    }
+
+    /// Transactions received and not yet confirmable (including an open one).
+    pub fn pending_txns(&self) -> usize {
+        self.open_txns
+    }
+
+    /// True while a transaction is between Begin and Commit.
+    pub fn in_transaction(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Commit time of the oldest transaction not yet confirmable, if any.
+    pub fn oldest_pending_commit_time(&self) -> Option<i64> {
+        self.queue.iter().find_map(|e| match e.kind {
+            Kind::Txn {
+                commit_time_unix_us,
+                ..
+            } => Some(commit_time_unix_us),
+            Kind::Mark { .. } => None,
+        })
+    }
+
+    fn push(&mut self, kind: Kind) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.queue.push_back(Entry { id, kind });
+        id
+    }
+
+    fn commit_lsn_of(&self, id: TxId) -> Lsn {
+        match self.find(id).map(|i| &self.queue[i].kind) {
+            Some(Kind::Txn { commit_lsn, .. }) => *commit_lsn,
+            _ => Lsn::ZERO,
+        }
+    }
+
+    fn find(&self, id: TxId) -> Option<usize> {
+        let front = self.queue.front()?.id;
+        let idx = usize::try_from(id.0.checked_sub(front)?).ok()?;
+        (idx < self.queue.len()).then_some(idx)
+    }
+
+    fn advance(&mut self) {
+        if self.failed {
+            return;
+        }
+        while let Some(front) = self.queue.front() {
+            match front.kind {
+                Kind::Txn {
+                    end_lsn: Some(end),
+                    outstanding: 0,
+                    ..
+                } => {
+                    self.durable = self.durable.max(end);
+                    self.open_txns -= 1;
+                }
+                Kind::Mark { lsn } => self.durable = self.durable.max(lsn),
+                _ => break,
+            }
+            self.queue.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn a_transaction_is_confirmable_only_when_all_its_records_are_acked() {
+        let mut t = AckTracker::new(Lsn(100));
+        let a = t.begin(Lsn(200), 0).unwrap();
+        t.add_record().unwrap();
+        t.add_record().unwrap();
+        t.commit(Lsn(200), Lsn(210)).unwrap();
+        assert_eq!(t.watermark(), Lsn(100));
+        t.ack(a).unwrap();
+        assert_eq!(t.watermark(), Lsn(100));
+        t.ack(a).unwrap();
+        assert_eq!(t.watermark(), Lsn(210));
+        assert_eq!(t.pending_txns(), 0);
+    }
+
+    #[test]
+    fn out_of_order_acks_wait_for_the_head() {
+        let mut t = AckTracker::new(Lsn(0));
+        let a = t.begin(Lsn(10), 0).unwrap();
+        t.add_record().unwrap();
+        t.commit(Lsn(10), Lsn(11)).unwrap();
+        let b = t.begin(Lsn(20), 0).unwrap();
+        t.add_record().unwrap();
+        t.commit(Lsn(20), Lsn(21)).unwrap();
+        t.ack(b).unwrap(); // another partition answers first
+        assert_eq!(t.watermark(), Lsn(0));
+        t.ack(a).unwrap();
+        assert_eq!(t.watermark(), Lsn(21));
+    }
+
+    #[test]
+    fn keepalives_advance_when_idle_wait_behind_unacked_data_and_are_ignored_mid_transaction() {
+        let mut t = AckTracker::new(Lsn(50));
+        t.keepalive(Lsn(60));
+        assert_eq!(
+            t.watermark(),
+            Lsn(60),
+            "idle: keepalive confirmable at once"
+        );
+        t.keepalive(Lsn(40));
+        assert_eq!(
+            t.watermark(),
+            Lsn(60),
+            "catch-up keepalive below the watermark ignored"
+        );
+
+        let a = t.begin(Lsn(70), 0).unwrap();
+        t.add_record().unwrap();
+        t.keepalive(Lsn(1_000)); // inside the transaction: ignored
+        t.commit(Lsn(70), Lsn(80)).unwrap();
+        t.keepalive(Lsn(90)); // behind an unacked transaction: waits
+        assert_eq!(t.watermark(), Lsn(60));
+        t.ack(a).unwrap();
+        assert_eq!(t.watermark(), Lsn(90));
+    }
+
+    #[test]
+    fn a_transaction_without_outbox_rows_completes_at_its_turn() {
+        let mut t = AckTracker::new(Lsn(0));
+        let a = t.begin(Lsn(10), 0).unwrap();
+        t.add_record().unwrap();
+        t.commit(Lsn(10), Lsn(11)).unwrap();
+        t.begin(Lsn(20), 0).unwrap();
+        t.commit(Lsn(20), Lsn(21)).unwrap();
+        assert_eq!(t.watermark(), Lsn(0));
+        t.ack(a).unwrap();
+        assert_eq!(t.watermark(), Lsn(21));
+    }
+
+    #[test]
+    fn a_failure_freezes_progress() {
+        let mut t = AckTracker::new(Lsn(0));
+        let a = t.begin(Lsn(10), 0).unwrap();
+        t.add_record().unwrap();
+        t.commit(Lsn(10), Lsn(11)).unwrap();
+        t.fail();
+        t.ack(a).unwrap();
+        t.keepalive(Lsn(50));
+        assert_eq!(t.watermark(), Lsn(0));
+        assert!(t.is_failed());
+    }
+
+    #[test]
+    fn framing_violations_are_errors() {
+        let mut t = AckTracker::new(Lsn(0));
+        assert_eq!(t.add_record(), Err(FramingError::NoOpenTransaction));
+        assert_eq!(
+            t.commit(Lsn(1), Lsn(2)),
+            Err(FramingError::NoOpenTransaction)
+        );
+        let a = t.begin(Lsn(10), 0).unwrap();
+        assert_eq!(
+            t.begin(Lsn(20), 0),
+            Err(FramingError::NestedBegin { open: Lsn(10) })
+        );
+        assert_eq!(
+            t.commit(Lsn(11), Lsn(12)),
+            Err(FramingError::CommitMismatch {
+                begin: Lsn(10),
+                commit: Lsn(11)
+            })
+        );
+        assert_eq!(t.ack(a), Err(FramingError::UnexpectedAck));
+    }
+
+    #[test]
+    fn oldest_pending_commit_time_is_the_head_transaction() {
+        let mut t = AckTracker::new(Lsn(0));
+        assert_eq!(t.oldest_pending_commit_time(), None);
+        let a = t.begin(Lsn(10), 111).unwrap();
+        t.add_record().unwrap();
+        t.commit(Lsn(10), Lsn(11)).unwrap();
+        t.begin(Lsn(20), 222).unwrap();
+        assert_eq!(t.oldest_pending_commit_time(), Some(111));
+        t.ack(a).unwrap();
+        assert_eq!(t.oldest_pending_commit_time(), Some(222));
+    }
+
+    /// A step of a generated stream.
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A transaction with this many outbox records and a keepalive of this size inside it.
+        Txn { records: u8, mid_keepalive: bool },
+        /// A keepalive between transactions.
+        Keepalive,
+        /// Acknowledge the n-th (modulo) outstanding record, if any.
+        Ack(u16),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            3 => (0u8..4, any::<bool>()).prop_map(|(records, mid_keepalive)| Step::Txn { records, mid_keepalive }),
+            1 => Just(Step::Keepalive),
+            4 => any::<u16>().prop_map(Step::Ack),
+        ]
+    }
+
+    proptest! {
+        /// Safety: the watermark never passes the commit LSN of a transaction with an
+        /// unacknowledged record, never decreases, and liveness: once every record is acked it
+        /// reaches the end of the last transaction (or a later keepalive).
+        #[test]
+        fn watermark_is_the_longest_acked_prefix(steps in proptest::collection::vec(step(), 1..80)) {
+            let start = Lsn(1_000);
+            let mut t = AckTracker::new(start);
+            let mut lsn = 1_000u64;
+            // (tx id, commit_lsn, end_lsn, records left) of every transaction, in commit order.
+            let mut txns: Vec<(TxId, Lsn, Lsn, u32)> = Vec::new();
+            // Outstanding acks as (index into txns).
+            let mut pending: Vec<usize> = Vec::new();
+            let mut last_keepalive = start;
+            let mut previous = t.watermark();
+            for s in steps {
+                match s {
+                    Step::Txn { records, mid_keepalive } => {
+                        lsn += 10;
+                        let commit = Lsn(lsn);
+                        let id = t.begin(commit, 0).unwrap();
+                        for _ in 0..records {
+                            prop_assert_eq!(t.add_record().unwrap(), id);
+                            pending.push(txns.len());
+                        }
+                        if mid_keepalive {
+                            t.keepalive(Lsn(u64::MAX / 2)); // must be ignored
+                        }
+                        lsn += 5;
+                        t.commit(commit, Lsn(lsn)).unwrap();
+                        txns.push((id, commit, Lsn(lsn), u32::from(records)));
+                    }
+                    Step::Keepalive => {
+                        lsn += 3;
+                        last_keepalive = Lsn(lsn);
+                        t.keepalive(Lsn(lsn));
+                    }
+                    Step::Ack(n) => {
+                        if !pending.is_empty() {
+                            let i = pending.swap_remove(usize::from(n) % pending.len());
+                            txns[i].3 -= 1;
+                            t.ack(txns[i].0).unwrap();
+                        }
+                    }
+                }
+                let w = t.watermark();
+                prop_assert!(w >= previous, "watermark went back from {} to {}", previous, w);
+                previous = w;
+                for (_, commit, _, left) in &txns {
+                    if *left > 0 {
+                        prop_assert!(w <= *commit, "watermark {} passed unacked commit {}", w, commit);
+                    }
+                }
+                prop_assert_eq!(t.outstanding_records(), pending.len() as u64);
+            }
+            // Ack everything left: the watermark must reach the last position received.
+            for i in pending.drain(..) {
+                txns[i].3 -= 1;
+                t.ack(txns[i].0).unwrap();
+            }
+            let last_txn_end = txns.last().map_or(start, |x| x.2);
+            prop_assert_eq!(t.watermark(), last_txn_end.max(last_keepalive));
+            prop_assert_eq!(t.pending_txns(), 0);
+        }
+    }
+}

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Install what the local (Docker-free) test stack needs, on Debian 12; idempotent, a fast no-op when all is present.
+#  - apt: postgresql-15 (server+client), rdkafka build deps, Java 17 + Maven if missing
+#  - Rust via rustup only if cargo is missing (fails with a hint when rustup is not packaged, e.g. on bookworm)
+#  - Kafka jars from Maven Central into infra/kafka/lib (infra/kafka/pom.xml)
+set -euo pipefail
+LOG_TAG=deps
+# shellcheck source=common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+SUDO=()
+if [ "$(id -u)" != 0 ]; then
+  if command -v sudo >/dev/null; then SUDO=(sudo); fi
+fi
+
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed'; }
+
+APT_UPDATED=0
+apt_install() {
+  [ $# -gt 0 ] || return 0
+  if [ "$APT_UPDATED" = 0 ]; then
+    log "apt-get update"
+    "${SUDO[@]}" apt-get update -qq
+    APT_UPDATED=1
+  fi
+  log "apt-get install $*"
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+java_major() { java -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | head -n1; }
+
+# 1. Debian packages (checked with dpkg-query; apt-get update only when something is missing).
+# Note: installing postgresql-15 also creates+starts Debian's default cluster 15/main on port 5432; the stack
+# does not use it (it runs its own clusters under $STACK_DIR).
+missing=()
+for p in postgresql-15 postgresql-client-15 gcc g++ make pkg-config zlib1g-dev cmake curl python3; do
+  installed "$p" || missing+=("$p")
+done
+if ! command -v java >/dev/null || [ "$(java_major)" -lt 17 ] 2>/dev/null; then missing+=(openjdk-17-jre-headless); fi
+command -v mvn >/dev/null || missing+=(maven)
+apt_install "${missing[@]}"
+if [ "$(java_major)" -lt 17 ] 2>/dev/null; then
+  die "java on PATH is $(java_major), Kafka 4 needs 17+: select it (update-alternatives --config java) or set JAVA_HOME"
+fi
+
+# 2. Rust toolchain (rust-toolchain.toml picks the channel once rustup exists).
+if ! command -v cargo >/dev/null && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
+  if ! command -v rustup >/dev/null; then
+    [ "$APT_UPDATED" = 1 ] || { "${SUDO[@]}" apt-get update -qq; APT_UPDATED=1; }
+    if apt-cache policy rustup 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+      apt_install rustup
+    else
+      die "cargo not found and no Debian 'rustup' package here (bookworm has none; Debian's own cargo is too old for edition 2024). Install rustup from https://rustup.rs, then re-run."
+    fi
+  fi
+  log "rustup: installing the stable toolchain"
+  rustup toolchain install stable --profile minimal --component rustfmt,clippy
+  rustup default stable
+fi
+if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  log "note: cargo is in $HOME/.cargo/bin, which is not on PATH"
+fi
+
+# 3. Kafka jars (a stamp file marks a complete download of this Kafka version).
+KAFKA_DIR="$INFRA_DIR/kafka"
+KVER="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$KAFKA_DIR/pom.xml")"
+[ -n "$KVER" ] || die "cannot read kafka.version from $KAFKA_DIR/pom.xml"
+STAMP="$KAFKA_DIR/lib/.complete-$KVER"
+if [ ! -f "$STAMP" ] || [ "$STAMP" -ot "$KAFKA_DIR/pom.xml" ]; then
+  log "fetching Kafka $KVER jars with Maven into $KAFKA_DIR/lib"
+  t0=$(now_ms)
+  # download into lib.new, then swap (never leaves a half-filled lib/ behind a running broker)
+  rm -rf "$KAFKA_DIR/lib.new" "$KAFKA_DIR/lib.old"
+  mkdir -p "$STACK_DIR"
+  mvn -B -q -Dstyle.color=never -f "$KAFKA_DIR/pom.xml" -Dkafka.lib.dir="$KAFKA_DIR/lib.new" dependency:copy-dependencies \
+    >"$STACK_DIR/mvn-kafka.out" 2>&1 || { cat "$STACK_DIR/mvn-kafka.out" >&2; die "Maven download of the Kafka jars failed"; }
+  [ -f "$KAFKA_DIR/lib.new/kafka_2.13-$KVER.jar" ] || die "Maven finished but kafka_2.13-$KVER.jar is missing"
+  touch "$KAFKA_DIR/lib.new/.complete-$KVER"
+  if [ -d "$KAFKA_DIR/lib" ]; then mv "$KAFKA_DIR/lib" "$KAFKA_DIR/lib.old"; fi
+  mv "$KAFKA_DIR/lib.new" "$KAFKA_DIR/lib"
+  rm -rf "$KAFKA_DIR/lib.old"
+  log "Kafka jars ready in $(( $(now_ms) - t0 )) ms ($(find "$KAFKA_DIR/lib" -name '*.jar' | wc -l) jars)"
+fi
+log "all dependencies present"

@@ -1,0 +1,10 @@
+//! End-to-end tests against a real PostgreSQL and a real Kafka broker (see support/mod.rs).
+//! One test binary; every test has its own database, slot, publication and topics.
+
+mod support;
+
+mod delivery;
+mod preflight;
+mod progress;
+mod restart;
+mod schema;

@@ -1,0 +1,135 @@
+//! Schema changes mid-stream and large payloads.
+
+use std::time::Duration;
+
+use rdkafka::{
+    ClientConfig,
+    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
+    client::DefaultClientContext,
+};
+
+use crate::support::{TestDb, check, connect, kafka, kafka_brokers, relay::Relay, writer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alter_table_add_column_mid_stream_keeps_every_event() {
+    let db = TestDb::new("alter").await;
+    let mut relay = Relay::start(&db.name, &db.relay_config(&db.outbox_section()));
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
+    let mut c = connect(&db.conninfo()).await;
+    let mut written = Vec::new();
+    for i in 0..5 {
+        written.push(
+            writer::insert_event(&c, "order", &format!("a-{}", i % 2), 0)
+                .await
+                .unwrap(),
+        );
+    }
+    // In one transaction: a row with the old layout, the ALTER, a row with the new one.
+    let tx = c.transaction().await.unwrap();
+    written.push(writer::insert_event(&tx, "order", "a-0", 0).await.unwrap());
+    tx.batch_execute("ALTER TABLE outbox ADD COLUMN tenant text DEFAULT 'acme'")
+        .await
+        .unwrap();
+    written.push(writer::insert_event(&tx, "order", "a-1", 0).await.unwrap());
+    tx.commit().await.unwrap();
+    c.batch_execute("ALTER TABLE outbox ADD COLUMN note2 text")
+        .await
+        .unwrap();
+    for i in 0..5 {
+        written.push(
+            writer::insert_event(&c, "order", &format!("a-{}", i % 2), 0)
+                .await
+                .unwrap(),
+        );
+    }
+    let got = kafka::consume(
+        vec![db.topic("order")],
+        Duration::from_secs(60),
+        written.len(),
+    )
+    .await;
+    let f = check::check("alter_table_mid_stream", |t| db.topic(t), &written, &got);
+    assert_eq!(
+        (f.lost, f.duplicated, f.order_violations),
+        (0, 0, 0),
+        "{f:?}"
+    );
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_megabyte_jsonb_payload_arrives_whole() {
+    let db = TestDb::new("big").await;
+    // The topic and the producer must both allow the size (Kafka's default limit is ~1 MB).
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .create()
+        .unwrap();
+    let topic = db.topic("order");
+    let new =
+        NewTopic::new(&topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "4000000");
+    admin
+        .create_topics(&[new], &AdminOptions::new())
+        .await
+        .unwrap();
+    let cfg = db.relay_config(&format!(
+        "{}\n[kafka.properties]\n\"message.max.bytes\" = \"4000000\"\n",
+        db.outbox_section()
+    ));
+    let mut relay = Relay::start(&db.name, &cfg);
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
+
+    // ~1.2 MB of incompressible text: TOASTed on disk, must arrive in full.
+    let big: String = (0..150_000)
+        .map(|i: u64| format!("{:08x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32))
+        .collect();
+    let c = connect(&db.conninfo()).await;
+    let mut w = writer::insert_event(&c, "order", "big-1", 0).await.unwrap();
+    let payload = serde_json::json!({"aggregate": "big-1", "seq": w.seq, "writer": 0, "note": "x", "blob": big});
+    c.execute(
+        "UPDATE outbox SET payload = $2::text::jsonb WHERE id = $1::text::uuid",
+        &[&w.id, &payload.to_string()],
+    )
+    .await
+    .unwrap();
+    // The UPDATE is not published; publish a second event that carries the big payload itself.
+    let id = uuid::Uuid::new_v4().to_string();
+    let seq: i32 = c
+        .query_one(
+            "UPDATE agg SET seq = seq + 1 WHERE id = 'big-1' RETURNING seq",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let payload = serde_json::json!({"aggregate": "big-1", "seq": seq, "writer": 0, "note": "x", "blob": big});
+    c.execute(
+        "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) VALUES ($1::text::uuid, 'order', 'big-1', 'Event', $2::text::jsonb)",
+        &[&id, &payload.to_string()],
+    ).await.unwrap();
+    w.payload = serde_json::json!({"aggregate": "big-1", "seq": w.seq, "writer": 0, "note": "x"});
+    let big_event = writer::Written {
+        id,
+        aggregate_type: "order".into(),
+        aggregate: "big-1".into(),
+        seq,
+        payload,
+    };
+    assert!(big_event.payload.to_string().len() > 1_000_000);
+
+    let written = vec![w, big_event];
+    let got = kafka::consume(vec![topic], Duration::from_secs(60), 2).await;
+    let f = check::check("one_megabyte_payload", |t| db.topic(t), &written, &got);
+    assert_eq!(
+        (f.lost, f.duplicated, f.order_violations),
+        (0, 0, 0),
+        "{f:?}"
+    );
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}

@@ -1,0 +1,101 @@
+//! Compares what was committed with what Kafka holds, and records the figures.
+
+use std::{
+    collections::{HashMap, HashSet},
+    io::Write,
+};
+
+use super::{kafka::Rec, repo_root, writer::Written};
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Figures {
+    pub written: usize,
+    pub delivered: usize,
+    pub lost: usize,
+    pub duplicated: usize,
+    pub order_violations: usize,
+    pub unexpected: usize,
+}
+
+/// Checks topic, key, value and the `id`/`eventType` headers of every record, and counts
+/// lost, duplicated and out-of-order events. Order: per aggregate, the first delivery of each
+/// event must come in sequence order (what a consumer deduplicating by id observes), and
+/// within one partition a duplicate may only re-deliver a suffix (never reorder).
+pub fn check(
+    test: &str,
+    topic_of: impl Fn(&str) -> String,
+    written: &[Written],
+    got: &[Rec],
+) -> Figures {
+    let by_id: HashMap<&str, &Written> = written.iter().map(|w| (w.id.as_str(), w)).collect();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut f = Figures {
+        written: written.len(),
+        delivered: got.len(),
+        ..Default::default()
+    };
+    // Records in broker order per partition.
+    let mut sorted: Vec<&Rec> = got.iter().collect();
+    sorted.sort_by_key(|r| (r.topic.clone(), r.partition, r.offset));
+    let mut last_seq: HashMap<&str, i32> = HashMap::new();
+    for r in &sorted {
+        let id = r.header("id");
+        let Some(w) = by_id.get(id) else {
+            f.unexpected += 1;
+            continue;
+        };
+        assert_eq!(r.topic, topic_of(&w.aggregate_type), "topic of {id}");
+        assert_eq!(r.key.as_deref(), Some(w.aggregate.as_str()), "key of {id}");
+        assert_eq!(r.json(), w.payload, "value of {id}");
+        assert_eq!(r.header("eventType"), "Event", "eventType header of {id}");
+        assert!(
+            r.header("outbox-relay.commit-lsn").contains('/'),
+            "commit-lsn header of {id}"
+        );
+        let n = seen.entry(id).or_default();
+        *n += 1;
+        if *n > 1 {
+            f.duplicated += 1;
+            continue;
+        }
+        let last = last_seq.entry(w.aggregate.as_str()).or_insert(0);
+        if w.seq != *last + 1 {
+            f.order_violations += 1;
+        }
+        *last = w.seq;
+    }
+    f.lost = written
+        .iter()
+        .filter(|w| !seen.contains_key(w.id.as_str()))
+        .count();
+    record(test, &f);
+    f
+}
+
+/// Appends the figures of a test to `target/test-figures.log` (printed by scripts/test.sh).
+pub fn record(test: &str, f: &Figures) {
+    let line = format!(
+        "{test}: written={} delivered={} lost={} duplicated={} order_violations={} unexpected={}\n",
+        f.written, f.delivered, f.lost, f.duplicated, f.order_violations, f.unexpected
+    );
+    eprint!("{line}");
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(repo_root().join("target/test-figures.log"))
+    {
+        let _ = file.write_all(line.as_bytes());
+    }
+}
+
+/// Ids that must never appear (rolled back).
+pub fn assert_absent(discarded: &[String], got: &[Rec]) {
+    let bad: HashSet<&str> = discarded.iter().map(String::as_str).collect();
+    for r in got {
+        assert!(
+            !bad.contains(r.header("id")),
+            "rolled-back event {} reached Kafka",
+            r.header("id")
+        );
+    }
+}

@@ -1,0 +1,144 @@
+//! An independent Kafka consumer: reads whole topics from the beginning by partition
+//! assignment (no consumer group), so what it sees is exactly what the broker holds.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use rdkafka::{
+    ClientConfig, Message, TopicPartitionList,
+    consumer::{BaseConsumer, Consumer},
+    message::Headers,
+};
+
+use super::kafka_brokers;
+
+#[derive(Debug, Clone)]
+pub struct Rec {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp_ms: i64,
+    pub key: Option<String>,
+    pub value: Option<String>,
+    pub headers: HashMap<String, String>,
+}
+
+impl Rec {
+    pub fn header(&self, k: &str) -> &str {
+        self.headers
+            .get(k)
+            .map(String::as_str)
+            .unwrap_or_else(|| panic!("record has no header {k:?}: {self:?}"))
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(self.value.as_deref().expect("record has a value")).unwrap()
+    }
+}
+
+fn consumer(brokers: &str) -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "relay-tests-unused")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("consumer")
+}
+
+/// Reads every record of `topics` until `done(records)` holds or `timeout` passes; returns
+/// what was read either way (the caller asserts on it). Topics that do not exist yet are
+/// waited for.
+pub fn consume_until(
+    topics: &[String],
+    timeout: Duration,
+    done: impl Fn(&[Rec]) -> bool,
+) -> Vec<Rec> {
+    consume_until_from(&kafka_brokers(), topics, timeout, done)
+}
+
+pub fn consume_until_from(
+    brokers: &str,
+    topics: &[String],
+    timeout: Duration,
+    done: impl Fn(&[Rec]) -> bool,
+) -> Vec<Rec> {
+    let deadline = Instant::now() + timeout;
+    let c = consumer(brokers);
+    let mut assigned: Vec<String> = Vec::new();
+    let mut out = Vec::new();
+    loop {
+        if assigned.len() < topics.len() {
+            let mut tpl = TopicPartitionList::new();
+            for t in topics {
+                if assigned.contains(t) {
+                    continue;
+                }
+                if let Ok(md) = c.fetch_metadata(Some(t), Duration::from_secs(2))
+                    && let Some(mt) = md.topics().first()
+                    && mt.error().is_none()
+                    && !mt.partitions().is_empty()
+                {
+                    for p in mt.partitions() {
+                        tpl.add_partition_offset(t, p.id(), rdkafka::Offset::Beginning)
+                            .unwrap();
+                    }
+                    assigned.push(t.clone());
+                }
+            }
+            if tpl.count() > 0 {
+                let mut all = c.assignment().unwrap();
+                for e in tpl.elements() {
+                    all.add_partition_offset(e.topic(), e.partition(), e.offset())
+                        .unwrap();
+                }
+                c.assign(&all).unwrap();
+            }
+        }
+        if let Some(m) = c.poll(Duration::from_millis(200)) {
+            let m = m.expect("consumer error");
+            let mut headers = HashMap::new();
+            if let Some(h) = m.headers() {
+                for i in 0..h.count() {
+                    let hd = h.get(i);
+                    headers.insert(
+                        hd.key.to_string(),
+                        hd.value
+                            .map(|v| String::from_utf8_lossy(v).into_owned())
+                            .unwrap_or_default(),
+                    );
+                }
+            }
+            out.push(Rec {
+                topic: m.topic().to_string(),
+                partition: m.partition(),
+                offset: m.offset(),
+                timestamp_ms: m.timestamp().to_millis().unwrap_or(0),
+                key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+                value: m.payload().map(|v| String::from_utf8_lossy(v).into_owned()),
+                headers,
+            });
+            continue;
+        }
+        if (assigned.len() == topics.len() && done(&out)) || Instant::now() > deadline {
+            return out;
+        }
+    }
+}
+
+/// Async wrapper (the consumer blocks).
+pub async fn consume(topics: Vec<String>, timeout: Duration, expect_ids: usize) -> Vec<Rec> {
+    tokio::task::spawn_blocking(move || {
+        consume_until(&topics, timeout, |recs| {
+            let ids: std::collections::HashSet<&str> = recs
+                .iter()
+                .filter_map(|r| r.headers.get("id").map(String::as_str))
+                .collect();
+            ids.len() >= expect_ids
+        })
+    })
+    .await
+    .unwrap()
+}

@@ -1,0 +1,218 @@
+//! Test fixtures: a fresh database, slot, publication and topic namespace per test; the real
+//! `outbox-relay` binary as a child process; an independent Kafka consumer; and the checker
+//! that turns "what was committed" and "what Kafka holds" into figures.
+//!
+//! Servers come from `infra/` (started by `scripts/test.sh`): PostgreSQL at `RELAY_TEST_PG`
+//! (default `host=127.0.0.1 port=55432 user=postgres`), Kafka at `RELAY_TEST_KAFKA` (default
+//! `127.0.0.1:19092`).
+
+#![allow(dead_code)]
+
+pub mod check;
+pub mod kafka;
+pub mod relay;
+pub mod writer;
+
+use std::time::{Duration, Instant};
+
+use relay_core::Lsn;
+use tokio_postgres::{Client, NoTls};
+
+pub fn pg_base() -> String {
+    std::env::var("RELAY_TEST_PG")
+        .unwrap_or_else(|_| "host=127.0.0.1 port=55432 user=postgres".into())
+}
+
+pub fn kafka_brokers() -> String {
+    std::env::var("RELAY_TEST_KAFKA").unwrap_or_else(|_| "127.0.0.1:19092".into())
+}
+
+pub fn pg_port() -> u16 {
+    pg_base()
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("port="))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(5432)
+}
+
+pub fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+pub async fn connect(conninfo: &str) -> Client {
+    let (client, conn) = tokio_postgres::connect(conninfo, NoTls)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("cannot connect to {conninfo}: {e}; start the stack with infra/stack.sh up")
+        });
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+/// One test's world: database `name`, slot `name`, publication `name`, topics `name.*`.
+pub struct TestDb {
+    pub name: String,
+    pub client: Client,
+}
+
+impl TestDb {
+    /// Creates the database with the Debezium outbox table and an `agg` table for sequence
+    /// numbers per aggregate (a row lock per aggregate makes its order the commit order).
+    pub async fn new(hint: &str) -> TestDb {
+        let name = format!(
+            "t_{hint}_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let admin = connect(&format!("{} dbname=postgres", pg_base())).await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        let client = connect(&format!("{} dbname={name}", pg_base())).await;
+        let migration =
+            std::fs::read_to_string(repo_root().join("migrations/0001_outbox.sql")).unwrap();
+        client.batch_execute(&migration).await.unwrap();
+        client
+            .batch_execute(
+                "CREATE TABLE agg (id text PRIMARY KEY, seq int NOT NULL DEFAULT 0);
+                 CREATE TABLE business (id bigserial PRIMARY KEY, note text);",
+            )
+            .await
+            .unwrap();
+        TestDb { name, client }
+    }
+
+    pub fn conninfo(&self) -> String {
+        format!("{} dbname={}", pg_base(), self.name)
+    }
+
+    /// Relay config for this test; `extra` is appended verbatim (more sections or keys).
+    pub fn relay_config(&self, extra: &str) -> String {
+        format!(
+            "[postgres]\nport = {port}\ndatabase = \"{db}\"\nslot = \"{db}\"\npublication = \"{db}\"\n\
+             create_slot = true\n\n[kafka]\nbrokers = \"{brokers}\"\n\n{extra}\n",
+            port = pg_port(),
+            db = self.name,
+            brokers = kafka_brokers(),
+        )
+    }
+
+    /// The default outbox mapping with this test's topic namespace.
+    pub fn outbox_section(&self) -> String {
+        format!(
+            "[[outbox]]\ntable = \"public.outbox\"\ntopic = \"{}.{{aggregatetype}}\"\n",
+            self.name
+        )
+    }
+
+    pub fn topic(&self, aggregate_type: &str) -> String {
+        format!("{}.{aggregate_type}", self.name)
+    }
+
+    pub async fn confirmed_flush(&self) -> Option<Lsn> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                &[&self.name],
+            )
+            .await
+            .unwrap()?;
+        row.get::<_, Option<String>>(0).map(|s| s.parse().unwrap())
+    }
+
+    pub async fn current_wal_lsn(&self) -> Lsn {
+        let s: String = self
+            .client
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .unwrap()
+            .get(0);
+        s.parse().unwrap()
+    }
+
+    pub async fn slot_active_pid(&self) -> Option<i32> {
+        self.client
+            .query_opt(
+                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+                &[&self.name],
+            )
+            .await
+            .unwrap()
+            .and_then(|r| r.get(0))
+    }
+
+    /// Waits until the slot has confirmed at least `lsn`.
+    pub async fn wait_confirmed(&self, lsn: Lsn, timeout: Duration) -> Lsn {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let c = self.confirmed_flush().await.unwrap_or(Lsn::ZERO);
+            if c >= lsn {
+                return c;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "slot {} confirmed {c}, expected >= {lsn}",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Drops the slot (after the relay stopped) and the database.
+    pub async fn cleanup(self) {
+        let admin = connect(&format!("{} dbname=postgres", pg_base())).await;
+        drop_slot_and_db(&admin, &self.name).await;
+    }
+}
+
+async fn drop_slot_and_db(admin: &Client, name: &str) {
+    for _ in 0..50 {
+        let r = admin
+            .execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+                 WHERE slot_name = $1 AND NOT active",
+                &[&name],
+            )
+            .await;
+        let left = admin
+            .query_opt(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&name],
+            )
+            .await
+            .map(|r| r.is_some())
+            .unwrap_or(false);
+        if r.is_ok() && !left {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await;
+}
+
+/// Polls `f` until it returns `Some`, or panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,156 @@
+//! The real `outbox-relay` binary as a child process.
+
+use std::{
+    path::PathBuf,
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use super::repo_root;
+
+/// Builds the binary once per test run and returns its path.
+pub fn binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-q", "-p", "outbox-relay", "--bin", "outbox-relay"])
+            .current_dir(repo_root())
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "cargo build of outbox-relay failed");
+        let target = std::env::var("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| repo_root().join("target"));
+        target.join("debug/outbox-relay")
+    })
+    .clone()
+}
+
+pub struct Relay {
+    child: Option<Child>,
+    pub log: PathBuf,
+    pub config: PathBuf,
+}
+
+impl Relay {
+    /// Starts `outbox-relay <args> --config <file with config_toml>`.
+    pub fn start(name: &str, config_toml: &str) -> Relay {
+        Self::start_with(name, config_toml, &["run"], &[])
+    }
+
+    pub fn start_with(name: &str, config_toml: &str, args: &[&str], env: &[(&str, &str)]) -> Relay {
+        let dir = repo_root().join("target/e2e").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("relay.toml");
+        std::fs::write(&config, config_toml).unwrap();
+        let n = std::fs::read_dir(&dir).unwrap().count();
+        let log = dir.join(format!("relay-{n}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let mut cmd = Command::new(binary());
+        cmd.args(args)
+            .arg("--config")
+            .arg(&config)
+            .env(
+                "RUST_LOG",
+                std::env::var("RELAY_TEST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(file);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start outbox-relay");
+        Relay {
+            child: Some(child),
+            log,
+            config,
+        }
+    }
+
+    /// Runs a one-shot subcommand to completion and returns (status, log text).
+    pub fn once(
+        name: &str,
+        config_toml: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> (ExitStatus, String) {
+        let mut r = Self::start_with(name, config_toml, args, env);
+        let status = r
+            .wait(Duration::from_secs(60))
+            .expect("command did not finish in 60 s");
+        (status, r.log_text())
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Waits until the log contains `needle`.
+    pub async fn wait_log(&self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.log_text().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "relay log never showed {needle:?}; log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// SIGTERM and wait for the exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> ExitStatus {
+        self.signal("-TERM");
+        self.wait(timeout)
+            .expect("relay did not exit after SIGTERM")
+    }
+
+    /// SIGKILL: no chance to confirm anything.
+    pub fn kill9(&mut self) {
+        self.signal("-KILL");
+        let _ = self.wait(Duration::from_secs(10));
+    }
+
+    pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut()?;
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return Some(s);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

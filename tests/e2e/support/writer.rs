@@ -1,0 +1,133 @@
+//! Writers that commit outbox events the way services do, and remember exactly what committed.
+//!
+//! Each event takes the next sequence number of its aggregate from `agg` under a row lock, so
+//! per aggregate, sequence order is commit order: the consumer-side check needs no LSNs.
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use tokio_postgres::GenericClient;
+
+use super::connect;
+
+/// One committed event.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub id: String,
+    pub aggregate_type: String,
+    pub aggregate: String,
+    pub seq: i32,
+    pub payload: serde_json::Value,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct WriteStats {
+    pub committed_txns: u64,
+    pub rolled_back_txns: u64,
+    pub rolled_back_savepoints: u64,
+    pub written: Vec<Written>,
+    /// Event ids inserted and then rolled back: they must never reach Kafka.
+    pub discarded: Vec<String>,
+}
+
+/// Inserts one outbox event for `agg` in the current transaction (sequence under row lock).
+pub async fn insert_event(
+    c: &impl GenericClient,
+    aggregate_type: &str,
+    agg: &str,
+    writer: usize,
+) -> Result<Written, tokio_postgres::Error> {
+    let seq: i32 = c
+        .query_one(
+            "INSERT INTO agg(id, seq) VALUES ($1, 1) \
+             ON CONFLICT (id) DO UPDATE SET seq = agg.seq + 1 RETURNING seq",
+            &[&agg],
+        )
+        .await?
+        .get(0);
+    let id = uuid::Uuid::new_v4().to_string();
+    let payload = serde_json::json!({"aggregate": agg, "seq": seq, "writer": writer, "note": "x"});
+    c.execute(
+        "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) \
+         VALUES ($1::text::uuid, $2, $3, 'Event', $4::text::jsonb)",
+        &[&id, &aggregate_type, &agg, &payload.to_string()],
+    )
+    .await?;
+    Ok(Written {
+        id,
+        aggregate_type: aggregate_type.into(),
+        aggregate: agg.into(),
+        seq,
+        payload,
+    })
+}
+
+/// Runs `txns` transactions on its own connection: each touches 1-3 aggregates (locked in
+/// sorted order, so writers never deadlock), writes 1-4 events per aggregate, sometimes a
+/// savepoint that is rolled back, and commits (about 85%) or rolls back.
+pub async fn random_writer(
+    conninfo: String,
+    writer: usize,
+    txns: usize,
+    aggregates: usize,
+    seed: u64,
+) -> WriteStats {
+    let mut c = connect(&conninfo).await;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut stats = WriteStats::default();
+    for _ in 0..txns {
+        let mut aggs: Vec<String> = (0..rng.random_range(1..=3))
+            .map(|_| format!("agg-{}", rng.random_range(0..aggregates)))
+            .collect();
+        aggs.sort();
+        aggs.dedup();
+        let mut tx = c.transaction().await.unwrap();
+        let mut pending = Vec::new();
+        for agg in &aggs {
+            for _ in 0..rng.random_range(1..=4) {
+                pending.push(insert_event(&tx, "order", agg, writer).await.unwrap());
+            }
+        }
+        if rng.random_bool(0.2) {
+            // A savepoint whose inserts are rolled back: never published.
+            let sp = tx.savepoint("sp").await.unwrap();
+            let w = insert_event(&sp, "order", &aggs[0], writer).await.unwrap();
+            stats.discarded.push(w.id);
+            sp.rollback().await.unwrap();
+            stats.rolled_back_savepoints += 1;
+        }
+        if rng.random_bool(0.15) {
+            tx.rollback().await.unwrap();
+            stats.rolled_back_txns += 1;
+            stats.discarded.extend(pending.into_iter().map(|w| w.id));
+        } else {
+            tx.commit().await.unwrap();
+            stats.committed_txns += 1;
+            stats.written.extend(pending);
+        }
+    }
+    stats
+}
+
+/// Runs `n` writers concurrently and merges what they committed.
+pub async fn run_writers(conninfo: &str, n: usize, txns: usize, aggregates: usize) -> WriteStats {
+    let handles: Vec<_> = (0..n)
+        .map(|w| {
+            tokio::spawn(random_writer(
+                conninfo.to_string(),
+                w,
+                txns,
+                aggregates,
+                7 + w as u64,
+            ))
+        })
+        .collect();
+    let mut all = WriteStats::default();
+    for h in handles {
+        let s = h.await.unwrap();
+        all.committed_txns += s.committed_txns;
+        all.rolled_back_txns += s.rolled_back_txns;
+        all.rolled_back_savepoints += s.rolled_back_savepoints;
+        all.written.extend(s.written);
+        all.discarded.extend(s.discarded);
+    }
+    all
+}
