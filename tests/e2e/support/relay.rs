@@ -13,6 +13,10 @@ use super::repo_root;
 pub fn binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        // A prebuilt binary (e.g. a release build for a soak run) can be given explicitly.
+        if let Ok(bin) = std::env::var("RELAY_TEST_BIN") {
+            return PathBuf::from(bin);
+        }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .args(["build", "-q", "-p", "outbox-relay", "--bin", "outbox-relay"])

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs every test of outbox-relay on a fresh Debian machine or a warm dev box:
+#   installs what is missing (infra/install-deps.sh), starts the local PostgreSQL 15 and Kafka
+#   KRaft stack (infra/stack.sh), checks formatting and lints, runs unit, property and
+#   end-to-end tests against the real servers, prints the delivery figures, and stops the
+#   stack again if this script started it.
+# Env: TEST_THREADS (default 3) for the end-to-end tests; extra args go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+infra/install-deps.sh
+started_stack=0
+if ! infra/stack.sh status >/dev/null 2>&1; then
+  infra/stack.sh up
+  started_stack=1
+fi
+cleanup() { if [ "$started_stack" = 1 ]; then infra/stack.sh down --destroy || true; fi; }
+trap cleanup EXIT
+
+echo "== format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+if [ -x scripts/check-deploy.sh ]; then
+  echo "== deploy artefacts (Prometheus rules, Grafana dashboard)"
+  scripts/check-deploy.sh
+fi
+
+echo "== unit and property tests"
+cargo test --workspace --locked --exclude relay-tests "$@"
+
+echo "== end-to-end tests (real PostgreSQL, real Kafka)"
+mkdir -p target && rm -f target/test-figures.log
+cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}"
+
+echo "== delivery figures (target/test-figures.log)"
+cat target/test-figures.log 2>/dev/null || true
