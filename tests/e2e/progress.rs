@@ -11,33 +11,45 @@ use crate::support::{TestDb, check, connect, kafka, relay::Relay, repo_root, wri
 async fn idle_outbox_with_writes_to_other_tables_keeps_confirming() {
     let db = TestDb::new("idle").await;
     let mut relay = Relay::start(&db.name, &db.relay_config(&db.outbox_section()));
-    relay.wait_log("streaming_started", Duration::from_secs(60)).await;
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
     let start = db.confirmed_flush().await.unwrap();
 
     // 500 transactions on a table outside the publication: PostgreSQL 15 sends nothing for them.
     let c = connect(&db.conninfo()).await;
     for i in 0..500 {
-        c.execute("INSERT INTO business(note) VALUES ($1)", &[&format!("n{i}")]).await.unwrap();
+        c.execute(
+            "INSERT INTO business(note) VALUES ($1)",
+            &[&format!("n{i}")],
+        )
+        .await
+        .unwrap();
     }
     let end = db.current_wal_lsn().await;
     let confirmed = db.wait_confirmed(end, Duration::from_secs(30)).await;
     // Confirmed passed the end of this test's WAL; the slot also releases WAL (restart_lsn
     // moves past where it started), so retained WAL stays bounded. Other tests share the
     // cluster, so "now minus confirmed" is not a stable measure here; these two are.
-    let released = crate::support::eventually("restart_lsn to move", Duration::from_secs(45), || async {
-        let r: String = c
-            .query_one("SELECT restart_lsn::text FROM pg_replication_slots WHERE slot_name = $1", &[&db.name])
-            .await
-            .unwrap()
-            .get(0);
-        let r: Lsn = r.parse().unwrap();
-        (r > start).then_some(r)
-    })
-    .await;
-    eprintln!(
-        "idle: {} bytes of WAL written; slot confirmed {start} -> {confirmed} (end {end}); restart_lsn -> {released}",
+    let released =
+        crate::support::eventually("restart_lsn to move", Duration::from_secs(45), || async {
+            let r: String = c
+                .query_one(
+                    "SELECT restart_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&db.name],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            let r: Lsn = r.parse().unwrap();
+            (r > start).then_some(r)
+        })
+        .await;
+    check::note(&format!(
+        "idle_other_tables: {} bytes of WAL in 500 unpublished transactions; slot confirmed \
+         {start} -> {confirmed} (end of that WAL {end}); restart_lsn -> {released}",
         end.0 - start.0
-    );
+    ));
     assert!(end.0 - start.0 > 50_000, "the workload must write WAL");
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
@@ -78,7 +90,8 @@ impl Drop for OwnKafka {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kafka_down_longer_than_wal_sender_timeout_confirms_nothing_unacked_then_resumes_in_order() {
+async fn kafka_down_longer_than_wal_sender_timeout_confirms_nothing_unacked_then_resumes_in_order()
+{
     let kafka_node = OwnKafka { port: 39092 };
     kafka_node.start();
     let db = TestDb::new("kdown").await;
@@ -86,7 +99,9 @@ async fn kafka_down_longer_than_wal_sender_timeout_confirms_nothing_unacked_then
         .relay_config(&db.outbox_section())
         .replace(&crate::support::kafka_brokers(), &kafka_node.brokers());
     let mut relay = Relay::start(&db.name, &cfg);
-    relay.wait_log("streaming_started", Duration::from_secs(60)).await;
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
 
     let topics = vec![db.topic("order")];
     let conninfo = db.conninfo();
@@ -94,10 +109,14 @@ async fn kafka_down_longer_than_wal_sender_timeout_confirms_nothing_unacked_then
     let n = written.len();
     let t = topics.clone();
     let b = kafka_node.brokers();
-    tokio::task::spawn_blocking(move || kafka::consume_until_from(&b, &t, Duration::from_secs(60), |r| r.len() >= n))
-        .await
-        .unwrap();
-    let before = db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30)).await;
+    tokio::task::spawn_blocking(move || {
+        kafka::consume_until_from(&b, &t, Duration::from_secs(60), |r| r.len() >= n)
+    })
+    .await
+    .unwrap();
+    let before = db
+        .wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
+        .await;
 
     // Kafka goes away for longer than wal_sender_timeout (10 s on the test cluster).
     kafka_node.stop();
@@ -108,7 +127,11 @@ async fn kafka_down_longer_than_wal_sender_timeout_confirms_nothing_unacked_then
         tokio::time::sleep(Duration::from_millis(500)).await;
         max_confirmed_during = max_confirmed_during.max(db.confirmed_flush().await.unwrap());
     }
-    assert!(relay.is_running(), "the relay must wait for Kafka, not die:\n{}", relay.log_text());
+    assert!(
+        relay.is_running(),
+        "the relay must wait for Kafka, not die:\n{}",
+        relay.log_text()
+    );
     assert!(
         db.slot_active_pid().await.is_some(),
         "the replication connection must survive wal_sender_timeout while Kafka is down"
@@ -124,22 +147,31 @@ async fn kafka_down_longer_than_wal_sender_timeout_confirms_nothing_unacked_then
     .await
     .unwrap();
     let f = check::check("kafka_down_then_up", |t| db.topic(t), &written, &got);
-    assert_eq!((f.lost, f.order_violations, f.unexpected), (0, 0, 0), "{f:?}");
+    assert_eq!(
+        (f.lost, f.order_violations, f.unexpected),
+        (0, 0, 0),
+        "{f:?}"
+    );
 
     // Nothing written during the outage may have been confirmed during the outage.
-    let during_ids: std::collections::HashSet<&str> = during.iter().map(|w| w.id.as_str()).collect();
+    let during_ids: std::collections::HashSet<&str> =
+        during.iter().map(|w| w.id.as_str()).collect();
     let first_outage_commit = got
         .iter()
         .filter(|r| during_ids.contains(r.header("id")))
         .map(|r| r.header("outbox-relay.commit-lsn").parse::<Lsn>().unwrap())
         .min()
         .unwrap();
-    eprintln!("kafka down: confirmed before {before}, at most {max_confirmed_during} during, first outage commit {first_outage_commit}");
+    check::note(&format!(
+        "kafka_down_then_up: confirmed {before} before the outage, at most {max_confirmed_during} \
+         during it (15 s > wal_sender_timeout), first commit written during it {first_outage_commit}"
+    ));
     assert!(
         max_confirmed_during <= first_outage_commit,
         "confirmed {max_confirmed_during} while Kafka was down, past the first unacked commit {first_outage_commit}"
     );
-    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30)).await;
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
+        .await;
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }

@@ -29,7 +29,10 @@ fn assert_only_unconfirmed_repeat(got: &[kafka::Rec], restarts: &[(i64, Lsn)]) {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,7 +40,9 @@ async fn graceful_and_kill9_restarts_mid_stream_lose_nothing() {
     let db = TestDb::new("restart").await;
     let cfg = db.relay_config(&db.outbox_section());
     let mut relay = Relay::start(&db.name, &cfg);
-    relay.wait_log("streaming_started", Duration::from_secs(60)).await;
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
 
     let conninfo = db.conninfo();
     let writers = tokio::spawn(async move { writer::run_writers(&conninfo, 3, 150, 15).await });
@@ -46,7 +51,11 @@ async fn graceful_and_kill9_restarts_mid_stream_lose_nothing() {
         tokio::time::sleep(Duration::from_millis(700)).await;
         if round % 2 == 0 {
             let status = relay.terminate(Duration::from_secs(30));
-            assert!(status.success(), "graceful stop exit {status}:\n{}", relay.log_text());
+            assert!(
+                status.success(),
+                "graceful stop exit {status}:\n{}",
+                relay.log_text()
+            );
         } else {
             relay.kill9();
         }
@@ -54,13 +63,29 @@ async fn graceful_and_kill9_restarts_mid_stream_lose_nothing() {
         let from = db.confirmed_flush().await.unwrap();
         restarts.push((now_ms(), from));
         relay = Relay::start(&db.name, &cfg);
-        relay.wait_log("streaming_started", Duration::from_secs(60)).await;
+        relay
+            .wait_log("streaming_started", Duration::from_secs(60))
+            .await;
     }
     let stats = writers.await.unwrap();
-    let got = kafka::consume(vec![db.topic("order")], Duration::from_secs(120), stats.written.len()).await;
-    let f = check::check("restart_graceful_and_kill9", |t| db.topic(t), &stats.written, &got);
+    let got = kafka::consume(
+        vec![db.topic("order")],
+        Duration::from_secs(120),
+        stats.written.len(),
+    )
+    .await;
+    let f = check::check(
+        "restart_graceful_and_kill9",
+        |t| db.topic(t),
+        &stats.written,
+        &got,
+    );
     check::assert_absent(&stats.discarded, &got);
-    assert_eq!((f.lost, f.order_violations, f.unexpected), (0, 0, 0), "{f:?}");
+    assert_eq!(
+        (f.lost, f.order_violations, f.unexpected),
+        (0, 0, 0),
+        "{f:?}"
+    );
     assert_only_unconfirmed_repeat(&got, &restarts);
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
@@ -71,7 +96,9 @@ async fn interleaved_long_and_short_transactions_survive_a_restart_between_them(
     let db = TestDb::new("interleave").await;
     let cfg = db.relay_config(&db.outbox_section());
     let mut relay = Relay::start(&db.name, &cfg);
-    relay.wait_log("streaming_started", Duration::from_secs(60)).await;
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
 
     let mut long_c = connect(&db.conninfo()).await;
     let mut short_c = connect(&db.conninfo()).await;
@@ -95,7 +122,9 @@ async fn interleaved_long_and_short_transactions_survive_a_restart_between_them(
     let a = long_c.transaction().await.unwrap();
     let a3 = writer::insert_event(&a, "order", "long", 0).await.unwrap();
     relay = Relay::start(&db.name, &cfg);
-    relay.wait_log("streaming_started", Duration::from_secs(60)).await;
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
     let b = short_c.transaction().await.unwrap();
     written.push(writer::insert_event(&b, "order", "short", 1).await.unwrap());
     b.commit().await.unwrap();
@@ -107,9 +136,18 @@ async fn interleaved_long_and_short_transactions_survive_a_restart_between_them(
     written.extend([a3, a4]);
     relay = Relay::start(&db.name, &cfg);
 
-    let got = kafka::consume(vec![db.topic("order")], Duration::from_secs(60), written.len()).await;
+    let got = kafka::consume(
+        vec![db.topic("order")],
+        Duration::from_secs(60),
+        written.len(),
+    )
+    .await;
     let f = check::check("interleaved_long_short", |t| db.topic(t), &written, &got);
-    assert_eq!((f.lost, f.order_violations, f.unexpected), (0, 0, 0), "{f:?}");
+    assert_eq!(
+        (f.lost, f.order_violations, f.unexpected),
+        (0, 0, 0),
+        "{f:?}"
+    );
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }
@@ -139,9 +177,14 @@ async fn multi_row_insert_and_copy_with_kill9_in_the_middle_lose_nothing() {
     const ROWS: i32 = 50_000;
     let db = TestDb::new("bulk").await;
     // A small in-flight window makes the kill land mid-transaction.
-    let cfg = db.relay_config(&format!("{}\n[relay]\nmax_in_flight_records = 200\n", db.outbox_section()));
+    let cfg = db.relay_config(&format!(
+        "{}\n[relay]\nmax_in_flight_records = 200\n",
+        db.outbox_section()
+    ));
     let mut relay = Relay::start(&db.name, &cfg);
-    relay.wait_log("streaming_started", Duration::from_secs(60)).await;
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
     let c = connect(&db.conninfo()).await;
 
     // One multi-row INSERT: every row shares one WAL-record-per-row stream in one transaction.
@@ -158,8 +201,12 @@ async fn multi_row_insert_and_copy_with_kill9_in_the_middle_lose_nothing() {
     let mut data = String::new();
     for i in 0..ROWS {
         let agg = format!("copy-{}", i % 10);
-        let payload = serde_json::json!({"aggregate": agg, "seq": i / 10 + 1, "writer": 0, "note": "x"});
-        data.push_str(&format!("{}\torder\t{agg}\tEvent\t{payload}\n", uuid::Uuid::new_v4()));
+        let payload =
+            serde_json::json!({"aggregate": agg, "seq": i / 10 + 1, "writer": 0, "note": "x"});
+        data.push_str(&format!(
+            "{}\torder\t{agg}\tEvent\t{payload}\n",
+            uuid::Uuid::new_v4()
+        ));
     }
     let sink = c
         .copy_in("COPY outbox(id, aggregatetype, aggregateid, type, payload) FROM STDIN")
@@ -188,22 +235,37 @@ async fn multi_row_insert_and_copy_with_kill9_in_the_middle_lose_nothing() {
     relay.kill9();
     let from = db.confirmed_flush().await.unwrap();
     let end = db.current_wal_lsn().await;
-    assert!(from < end, "the kill must land before everything was confirmed ({from} vs {end})");
+    assert!(
+        from < end,
+        "the kill must land before everything was confirmed ({from} vs {end})"
+    );
     relay = Relay::start(&db.name, &cfg);
 
     let mut written = written_rows(&c, "multi-").await;
     written.extend(written_rows(&c, "copy-").await);
     assert_eq!(written.len(), 2 * ROWS as usize);
     let got = kafka::consume(vec![topic], Duration::from_secs(180), written.len()).await;
-    let f = check::check("multirow_insert_and_copy_kill9", |t| db.topic(t), &written, &got);
-    assert_eq!((f.lost, f.order_violations, f.unexpected), (0, 0, 0), "{f:?}");
+    let f = check::check(
+        "multirow_insert_and_copy_kill9",
+        |t| db.topic(t),
+        &written,
+        &got,
+    );
+    assert_eq!(
+        (f.lost, f.order_violations, f.unexpected),
+        (0, 0, 0),
+        "{f:?}"
+    );
     assert!(seen > 0);
     // Per partition, what was delivered twice is a re-sent suffix of the interrupted transaction.
     let mut per_id: HashMap<&str, usize> = HashMap::new();
     for r in &got {
         *per_id.entry(r.header("id")).or_default() += 1;
     }
-    assert!(per_id.values().all(|&n| n <= 2), "an event was delivered more than twice");
+    assert!(
+        per_id.values().all(|&n| n <= 2),
+        "an event was delivered more than twice"
+    );
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }

@@ -74,10 +74,15 @@ pub fn check(
 
 /// Appends the figures of a test to `target/test-figures.log` (printed by scripts/test.sh).
 pub fn record(test: &str, f: &Figures) {
-    let line = format!(
-        "{test}: written={} delivered={} lost={} duplicated={} order_violations={} unexpected={}\n",
+    note(&format!(
+        "{test}: written={} delivered={} lost={} duplicated={} order_violations={} unexpected={}",
         f.written, f.delivered, f.lost, f.duplicated, f.order_violations, f.unexpected
-    );
+    ));
+}
+
+/// Appends one measured line to `target/test-figures.log`.
+pub fn note(line: &str) {
+    let line = format!("{line}\n");
     eprint!("{line}");
     if let Ok(mut file) = std::fs::OpenOptions::new()
         .create(true)

@@ -145,11 +145,18 @@ pub async fn consume(topics: Vec<String>, timeout: Duration, expect_ids: usize) 
 
 /// Sum of the high watermarks of `topic`'s partitions (0 while it does not exist).
 pub fn high_watermark_sum(c: &BaseConsumer, topic: &str) -> i64 {
-    let Ok(md) = c.fetch_metadata(Some(topic), Duration::from_secs(1)) else { return 0 };
-    let Some(t) = md.topics().first() else { return 0 };
+    let Ok(md) = c.fetch_metadata(Some(topic), Duration::from_secs(1)) else {
+        return 0;
+    };
+    let Some(t) = md.topics().first() else {
+        return 0;
+    };
     t.partitions()
         .iter()
-        .filter_map(|p| c.fetch_watermarks(topic, p.id(), Duration::from_secs(1)).ok())
+        .filter_map(|p| {
+            c.fetch_watermarks(topic, p.id(), Duration::from_secs(1))
+                .ok()
+        })
         .map(|(_, high)| high)
         .sum()
 }
