@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stop the throw-away PostgreSQL cluster of infra/pg/start.sh (fast shutdown).
-# Usage: stop.sh [--destroy]   (--destroy also deletes $STACK_DIR/pg-$PGPORT). Env: STACK_DIR, PGPORT, PGBIN.
+# Usage: stop.sh [--destroy]   (--destroy also deletes $STACK_DIR/pg-$PGPORT). Env: STACK_DIR, PGPORT, PGBIN,
+# PG_STOP_MODE (fast; immediate simulates a crash: the next start runs crash recovery).
 set -euo pipefail
 LOG_TAG=pg
 # shellcheck source=../common.sh
@@ -22,7 +23,7 @@ PGDATA_DIR="$BASE/data"
 if [ "$(id -u)" = 0 ]; then as_pg() { runuser -u postgres -- "$@"; }; else as_pg() { "$@"; }; fi
 
 if [ -f "$PGDATA_DIR/PG_VERSION" ] && as_pg "$PGBIN/pg_ctl" -D "$PGDATA_DIR" status >/dev/null 2>&1; then
-  as_pg "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m fast -w -t 60 stop >/dev/null
+  as_pg "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -m "${PG_STOP_MODE:-fast}" -w -t 60 stop >/dev/null
   log "stopped (port $PGPORT)"
 else
   log "not running (port $PGPORT)"

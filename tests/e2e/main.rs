@@ -3,6 +3,7 @@
 
 mod support;
 
+mod chaos;
 mod delivery;
 mod preflight;
 mod progress;

@@ -10,6 +10,7 @@
 
 pub mod check;
 pub mod kafka;
+pub mod proxy;
 pub mod relay;
 pub mod writer;
 
@@ -58,22 +59,30 @@ pub async fn connect(conninfo: &str) -> Client {
 pub struct TestDb {
     pub name: String,
     pub client: Client,
+    /// Connection string of the cluster without `dbname`.
+    pub base: String,
+    pub port: u16,
 }
 
 impl TestDb {
     /// Creates the database with the Debezium outbox table and an `agg` table for sequence
     /// numbers per aggregate (a row lock per aggregate makes its order the commit order).
     pub async fn new(hint: &str) -> TestDb {
+        Self::new_on(&pg_base(), pg_port(), hint).await
+    }
+
+    /// The same on another cluster (`base` = connection string without dbname).
+    pub async fn new_on(base: &str, port: u16, hint: &str) -> TestDb {
         let name = format!(
             "t_{hint}_{}",
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
-        let admin = connect(&format!("{} dbname=postgres", pg_base())).await;
+        let admin = connect(&format!("{base} dbname=postgres")).await;
         admin
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await
             .unwrap();
-        let client = connect(&format!("{} dbname={name}", pg_base())).await;
+        let client = connect(&format!("{base} dbname={name}")).await;
         let migration =
             std::fs::read_to_string(repo_root().join("migrations/0001_outbox.sql")).unwrap();
         client.batch_execute(&migration).await.unwrap();
@@ -84,11 +93,16 @@ impl TestDb {
             )
             .await
             .unwrap();
-        TestDb { name, client }
+        TestDb {
+            name,
+            client,
+            base: base.to_string(),
+            port,
+        }
     }
 
     pub fn conninfo(&self) -> String {
-        format!("{} dbname={}", pg_base(), self.name)
+        format!("{} dbname={}", self.base, self.name)
     }
 
     /// Relay config for this test; `extra` is appended verbatim (more sections or keys).
@@ -96,7 +110,7 @@ impl TestDb {
         format!(
             "[postgres]\nport = {port}\ndatabase = \"{db}\"\nslot = \"{db}\"\npublication = \"{db}\"\n\
              create_slot = true\n\n[kafka]\nbrokers = \"{brokers}\"\n\n{extra}\n",
-            port = pg_port(),
+            port = self.port,
             db = self.name,
             brokers = kafka_brokers(),
         )
@@ -166,7 +180,7 @@ impl TestDb {
 
     /// Drops the slot (after the relay stopped) and the database.
     pub async fn cleanup(self) {
-        let admin = connect(&format!("{} dbname=postgres", pg_base())).await;
+        let admin = connect(&format!("{} dbname=postgres", self.base)).await;
         drop_slot_and_db(&admin, &self.name).await;
     }
 }

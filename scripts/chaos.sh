@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The long form of the chaos suite (tests/e2e/chaos.rs): N random faults (kill -9, SIGTERM,
+# Kafka stop, PostgreSQL crash, network cuts to either side) under concurrent writers, then a
+# full check of lost / duplicated / out-of-order events. Prints the figures; docs/reliability.md
+# records a run. Usage: scripts/chaos.sh [ROUNDS=60] [SEED=42]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+infra/install-deps.sh
+started_stack=0
+if ! infra/stack.sh status >/dev/null 2>&1; then infra/stack.sh up; started_stack=1; fi
+trap '[ "$started_stack" = 1 ] && infra/stack.sh down --destroy || true' EXIT
+mkdir -p target && rm -f target/test-figures.log
+CHAOS_ROUNDS="${1:-60}" CHAOS_SEED="${2:-42}" cargo test -p relay-tests --locked -- --exact chaos::chaos_no_event_is_lost_or_reordered
+cat target/test-figures.log

@@ -1,0 +1,276 @@
+//! The chaos suite: concurrent writers while the relay is killed with `kill -9`, stopped with
+//! SIGTERM, cut off from PostgreSQL and from Kafka by a TCP proxy, while Kafka is stopped and
+//! PostgreSQL crashes (`pg_ctl -m immediate`). Ground truth is the outbox table itself (rows are
+//! kept), so commits whose acknowledgement was lost in a crash are counted correctly. An
+//! independent consumer then checks every committed event: lost (must be 0), out of order per
+//! aggregate (must be 0), duplicated (counted; only unconfirmed work repeats).
+//!
+//! It runs on its own PostgreSQL cluster and Kafka broker so it can crash them. Short form in
+//! CI (`CHAOS_ROUNDS`, default 6); `scripts/chaos.sh` runs the long form.
+
+use std::{
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+use crate::support::{
+    TestDb, check, connect, kafka, proxy::Proxy, relay::Relay, repo_root, writer,
+};
+
+const PG_PORT: u16 = 55440;
+const KAFKA_PORT: u16 = 49092;
+const KAFKA_PROXY_PORT: u16 = 49192;
+
+fn infra(script: &str, args: &[&str], env: &[(&str, String)]) {
+    let mut cmd = Command::new(repo_root().join("infra").join(script));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "infra/{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn pg(script: &str, args: &[&str], mode: &str) {
+    infra(
+        &format!("pg/{script}"),
+        args,
+        &[
+            ("PGPORT", PG_PORT.to_string()),
+            ("PG_STOP_MODE", mode.into()),
+        ],
+    );
+}
+
+fn kafka_node(script: &str, args: &[&str]) {
+    infra(
+        &format!("kafka/{script}"),
+        args,
+        &[
+            ("KAFKA_PORT", KAFKA_PORT.to_string()),
+            // Clients are sent to the proxy, so cutting it cuts the relay off the broker.
+            (
+                "KAFKA_EXTRA_PROPS",
+                format!("advertised.listeners=PLAINTEXT://127.0.0.1:{KAFKA_PROXY_PORT}"),
+            ),
+        ],
+    );
+}
+
+struct Stack;
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let _ = Command::new(repo_root().join("infra/kafka/stop.sh"))
+            .arg("--destroy")
+            .env("KAFKA_PORT", KAFKA_PORT.to_string())
+            .status();
+        let _ = Command::new(repo_root().join("infra/pg/stop.sh"))
+            .arg("--destroy")
+            .env("PGPORT", PG_PORT.to_string())
+            .status();
+    }
+}
+
+/// A writer that keeps going through crashes: every error means "reconnect and carry on".
+async fn resilient_writer(conninfo: String, id: usize, stop: Arc<AtomicBool>) -> u64 {
+    let mut rng = StdRng::seed_from_u64(1000 + id as u64);
+    let mut attempts = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        let Ok((mut c, conn)) = tokio_postgres::connect(&conninfo, tokio_postgres::NoTls).await
+        else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        tokio::spawn(conn);
+        while !stop.load(Ordering::SeqCst) {
+            attempts += 1;
+            let agg = format!("agg-{}", rng.random_range(0..12));
+            let n = rng.random_range(1..=3);
+            let res: Result<(), tokio_postgres::Error> = async {
+                let tx = c.transaction().await?;
+                for _ in 0..n {
+                    writer::insert_event(&tx, "order", &agg, id).await?;
+                }
+                tx.commit().await
+            }
+            .await;
+            if res.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..8))).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    attempts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_no_event_is_lost_or_reordered() {
+    let rounds: usize = std::env::var("CHAOS_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6);
+    let seed: u64 = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(42);
+    let _stack = Stack;
+    pg("start.sh", &[], "fast");
+    let kafka_proxy = Proxy::start(KAFKA_PROXY_PORT, KAFKA_PORT).await;
+    kafka_node("start.sh", &[]);
+    let pg_proxy = Proxy::start(0, PG_PORT).await;
+
+    let base = format!("host=127.0.0.1 port={PG_PORT} user=postgres");
+    let db = TestDb::new_on(&base, PG_PORT, "chaos").await;
+    let cfg = db
+        .relay_config(&format!(
+            "{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 1000\n",
+            db.outbox_section()
+        ))
+        .replace(
+            &format!("port = {PG_PORT}"),
+            &format!("port = {}", pg_proxy.port),
+        )
+        .replace(
+            &crate::support::kafka_brokers(),
+            &format!("127.0.0.1:{KAFKA_PROXY_PORT}"),
+        );
+    let mut relay = Relay::start(&db.name, &cfg);
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2)
+        .map(|i| tokio::spawn(resilient_writer(db.conninfo(), i, stop.clone())))
+        .collect();
+
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut faults: Vec<&str> = Vec::new();
+    let started = Instant::now();
+    for _ in 0..rounds {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(500..2000))).await;
+        let fault = [
+            "kill9",
+            "sigterm",
+            "kafka_stop",
+            "pg_crash",
+            "cut_pg",
+            "cut_kafka",
+        ][rng.random_range(0..6)];
+        faults.push(fault);
+        match fault {
+            "kill9" => {
+                relay.kill9();
+                relay = Relay::start(&db.name, &cfg);
+            }
+            "sigterm" => {
+                let status = relay.terminate(Duration::from_secs(60));
+                assert!(
+                    status.success(),
+                    "graceful stop failed: {status}\n{}",
+                    relay.log_text()
+                );
+                relay = Relay::start(&db.name, &cfg);
+            }
+            "kafka_stop" => {
+                kafka_node("stop.sh", &[]);
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                kafka_node("start.sh", &[]);
+            }
+            "pg_crash" => {
+                pg("stop.sh", &[], "immediate");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                pg("start.sh", &[], "fast");
+            }
+            "cut_pg" => {
+                pg_proxy.cut();
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                pg_proxy.heal();
+            }
+            "cut_kafka" => {
+                kafka_proxy.cut();
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                kafka_proxy.heal();
+            }
+            _ => unreachable!(),
+        }
+        assert!(
+            relay.is_running(),
+            "the relay exited after {fault}:\n{}",
+            relay.log_text()
+        );
+    }
+    stop.store(true, Ordering::SeqCst);
+    let mut attempts = 0;
+    for w in writers {
+        attempts += w.await.unwrap();
+    }
+
+    // Ground truth: every row the outbox holds was committed.
+    let c = connect(&db.conninfo()).await;
+    let written: Vec<writer::Written> = c
+        .query(
+            "SELECT id::text, aggregateid, (payload->>'seq')::int, payload::text FROM outbox",
+            &[],
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| writer::Written {
+            id: r.get(0),
+            aggregate_type: "order".into(),
+            aggregate: r.get(1),
+            seq: r.get(2),
+            payload: serde_json::from_str(r.get::<_, &str>(3)).unwrap(),
+        })
+        .collect();
+    assert!(
+        written.len() > 100,
+        "the writers must have committed something ({})",
+        written.len()
+    );
+    let topic = vec![db.topic("order")];
+    let n = written.len();
+    let got = tokio::task::spawn_blocking(move || {
+        kafka::consume_until_from(
+            &format!("127.0.0.1:{KAFKA_PROXY_PORT}"),
+            &topic,
+            Duration::from_secs(180),
+            |r| {
+                let ids: std::collections::HashSet<&str> =
+                    r.iter().map(|x| x.header("id")).collect();
+                ids.len() >= n
+            },
+        )
+    })
+    .await
+    .unwrap();
+    let f = check::check(
+        &format!("chaos_{rounds}_rounds"),
+        |t| db.topic(t),
+        &written,
+        &got,
+    );
+    check::note(&format!(
+        "chaos: {rounds} faults in {:.0} s ({}); {attempts} writer transactions attempted",
+        started.elapsed().as_secs_f64(),
+        faults.join(","),
+    ));
+    assert_eq!(
+        (f.lost, f.order_violations, f.unexpected),
+        (0, 0, 0),
+        "{f:?} after {faults:?}"
+    );
+    relay.terminate(Duration::from_secs(30));
+}
