@@ -55,6 +55,18 @@ async fn idle_outbox_with_writes_to_other_tables_keeps_confirming() {
     db.cleanup().await;
 }
 
+/// Resident set size of a process, from /proc.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// A broker of its own, so stopping it does not disturb other tests.
 struct OwnKafka {
     port: u16,
@@ -96,7 +108,10 @@ async fn kafka_down_longer_than_wal_sender_timeout_confirms_nothing_unacked_then
     kafka_node.start();
     let db = TestDb::new("kdown").await;
     let cfg = db
-        .relay_config(&db.outbox_section())
+        .relay_config(&format!(
+            "{}\n[relay]\nmax_in_flight_records = 1000\n",
+            db.outbox_section()
+        ))
         .replace(&crate::support::kafka_brokers(), &kafka_node.brokers());
     let mut relay = Relay::start(&db.name, &cfg);
     relay
@@ -120,13 +135,31 @@ async fn kafka_down_longer_than_wal_sender_timeout_confirms_nothing_unacked_then
 
     // Kafka goes away for longer than wal_sender_timeout (10 s on the test cluster).
     kafka_node.stop();
-    let during = writer::run_writers(&conninfo, 2, 25, 5).await.written;
+    let rss_before = rss_kib(relay.pid());
+    let mut during = writer::run_writers(&conninfo, 2, 25, 5).await.written;
+    // ~60 MB of outbox payloads while Kafka is down: the relay must not buffer them.
+    let c = connect(&conninfo).await;
+    writer::bulk_insert(&c, "bulk-", 30_000, 2_000).await;
+    during.extend(writer::written_rows(&c, "bulk-").await);
     assert!(!during.is_empty());
     let mut max_confirmed_during = Lsn::ZERO;
+    let mut rss_max = rss_before;
     for _ in 0..30 {
         tokio::time::sleep(Duration::from_millis(500)).await;
         max_confirmed_during = max_confirmed_during.max(db.confirmed_flush().await.unwrap());
+        rss_max = rss_max.max(rss_kib(relay.pid()));
     }
+    check::note(&format!(
+        "kafka_down_memory: relay RSS {} MiB before the outage, at most {} MiB during it, with \
+         {} events (~60 MB of payload) written meanwhile and max_in_flight_records = 1000",
+        rss_before / 1024,
+        rss_max / 1024,
+        during.len()
+    ));
+    assert!(
+        rss_max < rss_before + 40 * 1024,
+        "relay memory grew from {rss_before} KiB to {rss_max} KiB while Kafka was down"
+    );
     assert!(
         relay.is_running(),
         "the relay must wait for Kafka, not die:\n{}",

@@ -6,7 +6,6 @@ use std::{collections::HashMap, time::Duration};
 
 use futures::SinkExt;
 use relay_core::Lsn;
-use tokio_postgres::Client;
 
 use crate::support::{TestDb, check, connect, kafka, relay::Relay, writer};
 
@@ -152,26 +151,6 @@ async fn interleaved_long_and_short_transactions_survive_a_restart_between_them(
     db.cleanup().await;
 }
 
-/// Reads back what a bulk statement wrote (the outbox keeps its rows in this test).
-async fn written_rows(c: &Client, aggregate_prefix: &str) -> Vec<writer::Written> {
-    c.query(
-        "SELECT id::text, aggregateid, (payload->>'seq')::int, payload::text FROM outbox \
-         WHERE aggregateid LIKE $1 ORDER BY aggregateid, (payload->>'seq')::int",
-        &[&format!("{aggregate_prefix}%")],
-    )
-    .await
-    .unwrap()
-    .into_iter()
-    .map(|r| writer::Written {
-        id: r.get(0),
-        aggregate_type: "order".into(),
-        aggregate: r.get(1),
-        seq: r.get(2),
-        payload: serde_json::from_str(r.get::<_, &str>(3)).unwrap(),
-    })
-    .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_row_insert_and_copy_with_kill9_in_the_middle_lose_nothing() {
     const ROWS: i32 = 50_000;
@@ -241,8 +220,8 @@ async fn multi_row_insert_and_copy_with_kill9_in_the_middle_lose_nothing() {
     );
     relay = Relay::start(&db.name, &cfg);
 
-    let mut written = written_rows(&c, "multi-").await;
-    written.extend(written_rows(&c, "copy-").await);
+    let mut written = writer::written_rows(&c, "multi-").await;
+    written.extend(writer::written_rows(&c, "copy-").await);
     assert_eq!(written.len(), 2 * ROWS as usize);
     let got = kafka::consume(vec![topic], Duration::from_secs(180), written.len()).await;
     let f = check::check(

@@ -131,3 +131,38 @@ pub async fn run_writers(conninfo: &str, n: usize, txns: usize, aggregates: usiz
     }
     all
 }
+
+/// Reads back what a bulk statement wrote (the outbox keeps its rows in this test).
+pub async fn written_rows(c: &impl GenericClient, aggregate_prefix: &str) -> Vec<Written> {
+    c.query(
+        "SELECT id::text, aggregateid, (payload->>'seq')::int, payload::text FROM outbox \
+         WHERE aggregateid LIKE $1 ORDER BY aggregateid, (payload->>'seq')::int",
+        &[&format!("{aggregate_prefix}%")],
+    )
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|r| Written {
+        id: r.get(0),
+        aggregate_type: "order".into(),
+        aggregate: r.get(1),
+        seq: r.get(2),
+        payload: serde_json::from_str(r.get::<_, &str>(3)).unwrap(),
+    })
+    .collect()
+}
+
+/// One INSERT ... SELECT of `rows` events over 10 aggregates `<prefix>0..9`, each with a
+/// payload padded to about `pad` bytes.
+pub async fn bulk_insert(c: &impl GenericClient, prefix: &str, rows: i32, pad: i32) {
+    c.execute(
+        "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) \
+         SELECT gen_random_uuid(), 'order', $1 || (i % 10), 'Event', \
+                jsonb_build_object('aggregate', $1 || (i % 10), 'seq', i / 10 + 1, 'writer', 0, \
+                                   'note', 'x', 'pad', repeat('p', $3)) \
+           FROM generate_series(0, $2 - 1) AS i",
+        &[&prefix, &rows, &pad],
+    )
+    .await
+    .unwrap();
+}
