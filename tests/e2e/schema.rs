@@ -133,3 +133,90 @@ async fn a_one_megabyte_jsonb_payload_arrives_whole() {
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_outbox_is_published_through_its_root() {
+    let db = TestDb::new("part").await;
+    db.client
+        .batch_execute(
+            "DROP TABLE outbox;
+             CREATE TABLE outbox (
+                 id uuid NOT NULL, aggregatetype varchar(255) NOT NULL,
+                 aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL,
+                 payload jsonb, created_at timestamptz NOT NULL DEFAULT now(),
+                 PRIMARY KEY (id, created_at)
+             ) PARTITION BY RANGE (created_at);
+             CREATE TABLE outbox_old PARTITION OF outbox FOR VALUES FROM (MINVALUE) TO ('2000-01-01');
+             CREATE TABLE outbox_new PARTITION OF outbox DEFAULT;",
+        )
+        .await
+        .unwrap();
+    // A publication created per partition (the PostgreSQL default) is refused with the fix.
+    db.client
+        .batch_execute(&format!(
+            "CREATE PUBLICATION {} FOR TABLE outbox WITH (publish = 'insert')",
+            db.name
+        ))
+        .await
+        .unwrap();
+    let cfg = db.relay_config(&db.outbox_section());
+    let (status, log) = Relay::once(&db.name, &cfg, &["run"], &[]);
+    assert_eq!(status.code(), Some(3), "{log}");
+    assert!(log.contains("publish_via_partition_root = true"), "{log}");
+    db.client
+        .batch_execute(&format!("DROP PUBLICATION {}", db.name))
+        .await
+        .unwrap();
+
+    // The relay creates it through the root; rows in any partition arrive under `outbox`.
+    let mut relay = Relay::start(&db.name, &cfg);
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
+    let c = connect(&db.conninfo()).await;
+    let mut written = Vec::new();
+    for i in 0..6 {
+        written.push(
+            writer::insert_event(&c, "order", &format!("p-{}", i % 2), 0)
+                .await
+                .unwrap(),
+        );
+    }
+    let got = kafka::consume(
+        vec![db.topic("order")],
+        Duration::from_secs(60),
+        written.len(),
+    )
+    .await;
+    let f = check::check("partitioned_outbox", |t| db.topic(t), &written, &got);
+    assert_eq!(
+        (f.lost, f.duplicated, f.order_violations),
+        (0, 0, 0),
+        "{f:?}"
+    );
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_dropped_and_recreated_is_detected_at_start() {
+    let db = TestDb::new("recreate").await;
+    let cfg = db.relay_config(&db.outbox_section());
+    let (status, log) = Relay::once(&db.name, &cfg, &["setup"], &[]);
+    assert_eq!(status.code(), Some(0), "{log}");
+    // Dropping the table silently removes it from a FOR TABLE publication.
+    let migration =
+        std::fs::read_to_string(crate::support::repo_root().join("migrations/0001_outbox.sql"))
+            .unwrap();
+    db.client
+        .batch_execute(&format!("DROP TABLE outbox; {migration}"))
+        .await
+        .unwrap();
+    let (status, log) = Relay::once(&db.name, &cfg, &["run"], &[]);
+    assert_eq!(status.code(), Some(3), "{log}");
+    assert!(
+        log.contains("does not include public.outbox") && log.contains("ADD TABLE"),
+        "{log}"
+    );
+    db.cleanup().await;
+}

@@ -144,6 +144,7 @@ pub async fn preflight(
         )));
     }
 
+    let mut partitioned = false;
     for t in &cfg.outbox {
         let (schema, table) = t.qualified_name();
         let row = client
@@ -163,6 +164,7 @@ pub async fn preflight(
             )));
         };
         let kind: String = row.get(0);
+        partitioned |= kind == "p";
         if kind != "r" && kind != "p" {
             return Err(RelayError::Precondition(format!(
                 "{schema}.{table} is not a table (relkind {kind}): point [[outbox]] table at the \
@@ -171,15 +173,22 @@ pub async fn preflight(
         }
     }
 
-    ensure_publication(client, cfg).await?;
+    ensure_publication(client, cfg, partitioned).await?;
     ensure_slot(client, cfg, policy).await
 }
 
-async fn ensure_publication(client: &Client, cfg: &Config) -> Result<(), RelayError> {
+/// A partitioned outbox is published through its root (`publish_via_partition_root`), so its
+/// rows arrive under the root's name whichever partition holds them; the option is set on
+/// every publication the relay creates, so partitions attached later are covered too.
+async fn ensure_publication(
+    client: &Client,
+    cfg: &Config,
+    partitioned: bool,
+) -> Result<(), RelayError> {
     let pg = &cfg.postgres;
     let row = client
         .query_opt(
-            "SELECT pubinsert FROM pg_publication WHERE pubname = $1",
+            "SELECT pubinsert, pubviaroot FROM pg_publication WHERE pubname = $1",
             &[&pg.publication],
         )
         .await
@@ -195,7 +204,8 @@ async fn ensure_publication(client: &Client, cfg: &Config) -> Result<(), RelayEr
     match row {
         None if pg.create_publication => {
             let sql = format!(
-                "CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')",
+                "CREATE PUBLICATION {} FOR TABLE {} \
+                 WITH (publish = 'insert', publish_via_partition_root = true)",
                 quote_ident(&pg.publication),
                 tables.join(", ")
             );
@@ -220,6 +230,16 @@ async fn ensure_publication(client: &Client, cfg: &Config) -> Result<(), RelayEr
         }
         Some(row) => {
             let inserts: bool = row.get(0);
+            let via_root: bool = row.get(1);
+            if partitioned && !via_root {
+                return Err(RelayError::Precondition(format!(
+                    "publication {:?} publishes the partitioned outbox per partition, so its \
+                     rows would arrive under partition names: run ALTER PUBLICATION {} SET \
+                     (publish = 'insert', publish_via_partition_root = true)",
+                    pg.publication,
+                    quote_ident(&pg.publication)
+                )));
+            }
             if !inserts {
                 return Err(RelayError::Precondition(format!(
                     "publication {:?} does not publish INSERTs: run ALTER PUBLICATION {} SET \
