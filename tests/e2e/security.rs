@@ -1,0 +1,58 @@
+//! The relay runs as the least-privilege role of docs/security.md, not as a superuser.
+
+use std::time::Duration;
+
+use crate::support::{TestDb, check, connect, kafka, relay::Relay, writer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_runs_as_a_non_superuser_replication_role() {
+    let db = TestDb::new("leastpriv").await;
+    let role = format!("{}_relay", db.name);
+    // Exactly the statements of docs/security.md, run by the table owner.
+    db.client
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN REPLICATION;
+             GRANT CONNECT ON DATABASE {db} TO {role};
+             GRANT USAGE ON SCHEMA public TO {role};
+             GRANT SELECT ON public.outbox TO {role};
+             CREATE PUBLICATION {db} FOR TABLE public.outbox
+                 WITH (publish = 'insert', publish_via_partition_root = true);",
+            db = db.name
+        ))
+        .await
+        .unwrap();
+    let superuser: bool = db
+        .client
+        .query_one("SELECT rolsuper FROM pg_roles WHERE rolname = $1", &[&role])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!superuser);
+    let cfg = db.relay_config(&db.outbox_section()).replace(
+        "[postgres]\n",
+        &format!("[postgres]\nuser = \"{role}\"\ncreate_publication = false\n"),
+    );
+    let (status, log) = Relay::once(&db.name, &cfg, &["setup"], &[]);
+    assert_eq!(status.code(), Some(0), "{log}");
+    let mut relay = Relay::start(&db.name, &cfg);
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
+    let c = connect(&db.conninfo()).await;
+    let written = vec![
+        writer::insert_event(&c, "order", "lp-1", 0).await.unwrap(),
+        writer::insert_event(&c, "order", "lp-1", 0).await.unwrap(),
+    ];
+    let got = kafka::consume(vec![db.topic("order")], Duration::from_secs(60), 2).await;
+    let f = check::check("least_privilege_role", |t| db.topic(t), &written, &got);
+    assert_eq!((f.lost, f.order_violations), (0, 0), "{f:?}");
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
+        .await;
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+    let admin = connect(&format!("{} dbname=postgres", crate::support::pg_base())).await;
+    admin
+        .batch_execute(&format!("DROP ROLE IF EXISTS {role}"))
+        .await
+        .unwrap();
+}
