@@ -9,3 +9,4 @@ mod preflight;
 mod progress;
 mod restart;
 mod schema;
+mod security;
