@@ -5,6 +5,7 @@ mod support;
 
 mod chaos;
 mod delivery;
+mod poison;
 mod preflight;
 mod progress;
 mod restart;
