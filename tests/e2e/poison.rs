@@ -78,9 +78,10 @@ async fn a_record_larger_than_the_topic_accepts_halts_with_a_hint() {
         .create_topics(&[new], &AdminOptions::new())
         .await
         .unwrap();
+    // Uncompressed, so the record is as large on the wire as in the table.
     let cfg = db
-        .relay_config(&format!("{}\n[kafka]\n", db.outbox_section()).replace("\n[kafka]\n", "\n"));
-    let cfg = cfg.replace("[kafka]\n", "[kafka]\ncompression = \"none\"\n");
+        .relay_config(&db.outbox_section())
+        .replace("[kafka]\n", "[kafka]\ncompression = \"none\"\n");
     let mut relay = Relay::start(&db.name, &cfg);
     relay
         .wait_log("streaming_started", Duration::from_secs(60))
