@@ -5,6 +5,7 @@ mod support;
 
 mod chaos;
 mod delivery;
+mod observability;
 mod poison;
 mod preflight;
 mod progress;

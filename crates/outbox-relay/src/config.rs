@@ -29,6 +29,18 @@ pub struct Config {
     /// Pipeline limits and behaviour.
     #[serde(default)]
     pub relay: RelayConfig,
+    /// The HTTP endpoint: `/metrics`, `/healthz`, `/readyz`.
+    #[serde(default)]
+    pub http: HttpConfig,
+    /// The slot monitor (its own SQL connection).
+    #[serde(default)]
+    pub monitor: MonitorConfig,
+    /// Built-in slot-lag alerts and their webhook notifications.
+    #[serde(default)]
+    pub alerts: AlertsConfig,
+    /// Periodic heartbeat messages, so confirmations advance while the outbox is quiet.
+    #[serde(default)]
+    pub heartbeat: HeartbeatConfig,
 }
 
 fn default_outbox() -> Vec<OutboxTable> {
@@ -143,7 +155,182 @@ pub struct RelayConfig {
     pub buffer_events: usize,
 }
 
+/// `[http]`: one listener serving `/metrics` (Prometheus text), `/healthz` (the process is
+/// alive) and `/readyz` (streaming and no critical alert; 503 otherwise, with the reasons).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Serve the endpoint. Default true.
+    #[serde(default = "d::yes", deserialize_with = "flex")]
+    pub enabled: bool,
+    /// Address and port to listen on. Default `127.0.0.1:9559` (loopback only: set
+    /// `0.0.0.0:9559` for a scraper on another host). Port 0 picks a free port (logged as
+    /// `http_listening`). If the address is in use the relay keeps relaying, logs
+    /// `http_listen_failed` and retries every 10 s.
+    #[serde(default = "d::http_listen", deserialize_with = "flex")]
+    pub listen: std::net::SocketAddr,
+}
+
+/// `[monitor]`: the slot monitor queries `pg_replication_slots`, `pg_stat_replication_slots`
+/// and `max_slot_wal_keep_size` on its own connection, so it keeps reporting while the stream
+/// or Kafka is down.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorConfig {
+    /// How often to query the slot and evaluate the alerts, in milliseconds. Default 5000;
+    /// at least 100.
+    #[serde(default = "d::poll_interval_ms", deserialize_with = "flex")]
+    pub poll_interval_ms: u64,
+}
+
+/// `[alerts]`: thresholds of the built-in alerts. Each alert is ok, warning or critical; a
+/// change is logged once (`alert_firing` / `alert_resolved`), shown in
+/// `outbox_relay_alert_level`, fails `/readyz` when critical, and is sent to the webhook.
+/// A threshold of 0 is off. See docs/operations.md for what each alert means.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// `retained_wal` warning: WAL kept by the slot (`pg_current_wal_lsn() - restart_lsn`)
+    /// reaches this many bytes. Default 1073741824 (1 GiB).
+    #[serde(default = "d::retained_warning_bytes", deserialize_with = "flex")]
+    pub retained_wal_warning_bytes: u64,
+    /// `retained_wal` critical, in bytes. Default 10737418240 (10 GiB).
+    #[serde(default = "d::retained_critical_bytes", deserialize_with = "flex")]
+    pub retained_wal_critical_bytes: u64,
+    /// `retained_wal` warning as a fraction (0..1) of the server's `max_slot_wal_keep_size`;
+    /// applies only when that is set (not -1). Default 0.5.
+    #[serde(default = "d::warning_ratio", deserialize_with = "flex")]
+    pub retained_wal_warning_ratio: f64,
+    /// `retained_wal` critical as a fraction of `max_slot_wal_keep_size`. Default 0.8.
+    #[serde(default = "d::critical_ratio", deserialize_with = "flex")]
+    pub retained_wal_critical_ratio: f64,
+    /// `time_lag` warning: the oldest WAL the slot has not confirmed is this many seconds
+    /// old. Default 300.
+    #[serde(default = "d::time_lag_warning_secs", deserialize_with = "flex")]
+    pub time_lag_warning_secs: u64,
+    /// `time_lag` critical, in seconds. Default 1800.
+    #[serde(default = "d::time_lag_critical_secs", deserialize_with = "flex")]
+    pub time_lag_critical_secs: u64,
+    /// Level of the `wal_status` alert when `wal_status = extended` (the slot keeps WAL
+    /// beyond `max_wal_size`): `off`, `warning` or `critical`. Default `warning`.
+    /// `unreserved` and `lost` are always critical; `lost` also stops the relay.
+    #[serde(default)]
+    pub wal_status_extended: ExtendedLevel,
+    /// Where to send notifications (`[alerts.webhook]`). Off unless `url` is set.
+    #[serde(default)]
+    pub webhook: WebhookConfig,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExtendedLevel {
+    Off,
+    #[default]
+    Warning,
+    Critical,
+}
+
+/// `[alerts.webhook]`: an HTTP POST on every change of an alert's level, repeated while it
+/// fires. Plain HTTP only (no TLS yet): point it at Alertmanager, or at a local forwarder for
+/// HTTPS endpoints such as Slack.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// `http://host[:port]/path`. Unset (default): no notifications. Treated as a secret
+    /// (Slack-style URLs embed a token): logs show only the host and port.
+    #[serde(default)]
+    pub url: Option<Secret>,
+    /// Body: `json` (default; one plain JSON object per notification), `alertmanager` (a JSON
+    /// array for Alertmanager's `POST /api/v2/alerts`), or `slack` (`{"text": ...}`, Slack and
+    /// Mattermost incoming webhooks).
+    #[serde(default)]
+    pub format: WebhookFormat,
+    /// Re-send a firing alert this often, in seconds. Default 60 for `alertmanager` (keep it
+    /// below Alertmanager's `resolve_timeout`, 5 min by default), 14400 (4 h) otherwise.
+    /// 0 = never repeat.
+    #[serde(default, deserialize_with = "flex_opt")]
+    pub repeat_interval_secs: Option<u64>,
+    /// Timeout of one POST, in milliseconds. Failed POSTs are retried twice. Default 5000.
+    #[serde(default = "d::webhook_timeout_ms", deserialize_with = "flex")]
+    pub timeout_ms: u64,
+    /// Value of the `Authorization` header (e.g. `Bearer <token>`). Default none. Secret.
+    #[serde(default)]
+    pub authorization: Option<Secret>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookFormat {
+    #[default]
+    Json,
+    Alertmanager,
+    Slack,
+}
+
+impl WebhookConfig {
+    /// The repeat interval, with the default of the format; `None` = never repeat.
+    pub fn repeat_interval(&self) -> Option<Duration> {
+        let secs = self.repeat_interval_secs.unwrap_or(match self.format {
+            WebhookFormat::Alertmanager => 60,
+            _ => 4 * 3600,
+        });
+        (secs > 0).then(|| Duration::from_secs(secs))
+    }
+}
+
+/// `[heartbeat]`: every `interval_ms`, the relay commits `SELECT pg_logical_emit_message(true,
+/// <prefix>, <json>)` on its own SQL connection. The message travels through the slot inside
+/// BEGIN/COMMIT like any transaction (and is not published), so the slot's confirmed position
+/// advances and `outbox_relay_heartbeat_age_seconds` proves end-to-end progress while the
+/// outbox is quiet. Skipped on a standby. Logical messages with other prefixes are ignored.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatConfig {
+    /// Write heartbeats. Default true (one tiny WAL record per interval).
+    #[serde(default = "d::yes", deserialize_with = "flex")]
+    pub enabled: bool,
+    /// Milliseconds between heartbeats. Default 10000; at least 100.
+    #[serde(default = "d::heartbeat_interval_ms", deserialize_with = "flex")]
+    pub interval_ms: u64,
+    /// Prefix of the logical messages. Default `outbox-relay.heartbeat`.
+    #[serde(default = "d::heartbeat_prefix")]
+    pub prefix: String,
+}
+
 mod d {
+    pub fn http_listen() -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], 9559))
+    }
+    pub fn poll_interval_ms() -> u64 {
+        5_000
+    }
+    pub fn retained_warning_bytes() -> u64 {
+        1 << 30
+    }
+    pub fn retained_critical_bytes() -> u64 {
+        10 << 30
+    }
+    pub fn warning_ratio() -> f64 {
+        0.5
+    }
+    pub fn critical_ratio() -> f64 {
+        0.8
+    }
+    pub fn time_lag_warning_secs() -> u64 {
+        300
+    }
+    pub fn time_lag_critical_secs() -> u64 {
+        1800
+    }
+    pub fn webhook_timeout_ms() -> u64 {
+        5_000
+    }
+    pub fn heartbeat_interval_ms() -> u64 {
+        10_000
+    }
+    pub fn heartbeat_prefix() -> String {
+        "outbox-relay.heartbeat".into()
+    }
     pub fn host() -> String {
         "127.0.0.1".into()
     }
@@ -209,7 +396,16 @@ macro_rules! default_from_serde {
         }
     )*};
 }
-default_from_serde!(PostgresConfig, KafkaConfig, RelayConfig);
+default_from_serde!(
+    PostgresConfig,
+    KafkaConfig,
+    RelayConfig,
+    HttpConfig,
+    MonitorConfig,
+    AlertsConfig,
+    WebhookConfig,
+    HeartbeatConfig
+);
 
 /// A string that never appears in logs or `Debug` output.
 #[derive(Clone, PartialEq, Eq)]
@@ -383,6 +579,62 @@ impl Config {
         if self.postgres.password.is_some() && self.postgres.password_file.is_some() {
             return bad("set postgres.password or postgres.password_file, not both".into());
         }
+        self.validate_observability()
+    }
+
+    fn validate_observability(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        let a = &self.alerts;
+        for (key, v) in [
+            ("retained_wal_warning_ratio", a.retained_wal_warning_ratio),
+            ("retained_wal_critical_ratio", a.retained_wal_critical_ratio),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return bad(format!(
+                    "alerts.{key} = {v}: use a fraction of max_slot_wal_keep_size between 0 \
+                     (off) and 1"
+                ));
+            }
+        }
+        for (what, warning, critical) in [
+            (
+                "retained_wal_*_bytes",
+                a.retained_wal_warning_bytes as f64,
+                a.retained_wal_critical_bytes as f64,
+            ),
+            (
+                "retained_wal_*_ratio",
+                a.retained_wal_warning_ratio,
+                a.retained_wal_critical_ratio,
+            ),
+            (
+                "time_lag_*_secs",
+                a.time_lag_warning_secs as f64,
+                a.time_lag_critical_secs as f64,
+            ),
+        ] {
+            if warning > 0.0 && critical > 0.0 && warning > critical {
+                return bad(format!(
+                    "alerts.{what}: the warning threshold ({warning}) is above the critical one \
+                     ({critical})"
+                ));
+            }
+        }
+        if let Some(url) = &a.webhook.url
+            && let Err(e) = crate::http::Target::parse(url.expose())
+        {
+            return bad(format!("alerts.webhook.url: {e}"));
+        }
+        if self.monitor.poll_interval_ms < 100 {
+            return bad("monitor.poll_interval_ms must be at least 100".into());
+        }
+        let hb = &self.heartbeat;
+        if hb.enabled && hb.interval_ms < 100 {
+            return bad("heartbeat.interval_ms must be at least 100".into());
+        }
+        if hb.prefix.is_empty() || hb.prefix.len() > 200 {
+            return bad("heartbeat.prefix must be 1-200 characters".into());
+        }
         Ok(())
     }
 
@@ -462,7 +714,10 @@ mod tests {
     fn load(toml: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let dir = std::env::temp_dir().join(format!("relay-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join(format!("{:x}.toml", toml.len() * 31 + env.len()));
+        // One file per call: tests run in parallel.
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = dir.join(format!("{n}.toml"));
         std::fs::write(&p, toml).unwrap();
         Config::load(
             Some(&p),
@@ -524,6 +779,93 @@ mod tests {
         assert!(e.unwrap_err().to_string().contains("kafka.linger_ms"));
         let e = load("[postgres]\nslot = \"x'; DROP TABLE t; --\"\n", &[]);
         assert!(e.unwrap_err().to_string().contains("postgres.slot"));
+    }
+
+    #[test]
+    fn observability_sections_have_defaults_and_typed_env_overrides() {
+        let c = load("", &[]).unwrap();
+        assert!(c.http.enabled && c.http.listen.ip().is_loopback());
+        assert_eq!(c.monitor.poll_interval_ms, 5000);
+        assert_eq!(c.alerts.retained_wal_warning_bytes, 1 << 30);
+        assert_eq!(c.alerts.retained_wal_critical_ratio, 0.8);
+        assert_eq!(c.alerts.wal_status_extended, ExtendedLevel::Warning);
+        assert!(c.alerts.webhook.url.is_none());
+        assert_eq!(
+            c.alerts.webhook.repeat_interval(),
+            Some(Duration::from_secs(4 * 3600))
+        );
+        assert!(c.heartbeat.enabled && c.heartbeat.prefix == "outbox-relay.heartbeat");
+
+        let c = load(
+            "[http]\nlisten = \"0.0.0.0:9000\"\n[alerts]\nretained_wal_warning_ratio = 0.25\n\
+             time_lag_warning_secs = 1\n[alerts.webhook]\nurl = \"http://am:9093/api/v2/alerts\"\n\
+             format = \"alertmanager\"\n",
+            &[
+                ("OUTBOX_RELAY__HEARTBEAT__ENABLED", "false"),
+                ("OUTBOX_RELAY__HEARTBEAT__INTERVAL_MS", "500"),
+                ("OUTBOX_RELAY__ALERTS__RETAINED_WAL_CRITICAL_RATIO", "0.5"),
+                ("OUTBOX_RELAY__ALERTS__WAL_STATUS_EXTENDED", "critical"),
+                ("OUTBOX_RELAY__ALERTS__WEBHOOK__REPEAT_INTERVAL_SECS", "0"),
+                ("OUTBOX_RELAY__MONITOR__POLL_INTERVAL_MS", "250"),
+                ("OUTBOX_RELAY__HTTP__ENABLED", "false"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.http.listen.port(), 9000);
+        assert!(!c.http.enabled && !c.heartbeat.enabled);
+        assert_eq!(c.heartbeat.interval_ms, 500);
+        assert_eq!(c.alerts.retained_wal_warning_ratio, 0.25);
+        assert_eq!(c.alerts.retained_wal_critical_ratio, 0.5);
+        assert_eq!(c.alerts.time_lag_warning_secs, 1);
+        assert_eq!(c.alerts.wal_status_extended, ExtendedLevel::Critical);
+        assert_eq!(c.alerts.webhook.format, WebhookFormat::Alertmanager);
+        assert_eq!(c.alerts.webhook.repeat_interval(), None);
+        assert_eq!(c.monitor.poll_interval_ms, 250);
+    }
+
+    #[test]
+    fn observability_options_are_validated_with_the_key_in_the_message() {
+        for (toml, needle) in [
+            (
+                "[alerts]\nretained_wal_warning_ratio = 1.5\n",
+                "retained_wal_warning_ratio",
+            ),
+            (
+                "[alerts]\ntime_lag_warning_secs = 90\ntime_lag_critical_secs = 60\n",
+                "time_lag_*_secs",
+            ),
+            (
+                "[alerts.webhook]\nurl = \"https://hooks.slack.com/x\"\n",
+                "alerts.webhook.url",
+            ),
+            (
+                "[alerts.webhook]\nurl = \"not a url\"\n",
+                "alerts.webhook.url",
+            ),
+            ("[alerts.webhook]\nformat = \"teams\"\n", "teams"),
+            ("[alerts.webhook]\nsecret = \"x\"\n", "secret"),
+            ("[heartbeat]\ninterval_ms = 5\n", "heartbeat.interval_ms"),
+            ("[monitor]\npoll_interval_ms = \"often\"\n", "often"),
+            ("[http]\nlisten = \"localhost\"\n", "localhost"),
+            ("[alerts]\nwal_status_extended = \"loud\"\n", "loud"),
+        ] {
+            let e = load(toml, &[]).unwrap_err().to_string();
+            assert!(e.contains(needle), "{toml:?} -> {e}");
+        }
+    }
+
+    #[test]
+    fn webhook_url_and_authorization_are_secrets() {
+        let c = load(
+            "[alerts.webhook]\nurl = \"http://h:1/T0KEN\"\nauthorization = \"Bearer s3cr3t\"\n",
+            &[],
+        )
+        .unwrap();
+        let dump = format!("{c:?}");
+        assert!(
+            !dump.contains("T0KEN") && !dump.contains("s3cr3t"),
+            "{dump}"
+        );
     }
 
     #[test]

@@ -42,6 +42,14 @@ pub enum RelayError {
     #[error("cannot decode the replication stream: {0}")]
     Decode(#[from] DecodeError),
 
+    /// A row of an outbox table that cannot become a Kafka record, under `on_poison = "halt"`.
+    #[error(
+        "{reason}. The relay stops here and confirms nothing from this event on (policy \
+         relay.on_poison = \"halt\"); fix the cause, or set relay.on_poison = \"dead-letter\" \
+         to record such rows in the dead-letter topic and go on"
+    )]
+    Poison { table: String, reason: String },
+
     #[error("the replication stream broke transaction framing: {0}")]
     Framing(#[from] FramingError),
 
@@ -93,6 +101,7 @@ impl RelayError {
             RelayError::Replication(_) => "replication_stream",
             RelayError::ReplicationDefinite(_) => "replication_refused",
             RelayError::Decode(_) => "decode",
+            RelayError::Poison { .. } => "poison_event",
             RelayError::Framing(_) => "framing",
             RelayError::KafkaUnreachable { .. } => "kafka_unreachable",
             RelayError::KafkaSetup(_) => "kafka_setup",

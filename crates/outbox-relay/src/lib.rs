@@ -3,11 +3,21 @@
 //! The pure parts (pgoutput decoding, routing, the LSN watermark) live in `relay-core`; this
 //! crate holds the I/O edges: configuration, preflight/setup SQL, the replication stream, the
 //! Kafka producer and the supervisor that restarts the pipeline after transient failures.
+//! Beside the supervisor run the observability tasks: the slot monitor and its alerts
+//! (`monitor`, `alert`, `webhook`), the heartbeat, and the HTTP endpoint (`http`, `health`);
+//! `status` is the one-shot report of the same checks.
 
+pub mod alert;
 pub mod config;
 pub mod error;
+pub mod health;
+pub mod heartbeat;
+pub mod http;
 pub mod metrics;
+pub mod monitor;
 pub mod pipeline;
 pub mod run;
 pub mod setup;
 pub mod sink;
+pub mod status;
+pub mod webhook;

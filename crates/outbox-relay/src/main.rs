@@ -3,7 +3,7 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use outbox_relay::{config::Config, error::RelayError};
+use outbox_relay::{alert::Severity, config::Config, error::RelayError};
 use tokio::sync::watch;
 
 /// Moves transactional-outbox events from PostgreSQL (pgoutput) into Kafka, confirming the WAL
@@ -40,6 +40,16 @@ enum Command {
         #[arg(long)]
         recreate_slot: bool,
     },
+    /// Print the slot's health on one screen: slot, active PID, wal_status, lag, retained WAL,
+    /// safe_wal_size, last confirmation and alert state. Exit 0 when healthy, 4 on a critical
+    /// alert (or on a warning with `--fail-on warning`), 1 when PostgreSQL cannot be queried.
+    Status {
+        #[arg(short, long, env = "OUTBOX_RELAY_CONFIG")]
+        config: Option<PathBuf>,
+        /// The lowest alert level that makes the exit code 4.
+        #[arg(long, value_enum, default_value = "critical")]
+        fail_on: FailOn,
+    },
     /// Parse and validate the config, print it with secrets redacted, and exit.
     CheckConfig {
         #[arg(short, long, env = "OUTBOX_RELAY_CONFIG")]
@@ -47,7 +57,17 @@ enum Command {
     },
 }
 
-/// Exit codes: 0 ok, 1 runtime failure, 2 bad configuration, 3 unmet precondition.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum FailOn {
+    Warning,
+    Critical,
+}
+
+/// `status` found an alert at or above `--fail-on`.
+const EXIT_ALERT: u8 = 4;
+
+/// Exit codes: 0 ok, 1 runtime failure, 2 bad configuration, 3 unmet precondition,
+/// 4 (`status` only) an alert at or above `--fail-on`.
 fn exit_code(e: &RelayError) -> ExitCode {
     match e {
         RelayError::Config(_) => ExitCode::from(2),
@@ -73,30 +93,51 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run { config } => {
                 let cfg = load(config)?;
+                let prom = match outbox_relay::metrics::install() {
+                    Ok(h) => Some(h),
+                    Err(e) => {
+                        tracing::error!(error = %e, "metrics_disabled: cannot install the Prometheus recorder");
+                        None
+                    }
+                };
                 let (tx, rx) = watch::channel(false);
                 tokio::spawn(async move {
                     wait_for_signal().await;
                     tracing::info!("signal_received: stopping intake, waiting for in-flight acks");
                     let _ = tx.send(true);
                 });
-                outbox_relay::run::run(&cfg, rx).await
+                outbox_relay::run::run(&cfg, rx, prom).await.map(|()| ExitCode::SUCCESS)
             }
             Command::Setup {
                 config,
                 recreate_slot,
             } => {
                 let cfg = load(config)?;
-                outbox_relay::run::setup(&cfg, recreate_slot).await
+                outbox_relay::run::setup(&cfg, recreate_slot).await.map(|()| ExitCode::SUCCESS)
+            }
+            Command::Status { config, fail_on } => {
+                let cfg = load(config)?;
+                let report = outbox_relay::status::collect(&cfg).await?;
+                print!("{}", report.render());
+                let limit = match fail_on {
+                    FailOn::Warning => Severity::Warning,
+                    FailOn::Critical => Severity::Critical,
+                };
+                Ok(if report.worst().is_some_and(|w| w >= limit) {
+                    ExitCode::from(EXIT_ALERT)
+                } else {
+                    ExitCode::SUCCESS
+                })
             }
             Command::CheckConfig { config } => {
                 let cfg = load(config)?;
                 println!("{cfg:#?}");
-                Ok(())
+                Ok(ExitCode::SUCCESS)
             }
         }
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             tracing::error!(reason = e.reason(), "{e}");
             exit_code(&e)

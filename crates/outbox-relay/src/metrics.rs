@@ -1,8 +1,15 @@
 //! Every metric and its help text, in one place. Prometheus conventions: `outbox_relay_`
 //! prefix, base units in the name, counters end in `_total`, bounded label values.
+//!
+//! Invariant: every name used anywhere (code, docs/operations.md, deploy/prometheus/alerts.yml,
+//! deploy/grafana/outbox-relay.json) is listed in [`ALL`]; the tests below check the files.
+//! [`init`] gives every series whose label values are known a zero value at start, so a scrape
+//! shows them before the first event (Prometheus cannot alert on a series that does not exist).
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
+// The pipeline (replication stream → Kafka).
 pub const EVENTS_PRODUCED: &str = "outbox_relay_events_produced_total";
 pub const BYTES_PRODUCED: &str = "outbox_relay_produced_bytes_total";
 pub const DELIVERY_ERRORS: &str = "outbox_relay_delivery_errors_total";
@@ -14,17 +21,148 @@ pub const COMMIT_TO_ACK_SECONDS: &str = "outbox_relay_commit_to_ack_seconds";
 pub const TIME_LAG_SECONDS: &str = "outbox_relay_time_lag_seconds";
 pub const RESTARTS: &str = "outbox_relay_restarts_total";
 pub const STREAMING: &str = "outbox_relay_streaming";
+pub const READY: &str = "outbox_relay_ready";
+
+// The slot monitor (its own SQL connection; see monitor.rs).
+pub const MONITOR_UP: &str = "outbox_relay_slot_monitor_up";
+pub const MONITOR_ERRORS: &str = "outbox_relay_slot_monitor_errors_total";
+pub const SLOT_PRESENT: &str = "outbox_relay_slot_present";
+pub const SLOT_ACTIVE: &str = "outbox_relay_slot_active";
+pub const SERVER_WAL_LSN: &str = "outbox_relay_server_wal_lsn";
+pub const SLOT_CONFIRMED_FLUSH_LSN: &str = "outbox_relay_slot_confirmed_flush_lsn";
+pub const SLOT_LAG_BYTES: &str = "outbox_relay_slot_lag_bytes";
+pub const SLOT_RETAINED_WAL_BYTES: &str = "outbox_relay_slot_retained_wal_bytes";
+pub const SLOT_LAG_SECONDS: &str = "outbox_relay_slot_lag_seconds";
+pub const SLOT_WAL_STATUS: &str = "outbox_relay_slot_wal_status";
+pub const SLOT_SAFE_WAL_SIZE_BYTES: &str = "outbox_relay_slot_safe_wal_size_bytes";
+pub const MAX_SLOT_WAL_KEEP_SIZE_BYTES: &str = "outbox_relay_server_max_slot_wal_keep_size_bytes";
+pub const SLOT_SPILLED_TRANSACTIONS: &str = "outbox_relay_slot_spilled_transactions_total";
+pub const SLOT_SPILL_WRITES: &str = "outbox_relay_slot_spill_writes_total";
+pub const SLOT_SPILLED_BYTES: &str = "outbox_relay_slot_spilled_bytes_total";
+pub const SLOT_DECODED_TRANSACTIONS: &str = "outbox_relay_slot_decoded_transactions_total";
+pub const SLOT_DECODED_BYTES: &str = "outbox_relay_slot_decoded_bytes_total";
+
+// Alerts, notifications, heartbeat.
+pub const ALERT_LEVEL: &str = "outbox_relay_alert_level";
+pub const ALERTS_FIRED: &str = "outbox_relay_alerts_fired_total";
+pub const WEBHOOK_NOTIFICATIONS: &str = "outbox_relay_webhook_notifications_total";
+pub const HEARTBEATS: &str = "outbox_relay_heartbeats_total";
+pub const HEARTBEAT_AGE_SECONDS: &str = "outbox_relay_heartbeat_age_seconds";
+
+/// Every metric name, for the checks of docs, alert rules and dashboard.
+pub const ALL: &[&str] = &[
+    EVENTS_PRODUCED,
+    BYTES_PRODUCED,
+    DELIVERY_ERRORS,
+    INFLIGHT_EVENTS,
+    INFLIGHT_TRANSACTIONS,
+    RECEIVED_LSN,
+    CONFIRMED_LSN,
+    COMMIT_TO_ACK_SECONDS,
+    TIME_LAG_SECONDS,
+    RESTARTS,
+    STREAMING,
+    READY,
+    MONITOR_UP,
+    MONITOR_ERRORS,
+    SLOT_PRESENT,
+    SLOT_ACTIVE,
+    SERVER_WAL_LSN,
+    SLOT_CONFIRMED_FLUSH_LSN,
+    SLOT_LAG_BYTES,
+    SLOT_RETAINED_WAL_BYTES,
+    SLOT_LAG_SECONDS,
+    SLOT_WAL_STATUS,
+    SLOT_SAFE_WAL_SIZE_BYTES,
+    MAX_SLOT_WAL_KEEP_SIZE_BYTES,
+    SLOT_SPILLED_TRANSACTIONS,
+    SLOT_SPILL_WRITES,
+    SLOT_SPILLED_BYTES,
+    SLOT_DECODED_TRANSACTIONS,
+    SLOT_DECODED_BYTES,
+    ALERT_LEVEL,
+    ALERTS_FIRED,
+    WEBHOOK_NOTIFICATIONS,
+    HEARTBEATS,
+    HEARTBEAT_AGE_SECONDS,
+];
+
+/// `reason` label values of [`RESTARTS`]: the transient errors of `RelayError::reason`.
+pub const RESTART_REASONS: &[&str] = &[
+    "postgres_unreachable",
+    "postgres_query",
+    "slot_busy",
+    "replication_stream",
+    "kafka_unreachable",
+    "kafka_delivery",
+];
+
+/// `status` label values of [`SLOT_WAL_STATUS`] (PostgreSQL's `wal_status`).
+pub const WAL_STATUSES: &[&str] = &["reserved", "extended", "unreserved", "lost"];
+
+/// Histogram buckets of [`COMMIT_TO_ACK_SECONDS`], in seconds.
+const ACK_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+/// Installs the global Prometheus recorder (no listener: `http.rs` serves it), describes every
+/// metric and zeroes the known series. Call once, before any task records anything.
+pub fn install() -> Result<PrometheusHandle, BuildError> {
+    let handle = builder()?.install_recorder()?;
+    describe();
+    init();
+    Ok(handle)
+}
+
+fn builder() -> Result<PrometheusBuilder, BuildError> {
+    PrometheusBuilder::new()
+        .with_recommended_naming(true)
+        .set_buckets_for_metric(Matcher::Full(COMMIT_TO_ACK_SECONDS.into()), ACK_BUCKETS)
+}
+
+/// Gives every series with known labels a value, so it is scraped before it first changes.
+pub fn init() {
+    for c in [
+        EVENTS_PRODUCED,
+        BYTES_PRODUCED,
+        DELIVERY_ERRORS,
+        MONITOR_ERRORS,
+    ] {
+        metrics::counter!(c).increment(0);
+    }
+    for g in [
+        INFLIGHT_EVENTS,
+        INFLIGHT_TRANSACTIONS,
+        STREAMING,
+        READY,
+        MONITOR_UP,
+        TIME_LAG_SECONDS,
+    ] {
+        metrics::gauge!(g).set(0.0);
+    }
+    for r in RESTART_REASONS {
+        metrics::counter!(RESTARTS, "reason" => *r).increment(0);
+    }
+    for alert in crate::alert::AlertKind::ALL {
+        metrics::gauge!(ALERT_LEVEL, "alert" => alert.as_str()).set(0.0);
+        for severity in crate::alert::Severity::ALL {
+            metrics::counter!(ALERTS_FIRED, "alert" => alert.as_str(), "severity" => severity.as_str())
+                .increment(0);
+        }
+    }
+    for result in ["ok", "error"] {
+        metrics::counter!(WEBHOOK_NOTIFICATIONS, "result" => result).increment(0);
+        metrics::counter!(HEARTBEATS, "result" => result).increment(0);
+    }
+}
 
 /// Registers help text for every metric. Call once after installing a recorder.
 pub fn describe() {
-    describe_counter!(
-        EVENTS_PRODUCED,
-        "Outbox events acknowledged by Kafka, per topic."
-    );
+    describe_counter!(EVENTS_PRODUCED, "Outbox events acknowledged by Kafka.");
     describe_counter!(
         BYTES_PRODUCED,
         Unit::Bytes,
-        "Key and value bytes acknowledged by Kafka, per topic."
+        "Key and value bytes acknowledged by Kafka."
     );
     describe_counter!(
         DELIVERY_ERRORS,
@@ -54,11 +192,227 @@ pub fn describe() {
     describe_gauge!(
         TIME_LAG_SECONDS,
         Unit::Seconds,
-        "Now minus the commit time of the oldest unconfirmed transaction; 0 when caught up."
+        "Now minus the commit time of the oldest unconfirmed transaction; 0 when caught up \
+         (measured by the stream, so it only moves while streaming)."
     );
     describe_counter!(
         RESTARTS,
-        "Pipeline restarts after a transient failure, by reason."
+        "Pipeline restarts (reconnects) after a transient failure, by reason."
     );
     describe_gauge!(STREAMING, "1 while the replication stream is open, else 0.");
+    describe_gauge!(
+        READY,
+        "1 when /readyz answers 200: streaming and no critical alert."
+    );
+    describe_gauge!(
+        MONITOR_UP,
+        "1 when the slot monitor's last query succeeded, else 0."
+    );
+    describe_counter!(
+        MONITOR_ERRORS,
+        "Failed slot monitor connections or queries."
+    );
+    describe_gauge!(SLOT_PRESENT, "1 when the replication slot exists, else 0.");
+    describe_gauge!(
+        SLOT_ACTIVE,
+        "1 when a connection streams from the slot (pg_replication_slots.active)."
+    );
+    describe_gauge!(
+        SERVER_WAL_LSN,
+        "pg_current_wal_lsn() (pg_last_wal_replay_lsn() on a standby), as a number."
+    );
+    describe_gauge!(
+        SLOT_CONFIRMED_FLUSH_LSN,
+        "The slot's confirmed_flush_lsn, as a number."
+    );
+    describe_gauge!(
+        SLOT_LAG_BYTES,
+        Unit::Bytes,
+        "Relay lag: server WAL position minus the slot's confirmed_flush_lsn."
+    );
+    describe_gauge!(
+        SLOT_RETAINED_WAL_BYTES,
+        Unit::Bytes,
+        "WAL the slot keeps on the server's disk: server WAL position minus restart_lsn."
+    );
+    describe_gauge!(
+        SLOT_LAG_SECONDS,
+        Unit::Seconds,
+        "Age of the oldest WAL the slot has not confirmed, from the monitor's samples of the \
+         server WAL position; 0 when caught up. Works while the stream is down."
+    );
+    describe_gauge!(
+        SLOT_WAL_STATUS,
+        "1 for the slot's current wal_status (reserved, extended, unreserved, lost), else 0."
+    );
+    describe_gauge!(
+        SLOT_SAFE_WAL_SIZE_BYTES,
+        Unit::Bytes,
+        "WAL that can still be written before the slot is in danger of being lost \
+         (safe_wal_size); -1 when unlimited or unknown."
+    );
+    describe_gauge!(
+        MAX_SLOT_WAL_KEEP_SIZE_BYTES,
+        Unit::Bytes,
+        "The server's max_slot_wal_keep_size; -1 when unlimited."
+    );
+    describe_counter!(
+        SLOT_SPILLED_TRANSACTIONS,
+        "Transactions PostgreSQL spilled to disk while decoding for the slot \
+         (pg_stat_replication_slots.spill_txns)."
+    );
+    describe_counter!(
+        SLOT_SPILL_WRITES,
+        "Times decoding for the slot spilled to disk (pg_stat_replication_slots.spill_count)."
+    );
+    describe_counter!(
+        SLOT_SPILLED_BYTES,
+        Unit::Bytes,
+        "Bytes spilled to disk while decoding for the slot (spill_bytes)."
+    );
+    describe_counter!(
+        SLOT_DECODED_TRANSACTIONS,
+        "Transactions decoded for the slot (pg_stat_replication_slots.total_txns)."
+    );
+    describe_counter!(
+        SLOT_DECODED_BYTES,
+        Unit::Bytes,
+        "Bytes decoded for the slot (pg_stat_replication_slots.total_bytes)."
+    );
+    describe_gauge!(
+        ALERT_LEVEL,
+        "Current level of each built-in alert: 0 ok, 1 warning, 2 critical."
+    );
+    describe_counter!(
+        ALERTS_FIRED,
+        "Alerts that fired (or escalated), by alert and severity."
+    );
+    describe_counter!(
+        WEBHOOK_NOTIFICATIONS,
+        "Webhook notifications sent, by result (ok, error)."
+    );
+    describe_counter!(
+        HEARTBEATS,
+        "Heartbeat messages written with pg_logical_emit_message, by result (ok, error)."
+    );
+    describe_gauge!(
+        HEARTBEAT_AGE_SECONDS,
+        Unit::Seconds,
+        "Time since the newest heartbeat that the slot has confirmed was written (since start \
+         until the first one is confirmed): end-to-end proof of progress."
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn repo_file(rel: &str) -> String {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(rel);
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+    }
+
+    /// Every `outbox_relay_*` token in `text`, histogram suffixes stripped.
+    fn names_in(text: &str) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        let mut rest = text;
+        while let Some(i) = rest.find("outbox_relay_") {
+            let tail = &rest[i..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+                .unwrap_or(tail.len());
+            let mut name = &tail[..end];
+            for suffix in ["_bucket", "_sum", "_count"] {
+                if let Some(base) = name.strip_suffix(suffix)
+                    && ALL.contains(&base)
+                {
+                    name = base;
+                }
+            }
+            if name.len() > "outbox_relay_".len() {
+                out.insert(name.to_string());
+            }
+            rest = &tail[end..];
+        }
+        out
+    }
+
+    fn known() -> BTreeSet<String> {
+        ALL.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn names_follow_prometheus_conventions_and_render_unchanged() {
+        let recorder = builder().unwrap().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            describe();
+            init();
+            metrics::histogram!(COMMIT_TO_ACK_SECONDS).record(0.2);
+            for g in ALL.iter().filter(|n| !n.ends_with("_total")) {
+                metrics::gauge!(*g).set(1.0);
+            }
+            for c in ALL.iter().filter(|n| n.ends_with("_total")) {
+                metrics::counter!(*c).increment(1);
+            }
+        });
+        let text = handle.render();
+        for name in ALL {
+            assert!(name.starts_with("outbox_relay_"), "{name}");
+            assert!(
+                text.contains(&format!("# TYPE {name} ")),
+                "{name} missing or renamed by the exporter:\n{text}"
+            );
+        }
+        assert!(text.contains(&format!("# TYPE {COMMIT_TO_ACK_SECONDS} histogram")));
+        assert!(text.contains(&format!("{ALERT_LEVEL}{{alert=\"retained_wal\"}} 0")));
+    }
+
+    #[test]
+    fn operations_doc_alert_rules_and_dashboard_name_only_existing_metrics() {
+        let known = known();
+        for file in [
+            "docs/operations.md",
+            "deploy/prometheus/alerts.yml",
+            "deploy/prometheus/alerts_test.yml",
+            "deploy/grafana/outbox-relay.json",
+        ] {
+            let unknown: Vec<_> = names_in(&repo_file(file))
+                .into_iter()
+                .filter(|n| !known.contains(n))
+                .collect();
+            assert!(
+                unknown.is_empty(),
+                "{file} names unknown metrics {unknown:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_metric_is_documented_in_operations_md() {
+        let documented = names_in(&repo_file("docs/operations.md"));
+        let missing: Vec<_> = known().difference(&documented).cloned().collect();
+        assert!(missing.is_empty(), "docs/operations.md lacks {missing:?}");
+    }
+
+    #[test]
+    fn dashboard_is_valid_json_and_every_panel_query_names_a_metric() {
+        let v: serde_json::Value =
+            serde_json::from_str(&repo_file("deploy/grafana/outbox-relay.json")).unwrap();
+        let panels = v["panels"].as_array().expect("dashboard has panels");
+        let mut exprs = 0;
+        for p in panels {
+            for t in p["targets"].as_array().into_iter().flatten() {
+                let expr = t["expr"].as_str().expect("every target has an expr");
+                assert!(!names_in(expr).is_empty(), "query names no metric: {expr}");
+                exprs += 1;
+            }
+        }
+        assert!(exprs >= 10, "only {exprs} queries");
+        assert!(v["title"].is_string() && v["uid"].is_string());
+    }
 }

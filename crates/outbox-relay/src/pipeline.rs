@@ -87,7 +87,7 @@ pub async fn stream(
         .await
         .map_err(|e| classify(e, cfg))?;
     client.wait_started().await.map_err(|e| classify(e, cfg))?;
-    metrics::gauge!(m::STREAMING).set(1.0);
+    crate::health::set_streaming(true);
     tracing::info!(
         slot = %pg.slot, confirmed_flush = %slot.confirmed_flush,
         status_interval_ms = interval.as_millis() as u64, "streaming_started"
@@ -102,7 +102,7 @@ pub async fn stream(
         txn: None,
     };
     let result = run_loop(cfg, sink, &mut client, &mut st, &mut reports, shutdown).await;
-    metrics::gauge!(m::STREAMING).set(0.0);
+    crate::health::set_streaming(false);
     match result {
         Ok(()) => {
             drain(cfg, &mut client, &mut st, &mut reports, interval).await?;
@@ -216,6 +216,9 @@ async fn on_event(
                 }
                 Decoded::LogicalMessage { prefix, .. } => {
                     tracing::trace!(prefix = %prefix, "logical_message_ignored");
+                }
+                Decoded::Poison(p) => {
+                    return Err(RelayError::Poison { table: p.table, reason: p.error.to_string() });
                 }
                 Decoded::Nothing => {}
             }

@@ -1,22 +1,105 @@
 //! The supervisor: preflight, stream, and on a transient failure start over from the slot's
 //! confirmed position after a capped, jittered backoff. Each attempt gets a fresh replication
 //! connection and a fresh producer, so nothing from a failed attempt leaks into the next.
+//!
+//! Beside the supervisor, and independent of it, run the slot monitor, the HTTP endpoint and
+//! the heartbeat, so they keep working while the stream or Kafka is down. The monitor gets one
+//! poll before the first attempt (the alerts then describe the backlog the relay starts from),
+//! and it can end the run: a lost slot stops the relay with a definite error, and the slot is
+//! never re-created.
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
+use metrics_exporter_prometheus::PrometheusHandle;
 use rand::Rng;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::{
     config::Config,
     error::RelayError,
-    metrics as m, pipeline,
+    health::{self, Shared},
+    heartbeat, http, metrics as m,
+    monitor::MonitorTask,
+    pipeline,
     setup::{self, SlotPolicy},
     sink::KafkaSink,
+    webhook::Dispatcher,
 };
 
-/// Runs until `shutdown` flips to true (returns `Ok`) or a definite error.
-pub async fn run(cfg: &Config, mut shutdown: watch::Receiver<bool>) -> Result<(), RelayError> {
+/// How long the first attempt waits for the monitor's first poll.
+const FIRST_POLL_WAIT: Duration = Duration::from_secs(3);
+/// How long queued webhook notifications may take at exit.
+const WEBHOOK_FLUSH: Duration = Duration::from_secs(10);
+
+/// Runs the relay until `shutdown` flips to true (returns `Ok`) or a definite error. With a
+/// Prometheus handle, serves it on `[http]` and runs its upkeep.
+pub async fn run(
+    cfg: &Config,
+    shutdown: watch::Receiver<bool>,
+    prom: Option<PrometheusHandle>,
+) -> Result<(), RelayError> {
+    let cfg = Arc::new(cfg.clone());
+    let shared = Arc::new(Shared::new());
+    // Stops the helper tasks, whatever ended the run.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut helpers = tokio::task::JoinSet::new();
+    if let Some(prom) = prom {
+        let upkeep = prom.clone();
+        let mut stop = stop_rx.clone();
+        helpers.spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => upkeep.run_upkeep(),
+                    _ = stop.changed() => return,
+                }
+            }
+        });
+        if cfg.http.enabled {
+            helpers.spawn(http::serve(
+                cfg.http.clone(),
+                prom,
+                shared.clone(),
+                stop_rx.clone(),
+            ));
+        }
+    }
+    if cfg.heartbeat.enabled {
+        helpers.spawn(heartbeat::run(cfg.clone(), shared.clone(), stop_rx.clone()));
+    }
+    let (fatal_tx, mut fatal_rx) = mpsc::channel(1);
+    let (first_tx, first_rx) = oneshot::channel();
+    let monitor = tokio::spawn(
+        MonitorTask {
+            cfg: cfg.clone(),
+            shared: shared.clone(),
+            webhook: Dispatcher::spawn(&cfg),
+            fatal: fatal_tx,
+            first_poll: Some(first_tx),
+        }
+        .run(stop_rx.clone()),
+    );
+    let _ = tokio::time::timeout(FIRST_POLL_WAIT, first_rx).await;
+
+    let result = tokio::select! {
+        r = supervise(&cfg, shutdown) => r,
+        Some(e) = fatal_rx.recv() => Err(e),
+    };
+    health::set_streaming(false);
+    let _ = stop_tx.send(true);
+    // The monitor's last notifications (a lost slot, say) go out before the process exits.
+    if let Ok(Some(webhook)) = monitor.await {
+        webhook.flush(WEBHOOK_FLUSH).await;
+    }
+    helpers.shutdown().await;
+    result
+}
+
+/// Preflight and stream, restarting after transient failures.
+async fn supervise(cfg: &Config, mut shutdown: watch::Receiver<bool>) -> Result<(), RelayError> {
     let initial = Duration::from_millis(cfg.relay.restart_backoff_initial_ms.max(1));
     let max = Duration::from_millis(cfg.relay.restart_backoff_max_ms).max(initial);
     let mut backoff = initial;

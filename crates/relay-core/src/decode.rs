@@ -29,8 +29,39 @@ pub enum Decoded {
         prefix: String,
         content: Bytes,
     },
+    /// An INSERT into an outbox table that cannot become a record (NULL key, invalid topic,
+    /// a mapped column missing). The caller halts or dead-letters it; it never skips it.
+    Poison(Poison),
     /// Anything that needs no action (Relation, a change to another table, Update, Delete...).
     Nothing,
+}
+
+/// A row that cannot be routed, with everything needed to record it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Poison {
+    pub table: String,
+    /// The whole row as a JSON object of column name → text (or null).
+    pub row: String,
+    pub error: RouteError,
+}
+
+/// Renders a row as a JSON object `{column: text | null}` (binary values as lossy UTF-8,
+/// an unchanged-TOAST placeholder as the string `"<unchanged toast>"`).
+pub fn row_json(rel: &Relation, tuple: &[crate::pgoutput::Value]) -> String {
+    use crate::pgoutput::Value;
+    let mut map = serde_json::Map::new();
+    for (i, v) in tuple.iter().enumerate() {
+        let name = rel.columns.get(i).map_or_else(|| format!("#{i}"), |c| c.name.clone());
+        let value = match v {
+            Value::Null => serde_json::Value::Null,
+            Value::UnchangedToast => serde_json::Value::String("<unchanged toast>".into()),
+            Value::Text(b) | Value::Binary(b) => {
+                serde_json::Value::String(String::from_utf8_lossy(b).into_owned())
+            }
+        };
+        map.insert(name, value);
+    }
+    serde_json::Value::Object(map).to_string()
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +81,10 @@ pub enum DecodeError {
 
 enum Cached {
     Outbox(Box<Plan>),
+    /// An outbox table whose description does not fit the mapping (a mapped column is
+    /// missing). Every INSERT into it fails with this error; a Relation alone does not, so an
+    /// `ALTER TABLE` that is fixed before the next insert stops nothing.
+    Broken(Relation, RouteError),
     Other,
 }
 
@@ -91,7 +126,19 @@ impl Decoder {
             } => match self.relations.get(&relation_oid) {
                 None => Err(DecodeError::UnknownRelation(relation_oid)),
                 Some(Cached::Other) => Ok(Decoded::Nothing),
-                Some(Cached::Outbox(plan)) => Ok(Decoded::Record(plan.route(tuple, pos)?)),
+                Some(Cached::Outbox(plan)) => match plan.route(&tuple, pos) {
+                    Ok(rec) => Ok(Decoded::Record(rec)),
+                    Err(error) => Ok(Decoded::Poison(Poison {
+                        table: plan.table().to_string(),
+                        row: row_json(plan.relation(), &tuple),
+                        error,
+                    })),
+                },
+                Some(Cached::Broken(rel, error)) => Ok(Decoded::Poison(Poison {
+                    table: format!("{}.{}", rel.namespace, rel.name),
+                    row: row_json(rel, &tuple),
+                    error: error.clone(),
+                })),
             },
             Message::LogicalMessage {
                 transactional,
@@ -112,7 +159,10 @@ impl Decoder {
     fn on_relation(&mut self, rel: Relation) -> Result<(), RouteError> {
         let key = (rel.namespace.clone(), rel.name.clone());
         let cached = match self.tables.get(&key) {
-            Some(cfg) => Cached::Outbox(Box::new(Plan::compile(cfg, &rel, self.relay_headers)?)),
+            Some(cfg) => match Plan::compile(cfg, &rel, self.relay_headers) {
+                Ok(plan) => Cached::Outbox(Box::new(plan)),
+                Err(e) => Cached::Broken(rel.clone(), e),
+            },
             None => Cached::Other,
         };
         self.relations.insert(rel.oid, cached);
@@ -213,9 +263,24 @@ mod tests {
     }
 
     #[test]
-    fn a_relation_missing_a_mapped_column_is_an_error_at_once() {
+    fn a_relation_missing_a_mapped_column_makes_each_insert_poison_with_its_row() {
         let mut d = decoder();
-        let err = d.decode(outbox_rel(&["id", "payload"]), POS).unwrap_err();
-        assert!(err.to_string().contains("aggregatetype"), "{err}");
+        assert_eq!(d.decode(outbox_rel(&["id", "payload"]), POS).unwrap(), Decoded::Nothing);
+        let Decoded::Poison(p) = d.decode(insert(100, &[Some(b"i1"), None]), POS).unwrap() else {
+            panic!("not poison");
+        };
+        assert_eq!(p.table, "public.outbox");
+        assert_eq!(p.row, r#"{"id":"i1","payload":null}"#);
+        assert!(p.error.to_string().contains("aggregatetype"), "{}", p.error);
+    }
+
+    #[test]
+    fn a_null_key_is_poison_carrying_the_whole_row() {
+        let mut d = decoder();
+        d.decode(outbox_rel(&COLS), POS).unwrap();
+        let row = [Some(&b"i"[..]), Some(b"order"), None, Some(b"T"), Some(b"{}")];
+        let Decoded::Poison(p) = d.decode(insert(100, &row), POS).unwrap() else { panic!() };
+        assert!(matches!(p.error, RouteError::Null { .. }));
+        assert!(p.row.contains(r#""aggregateid":null"#), "{}", p.row);
     }
 }

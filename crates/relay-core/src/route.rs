@@ -221,6 +221,7 @@ pub struct Record {
 #[derive(Debug, Clone)]
 pub struct Plan {
     table: String,
+    relation: Relation,
     columns: usize,
     topic: Vec<(Option<usize>, String)>,
     key: usize,
@@ -264,6 +265,7 @@ impl Plan {
         }
         Ok(Plan {
             table,
+            relation: rel.clone(),
             columns: rel.columns.len(),
             topic,
             key,
@@ -278,8 +280,13 @@ impl Plan {
         &self.table
     }
 
+    /// The table description this plan was compiled against.
+    pub fn relation(&self) -> &Relation {
+        &self.relation
+    }
+
     /// Builds the record for one inserted row.
-    pub fn route(&self, tuple: Vec<Value>, pos: Position) -> Result<Record, RouteError> {
+    pub fn route(&self, tuple: &[Value], pos: Position) -> Result<Record, RouteError> {
         if tuple.len() != self.columns {
             return Err(RouteError::Arity {
                 table: self.table.clone(),
@@ -392,7 +399,7 @@ mod tests {
         let plan = Plan::compile(&OutboxTable::default(), &r, false).unwrap();
         let rec = plan
             .route(
-                vec![
+                &[
                     t("e-1"),
                     t("order"),
                     t("o-7"),
@@ -425,7 +432,7 @@ mod tests {
         let r = rel(&["id", "aggregate_id", "topic", "event_type", "payload"]);
         let plan = Plan::compile(&cfg, &r, true).unwrap();
         let rec = plan.route(
-            vec![t("1"), t("a-1"), t("payments"), t("Paid"), Value::Null],
+            &[t("1"), t("a-1"), t("payments"), t("Paid"), Value::Null],
             POS,
         );
         let rec = rec.unwrap();
@@ -466,7 +473,7 @@ mod tests {
         )
         .unwrap();
         let rec = plan
-            .route(vec![t("p"), t("x"), t("T"), t("k"), t("agg"), t("i")], POS)
+            .route(&[t("p"), t("x"), t("T"), t("k"), t("agg"), t("i")], POS)
             .unwrap();
         assert_eq!(
             (rec.topic.as_str(), &rec.key[..], rec.value.as_deref()),
@@ -490,23 +497,23 @@ mod tests {
         let plan = Plan::compile(&OutboxTable::default(), &r, false).unwrap();
         let row = |agg_type: Value, key: Value| vec![t("1"), agg_type, key, t("T"), t("{}")];
         assert!(matches!(
-            plan.route(row(t("o"), Value::Null), POS),
+            plan.route(&row(t("o"), Value::Null), POS),
             Err(RouteError::Null { .. })
         ));
         assert!(matches!(
-            plan.route(row(Value::Null, t("k")), POS),
+            plan.route(&row(Value::Null, t("k")), POS),
             Err(RouteError::Null { .. })
         ));
         assert!(matches!(
-            plan.route(row(t("bad topic!"), t("k")), POS),
+            plan.route(&row(t("bad topic!"), t("k")), POS),
             Err(RouteError::InvalidTopic { .. })
         ));
         assert!(matches!(
-            plan.route(row(t("o"), Value::UnchangedToast), POS),
+            plan.route(&row(t("o"), Value::UnchangedToast), POS),
             Err(RouteError::UnchangedToast { .. })
         ));
         assert!(matches!(
-            plan.route(vec![t("1")], POS),
+            plan.route(&[t("1")], POS),
             Err(RouteError::Arity { .. })
         ));
     }

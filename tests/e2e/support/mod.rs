@@ -9,6 +9,8 @@
 #![allow(dead_code)]
 
 pub mod check;
+pub mod cluster;
+pub mod http;
 pub mod kafka;
 pub mod proxy;
 pub mod relay;

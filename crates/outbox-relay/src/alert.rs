@@ -1,0 +1,644 @@
+//! The built-in alerts: pure threshold evaluation with fire/resolve transitions.
+//!
+//! Three alerts watch the replication slot, each at one level at a time (ok, warning, critical):
+//! - `retained_wal`: WAL the slot keeps on the server's disk (`pg_current_wal_lsn() -
+//!   restart_lsn`), in bytes and as a fraction of `max_slot_wal_keep_size`;
+//! - `time_lag`: age of the oldest WAL the slot has not confirmed;
+//! - `wal_status`: `wal_status` leaving `reserved` (`extended` at a configurable level,
+//!   `unreserved` and `lost` critical).
+//!
+//! Invariant: a change of level is exactly one [`Transition`], which the caller logs once and
+//! notifies once; an unchanged level produces nothing. Nothing here reads a clock or does I/O:
+//! the monitor passes observations and the time in, so every rule is unit-tested below.
+
+use std::{fmt, time::Duration, time::SystemTime};
+
+use relay_core::Lsn;
+
+use crate::{
+    config::{AlertsConfig, ExtendedLevel},
+    monitor::WalStatus,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AlertKind {
+    RetainedWal,
+    TimeLag,
+    WalStatus,
+}
+
+impl AlertKind {
+    pub const ALL: [AlertKind; 3] = [
+        AlertKind::RetainedWal,
+        AlertKind::TimeLag,
+        AlertKind::WalStatus,
+    ];
+
+    /// The `alert` label value and the name in logs and notifications.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertKind::RetainedWal => "retained_wal",
+            AlertKind::TimeLag => "time_lag",
+            AlertKind::WalStatus => "wal_status",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for AlertKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    pub const ALL: [Severity; 2] = [Severity::Warning, Severity::Critical];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+
+    /// The value of the `outbox_relay_alert_level` gauge.
+    pub fn gauge(level: Option<Severity>) -> f64 {
+        match level {
+            None => 0.0,
+            Some(Severity::Warning) => 1.0,
+            Some(Severity::Critical) => 2.0,
+        }
+    }
+}
+
+/// What the monitor measured, in the units the thresholds use.
+#[derive(Debug, Clone, Default)]
+pub struct Observation {
+    /// `pg_current_wal_lsn() - restart_lsn`; `None` when the slot is missing or lost.
+    pub retained_wal_bytes: Option<u64>,
+    /// The server's `max_slot_wal_keep_size` in bytes; `None` when unlimited (-1).
+    pub max_slot_wal_keep_size: Option<u64>,
+    /// Age of the oldest unconfirmed WAL; `None` when unknown (e.g. `outbox-relay status`).
+    pub time_lag: Option<Duration>,
+    pub wal_status: Option<WalStatus>,
+    /// The slot's `confirmed_flush_lsn`, for the message of a lost slot.
+    pub confirmed_flush: Option<Lsn>,
+}
+
+/// The verdict on one alert for one observation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    pub kind: AlertKind,
+    pub level: Option<Severity>,
+    /// What is wrong (or, at level ok, what was measured), one sentence without a full stop.
+    pub summary: String,
+    /// What to do, for a level other than ok.
+    pub action: &'static str,
+    /// A discrete state whose change is news even at the same level (the `wal_status` value:
+    /// `unreserved` → `lost` stays critical); empty for the measured alerts.
+    pub state: String,
+}
+
+/// A change of level (or of discrete state) of one alert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    pub kind: AlertKind,
+    pub from: Option<Severity>,
+    pub to: Option<Severity>,
+    pub summary: String,
+    pub action: &'static str,
+    /// When the alert started firing (kept across escalation), or `None` once resolved.
+    pub since: Option<SystemTime>,
+}
+
+impl Transition {
+    pub fn is_resolved(&self) -> bool {
+        self.to.is_none()
+    }
+
+    /// The one log line of this transition.
+    pub fn message(&self) -> String {
+        match (self.from, self.to) {
+            (_, None) => format!("alert_resolved: {}: {}", self.kind, self.summary),
+            (from, Some(to)) => {
+                let was = match from {
+                    Some(f) => format!(" (was {})", f.as_str()),
+                    None => String::new(),
+                };
+                format!(
+                    "alert_firing: [{}] {}{was}: {}. What to do: {}",
+                    to.as_str(),
+                    self.kind,
+                    self.summary,
+                    self.action
+                )
+            }
+        }
+    }
+}
+
+/// A currently firing alert, for repeat notifications and `/readyz`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Active {
+    pub kind: AlertKind,
+    pub severity: Severity,
+    pub summary: String,
+    pub action: &'static str,
+    pub since: SystemTime,
+    pub state: String,
+}
+
+const ACTION_RETAINED_WAL: &str = "make sure outbox-relay is streaming (/readyz, \
+     outbox_relay_streaming) and Kafka accepts writes; until it catches up keep enough free \
+     space for pg_wal, or raise max_slot_wal_keep_size (docs/operations.md#retained-wal)";
+const ACTION_TIME_LAG: &str = "check the relay log for pipeline_restart and Kafka errors and the \
+     health of the Kafka cluster; events are delayed, not lost (docs/operations.md#time-lag)";
+const ACTION_EXTENDED: &str = "the slot holds WAL beyond max_wal_size; restore the relay's \
+     throughput before PostgreSQL marks it unreserved (docs/operations.md#wal-status)";
+const ACTION_UNRESERVED: &str = "PostgreSQL removes WAL this slot still needs at the next \
+     checkpoint and then invalidates it: restore streaming now, or buy time with ALTER SYSTEM \
+     SET max_slot_wal_keep_size = '<larger>'; SELECT pg_reload_conf() \
+     (docs/operations.md#wal-status)";
+const ACTION_LOST: &str = "the slot is unusable: outbox-relay stops and will not re-create it; \
+     run `outbox-relay setup --recreate-slot` and re-publish the gap from the outbox table \
+     (docs/operations.md#slot-lost)";
+
+/// Evaluates every alert for one observation, without state (used by `outbox-relay status`).
+pub fn evaluate(cfg: &AlertsConfig, obs: &Observation) -> [Finding; 3] {
+    [
+        retained_wal(cfg, obs),
+        time_lag(cfg, obs),
+        wal_status(cfg, obs),
+    ]
+}
+
+fn retained_wal(cfg: &AlertsConfig, obs: &Observation) -> Finding {
+    let kind = AlertKind::RetainedWal;
+    let Some(retained) = obs.retained_wal_bytes else {
+        return Finding {
+            kind,
+            level: None,
+            summary: "retained WAL unknown (slot missing or lost)".into(),
+            action: ACTION_RETAINED_WAL,
+            state: String::new(),
+        };
+    };
+    let by_bytes = |limit: u64| limit > 0 && retained >= limit;
+    let ratio = obs
+        .max_slot_wal_keep_size
+        .filter(|m| *m > 0)
+        .map(|max| retained as f64 / max as f64);
+    let by_ratio = |limit: f64| limit > 0.0 && ratio.is_some_and(|r| r >= limit);
+    let level = if by_bytes(cfg.retained_wal_critical_bytes)
+        || by_ratio(cfg.retained_wal_critical_ratio)
+    {
+        Some(Severity::Critical)
+    } else if by_bytes(cfg.retained_wal_warning_bytes) || by_ratio(cfg.retained_wal_warning_ratio) {
+        Some(Severity::Warning)
+    } else {
+        None
+    };
+    let of_max = match (ratio, obs.max_slot_wal_keep_size) {
+        (Some(r), Some(max)) => format!(
+            ", {:.0}% of max_slot_wal_keep_size {}",
+            r * 100.0,
+            human_bytes(max)
+        ),
+        _ => ", max_slot_wal_keep_size unlimited".into(),
+    };
+    let limits = format!(
+        "warning at {}, critical at {}",
+        limit_text(
+            cfg.retained_wal_warning_bytes,
+            cfg.retained_wal_warning_ratio
+        ),
+        limit_text(
+            cfg.retained_wal_critical_bytes,
+            cfg.retained_wal_critical_ratio
+        )
+    );
+    Finding {
+        kind,
+        level,
+        summary: format!(
+            "the slot retains {} of WAL{of_max} ({limits})",
+            human_bytes(retained)
+        ),
+        action: ACTION_RETAINED_WAL,
+        state: String::new(),
+    }
+}
+
+fn limit_text(bytes: u64, ratio: f64) -> String {
+    match (bytes > 0, ratio > 0.0) {
+        (true, true) => format!("{} or {:.0}%", human_bytes(bytes), ratio * 100.0),
+        (true, false) => human_bytes(bytes),
+        (false, true) => format!("{:.0}%", ratio * 100.0),
+        (false, false) => "off".into(),
+    }
+}
+
+fn time_lag(cfg: &AlertsConfig, obs: &Observation) -> Finding {
+    let kind = AlertKind::TimeLag;
+    let Some(lag) = obs.time_lag else {
+        return Finding {
+            kind,
+            level: None,
+            summary: "time lag unknown".into(),
+            action: ACTION_TIME_LAG,
+            state: String::new(),
+        };
+    };
+    let secs = lag.as_secs_f64();
+    let over = |limit: u64| limit > 0 && secs >= limit as f64;
+    let level = if over(cfg.time_lag_critical_secs) {
+        Some(Severity::Critical)
+    } else if over(cfg.time_lag_warning_secs) {
+        Some(Severity::Warning)
+    } else {
+        None
+    };
+    Finding {
+        kind,
+        level,
+        summary: format!(
+            "the oldest unconfirmed WAL is {} old (warning at {}, critical at {})",
+            human_duration(lag),
+            secs_text(cfg.time_lag_warning_secs),
+            secs_text(cfg.time_lag_critical_secs)
+        ),
+        action: ACTION_TIME_LAG,
+        state: String::new(),
+    }
+}
+
+fn secs_text(s: u64) -> String {
+    if s == 0 {
+        "off".into()
+    } else {
+        human_duration(Duration::from_secs(s))
+    }
+}
+
+fn wal_status(cfg: &AlertsConfig, obs: &Observation) -> Finding {
+    let kind = AlertKind::WalStatus;
+    let (level, action) = match &obs.wal_status {
+        Some(WalStatus::Extended) => (
+            match cfg.wal_status_extended {
+                ExtendedLevel::Off => None,
+                ExtendedLevel::Warning => Some(Severity::Warning),
+                ExtendedLevel::Critical => Some(Severity::Critical),
+            },
+            ACTION_EXTENDED,
+        ),
+        Some(WalStatus::Unreserved) => (Some(Severity::Critical), ACTION_UNRESERVED),
+        Some(WalStatus::Lost) => (Some(Severity::Critical), ACTION_LOST),
+        Some(WalStatus::Reserved) | Some(WalStatus::Other(_)) | None => (None, ACTION_EXTENDED),
+    };
+    let summary = match &obs.wal_status {
+        Some(WalStatus::Lost) => format!(
+            "the slot was invalidated (wal_status = lost): PostgreSQL removed WAL it still \
+             needed, so events committed after {} may never reach Kafka",
+            obs.confirmed_flush
+                .map_or("its confirmed_flush_lsn".to_string(), |l| l.to_string())
+        ),
+        Some(s) => format!("wal_status = {s}"),
+        None => "wal_status unknown (slot missing)".into(),
+    };
+    Finding {
+        kind,
+        level,
+        summary,
+        action,
+        state: obs
+            .wal_status
+            .as_ref()
+            .map_or(String::new(), |s| s.to_string()),
+    }
+}
+
+/// The alerts' state across observations.
+#[derive(Debug)]
+pub struct Alerts {
+    cfg: AlertsConfig,
+    current: [Option<Active>; 3],
+}
+
+impl Alerts {
+    pub fn new(cfg: AlertsConfig) -> Self {
+        Self {
+            cfg,
+            current: [None, None, None],
+        }
+    }
+
+    /// Applies one observation; returns the transitions (empty when nothing changed level).
+    pub fn observe(&mut self, obs: &Observation, now: SystemTime) -> Vec<Transition> {
+        let mut out = Vec::new();
+        for f in evaluate(&self.cfg, obs) {
+            let slot = &mut self.current[f.kind.index()];
+            let from = slot.as_ref().map(|a| a.severity);
+            let state_changed = slot.as_ref().is_some_and(|a| a.state != f.state);
+            match (from, f.level) {
+                (None, None) => {}
+                (Some(_), None) => {
+                    *slot = None;
+                    out.push(Transition {
+                        kind: f.kind,
+                        from,
+                        to: None,
+                        summary: f.summary,
+                        action: f.action,
+                        since: None,
+                    });
+                }
+                (from, Some(to)) => {
+                    let since = slot.as_ref().map_or(now, |a| a.since);
+                    *slot = Some(Active {
+                        kind: f.kind,
+                        severity: to,
+                        summary: f.summary.clone(),
+                        action: f.action,
+                        since,
+                        state: f.state,
+                    });
+                    if from != Some(to) || state_changed {
+                        out.push(Transition {
+                            kind: f.kind,
+                            from,
+                            to: Some(to),
+                            summary: f.summary,
+                            action: f.action,
+                            since: Some(since),
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The firing alerts, with their latest summaries.
+    pub fn active(&self) -> Vec<Active> {
+        self.current.iter().flatten().cloned().collect()
+    }
+
+    pub fn level(&self, kind: AlertKind) -> Option<Severity> {
+        self.current[kind.index()].as_ref().map(|a| a.severity)
+    }
+}
+
+/// `1536` → `1.5 KiB`.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut v = b as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// `Duration::from_secs(3725)` → `1h 2m 5s`.
+pub fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{:.1}s", d.as_secs_f64()),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        _ => format!("{}h {}m {}s", s / 3600, s % 3600 / 60, s % 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn cfg() -> AlertsConfig {
+        AlertsConfig {
+            retained_wal_warning_bytes: 100 * MIB,
+            retained_wal_critical_bytes: 1000 * MIB,
+            retained_wal_warning_ratio: 0.5,
+            retained_wal_critical_ratio: 0.8,
+            time_lag_warning_secs: 60,
+            time_lag_critical_secs: 600,
+            ..AlertsConfig::default()
+        }
+    }
+
+    fn obs(retained_mib: u64) -> Observation {
+        Observation {
+            retained_wal_bytes: Some(retained_mib * MIB),
+            max_slot_wal_keep_size: None,
+            time_lag: Some(Duration::ZERO),
+            wal_status: Some(WalStatus::Reserved),
+            confirmed_flush: Some(Lsn(0x1930468)),
+        }
+    }
+
+    fn level(kind: AlertKind, o: &Observation) -> Option<Severity> {
+        evaluate(&cfg(), o)[kind as usize].level
+    }
+
+    #[test]
+    fn retained_wal_in_bytes_warns_then_goes_critical() {
+        let k = AlertKind::RetainedWal;
+        assert_eq!(level(k, &obs(99)), None);
+        assert_eq!(level(k, &obs(100)), Some(Severity::Warning));
+        assert_eq!(level(k, &obs(1000)), Some(Severity::Critical));
+    }
+
+    #[test]
+    fn retained_wal_as_a_fraction_of_max_slot_wal_keep_size() {
+        let k = AlertKind::RetainedWal;
+        let mut o = obs(40);
+        o.max_slot_wal_keep_size = Some(64 * MIB);
+        assert_eq!(level(k, &o), Some(Severity::Warning), "40 of 64 MiB is 62%");
+        o.retained_wal_bytes = Some(52 * MIB);
+        assert_eq!(
+            level(k, &o),
+            Some(Severity::Critical),
+            "52 of 64 MiB is 81%"
+        );
+        o.max_slot_wal_keep_size = None;
+        assert_eq!(
+            level(k, &o),
+            None,
+            "unlimited: only the byte thresholds apply"
+        );
+        let f = &evaluate(&cfg(), &obs(150))[0];
+        assert!(
+            f.summary.contains("150.0 MiB") && f.summary.contains("unlimited"),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn zero_disables_a_threshold() {
+        let c = AlertsConfig {
+            retained_wal_warning_bytes: 0,
+            retained_wal_critical_bytes: 0,
+            retained_wal_warning_ratio: 0.0,
+            retained_wal_critical_ratio: 0.0,
+            time_lag_warning_secs: 0,
+            time_lag_critical_secs: 0,
+            ..AlertsConfig::default()
+        };
+        let mut o = obs(1 << 20);
+        o.max_slot_wal_keep_size = Some(MIB);
+        o.time_lag = Some(Duration::from_secs(1 << 30));
+        assert!(evaluate(&c, &o).iter().all(|f| f.level.is_none()));
+    }
+
+    #[test]
+    fn time_lag_levels_and_unknown_lag() {
+        let k = AlertKind::TimeLag;
+        let mut o = obs(0);
+        o.time_lag = Some(Duration::from_secs(59));
+        assert_eq!(level(k, &o), None);
+        o.time_lag = Some(Duration::from_secs(60));
+        assert_eq!(level(k, &o), Some(Severity::Warning));
+        o.time_lag = Some(Duration::from_secs(601));
+        assert_eq!(level(k, &o), Some(Severity::Critical));
+        o.time_lag = None;
+        assert_eq!(level(k, &o), None);
+    }
+
+    #[test]
+    fn wal_status_leaving_reserved() {
+        let k = AlertKind::WalStatus;
+        let mut o = obs(0);
+        for (s, want) in [
+            (WalStatus::Reserved, None),
+            (WalStatus::Extended, Some(Severity::Warning)),
+            (WalStatus::Unreserved, Some(Severity::Critical)),
+            (WalStatus::Lost, Some(Severity::Critical)),
+        ] {
+            o.wal_status = Some(s.clone());
+            assert_eq!(level(k, &o), want, "{s}");
+        }
+        let c = AlertsConfig {
+            wal_status_extended: ExtendedLevel::Off,
+            ..cfg()
+        };
+        o.wal_status = Some(WalStatus::Extended);
+        assert_eq!(evaluate(&c, &o)[2].level, None);
+        o.wal_status = Some(WalStatus::Lost);
+        let f = &evaluate(&c, &o)[2];
+        assert!(
+            f.summary.contains("lost") && f.action.contains("--recreate-slot"),
+            "{f:?}"
+        );
+        assert!(f.summary.contains("committed after 0/1930468"), "{f:?}");
+    }
+
+    #[test]
+    fn one_transition_per_change_of_level_and_none_while_unchanged() {
+        let mut a = Alerts::new(cfg());
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        assert!(a.observe(&obs(10), t0).is_empty());
+
+        let fired = a.observe(&obs(200), t0);
+        assert_eq!(fired.len(), 1);
+        assert_eq!(
+            (fired[0].kind, fired[0].from, fired[0].to),
+            (AlertKind::RetainedWal, None, Some(Severity::Warning))
+        );
+        assert!(
+            a.observe(&obs(300), t0 + Duration::from_secs(5)).is_empty(),
+            "same level"
+        );
+        assert!(
+            a.active()[0].summary.contains("300.0 MiB"),
+            "summary follows the value"
+        );
+
+        let up = a.observe(&obs(2000), t0 + Duration::from_secs(10));
+        assert_eq!(up.len(), 1);
+        assert_eq!(
+            (up[0].from, up[0].to),
+            (Some(Severity::Warning), Some(Severity::Critical))
+        );
+        assert_eq!(up[0].since, Some(t0), "escalation keeps the start time");
+        assert!(
+            up[0]
+                .message()
+                .starts_with("alert_firing: [critical] retained_wal (was warning)")
+        );
+        assert_eq!(a.level(AlertKind::RetainedWal), Some(Severity::Critical));
+
+        let down = a.observe(&obs(1), t0 + Duration::from_secs(20));
+        assert_eq!(down.len(), 1);
+        assert!(down[0].is_resolved());
+        assert!(
+            down[0]
+                .message()
+                .starts_with("alert_resolved: retained_wal: the slot retains 1.0 MiB")
+        );
+        assert!(a.active().is_empty());
+    }
+
+    #[test]
+    fn firing_message_says_what_is_wrong_and_what_to_do() {
+        let mut a = Alerts::new(cfg());
+        let mut o = obs(0);
+        o.wal_status = Some(WalStatus::Unreserved);
+        o.time_lag = Some(Duration::from_secs(3725));
+        let t = a.observe(&o, SystemTime::UNIX_EPOCH);
+        assert_eq!(t.len(), 2);
+        let lag = t
+            .iter()
+            .find(|t| t.kind == AlertKind::TimeLag)
+            .unwrap()
+            .message();
+        assert!(
+            lag.contains("1h 2m 5s old") && lag.contains("What to do: check the relay log"),
+            "{lag}"
+        );
+        let ws = t
+            .iter()
+            .find(|t| t.kind == AlertKind::WalStatus)
+            .unwrap()
+            .message();
+        assert!(
+            ws.contains("wal_status = unreserved") && ws.contains("max_slot_wal_keep_size"),
+            "{ws}"
+        );
+
+        // unreserved -> lost stays critical but is news: one more transition.
+        o.wal_status = Some(WalStatus::Lost);
+        let t = a.observe(&o, SystemTime::UNIX_EPOCH);
+        assert_eq!(t.len(), 1, "{t:?}");
+        let lost = t[0].message();
+        assert!(
+            lost.starts_with(
+                "alert_firing: [critical] wal_status (was critical): the slot was invalidated"
+            ),
+            "{lost}"
+        );
+        assert!(a.observe(&o, SystemTime::UNIX_EPOCH).is_empty());
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(64 * MIB), "64.0 MiB");
+        assert_eq!(human_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(human_duration(Duration::from_secs(61)), "1m 1s");
+    }
+}

@@ -1,0 +1,164 @@
+//! Where the pipeline, the slot monitor, the heartbeat and the HTTP endpoint meet.
+//!
+//! Invariant: the relay is *ready* exactly when the replication stream is open and no built-in
+//! alert is critical. The stream flag is process-global because the pipeline sets it where it
+//! opens and closes the stream ([`set_streaming`]); everything else lives in [`Shared`], which
+//! `run` creates and hands to each task. Locks are held only to copy values in or out.
+
+use std::{
+    collections::VecDeque,
+    sync::{
+        Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::SystemTime,
+};
+
+use relay_core::Lsn;
+
+use crate::{
+    alert::{Active, Severity},
+    metrics as m,
+};
+
+static STREAMING: AtomicBool = AtomicBool::new(false);
+
+/// Called by the pipeline when the replication stream opens (`true`) and closes (`false`).
+pub fn set_streaming(on: bool) {
+    STREAMING.store(on, Ordering::SeqCst);
+    metrics::gauge!(m::STREAMING).set(if on { 1.0 } else { 0.0 });
+}
+
+pub fn streaming() -> bool {
+    STREAMING.load(Ordering::SeqCst)
+}
+
+/// Heartbeats kept while waiting for their confirmation.
+const MAX_PENDING_HEARTBEATS: usize = 10_000;
+
+/// State shared by the relay's background tasks.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// Firing alerts, replaced by the monitor after every poll.
+    alerts: Mutex<Vec<Active>>,
+    /// Heartbeats written and not yet confirmed by the slot: (written at, message LSN).
+    heartbeats: Mutex<VecDeque<(SystemTime, Lsn)>>,
+}
+
+impl Shared {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn set_alerts(&self, active: Vec<Active>) {
+        *lock(&self.alerts) = active;
+    }
+
+    pub fn alerts(&self) -> Vec<Active> {
+        lock(&self.alerts).clone()
+    }
+
+    /// `Ok` when ready, else every reason, one sentence each.
+    pub fn readiness(&self) -> Result<(), Vec<String>> {
+        let mut reasons = Vec::new();
+        if !streaming() {
+            reasons.push(
+                "not streaming: the replication stream is not open (see the relay log for \
+                 pipeline_restart)"
+                    .to_string(),
+            );
+        }
+        for a in lock(&self.alerts).iter() {
+            if a.severity == Severity::Critical {
+                reasons.push(format!("critical alert {}: {}", a.kind, a.summary));
+            }
+        }
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons)
+        }
+    }
+
+    /// Records a heartbeat written at `at` whose message has LSN `lsn`.
+    pub fn heartbeat_written(&self, at: SystemTime, lsn: Lsn) {
+        let mut q = lock(&self.heartbeats);
+        if q.len() == MAX_PENDING_HEARTBEATS {
+            q.pop_front();
+        }
+        q.push_back((at, lsn));
+    }
+
+    /// Forgets the heartbeats the slot has confirmed (message LSN below `confirmed_flush`)
+    /// and returns when the newest of them was written.
+    pub fn heartbeats_confirmed(&self, confirmed_flush: Lsn) -> Option<SystemTime> {
+        let mut q = lock(&self.heartbeats);
+        let mut newest = None;
+        while let Some(&(at, lsn)) = q.front() {
+            if lsn >= confirmed_flush {
+                break;
+            }
+            newest = Some(at);
+            q.pop_front();
+        }
+        newest
+    }
+}
+
+/// A poisoned lock only means another task panicked while copying a value: keep going.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::alert::AlertKind;
+
+    #[test]
+    fn confirmed_heartbeats_are_popped_in_order_and_the_newest_returned() {
+        let s = Shared::new();
+        let t = |n| SystemTime::UNIX_EPOCH + Duration::from_secs(n);
+        s.heartbeat_written(t(1), Lsn(100));
+        s.heartbeat_written(t(2), Lsn(200));
+        s.heartbeat_written(t(3), Lsn(300));
+        assert_eq!(
+            s.heartbeats_confirmed(Lsn(100)),
+            None,
+            "confirmed must pass the message"
+        );
+        assert_eq!(s.heartbeats_confirmed(Lsn(250)), Some(t(2)));
+        assert_eq!(s.heartbeats_confirmed(Lsn(250)), None);
+        assert_eq!(s.heartbeats_confirmed(Lsn(301)), Some(t(3)));
+    }
+
+    #[test]
+    fn readiness_lists_every_reason() {
+        let s = Shared::new();
+        set_streaming(false);
+        s.set_alerts(vec![
+            Active {
+                kind: AlertKind::TimeLag,
+                severity: Severity::Critical,
+                summary: "old".into(),
+                action: "",
+                since: SystemTime::UNIX_EPOCH,
+                state: String::new(),
+            },
+            Active {
+                kind: AlertKind::RetainedWal,
+                severity: Severity::Warning,
+                summary: "big".into(),
+                action: "",
+                since: SystemTime::UNIX_EPOCH,
+                state: String::new(),
+            },
+        ]);
+        let reasons = s.readiness().unwrap_err();
+        assert_eq!(reasons.len(), 2, "{reasons:?}");
+        assert!(reasons[0].starts_with("not streaming"));
+        assert_eq!(reasons[1], "critical alert time_lag: old");
+    }
+}

@@ -1,0 +1,105 @@
+//! The heartbeat: every `heartbeat.interval_ms`, one transactional logical message on the
+//! relay's own SQL connection to the slot's database:
+//!
+//! ```sql
+//! SELECT pg_logical_emit_message(true, '<heartbeat.prefix>', '{"slot":…,"at":…}')
+//! ```
+//!
+//! Invariants:
+//! - The message is transactional, so it reaches the relay inside BEGIN/COMMIT, in commit
+//!   order, like any transaction without outbox rows: confirming past it is exactly as safe as
+//!   confirming any other transaction, and it lets `confirmed_flush_lsn` advance on a database
+//!   whose outbox is quiet. The pipeline publishes no logical message, whatever its prefix.
+//! - The message LSN is handed to [`Shared`], so the monitor can tell when the slot confirmed
+//!   it (`outbox_relay_heartbeat_age_seconds`, end-to-end proof of progress).
+//! - Nothing is written on a standby (read-only); failures are counted and logged once per
+//!   distinct error, and never stop the relay.
+
+use std::{sync::Arc, time::Duration, time::SystemTime};
+
+use relay_core::Lsn;
+use tokio::sync::watch;
+use tokio_postgres::Client;
+
+use crate::{
+    config::Config, error::describe_pg, health::Shared, metrics as m, setup, webhook::rfc3339,
+};
+
+/// Writes one heartbeat; `Ok(None)` on a standby.
+pub async fn beat(client: &Client, prefix: &str, slot: &str) -> Result<Option<Lsn>, String> {
+    let payload = serde_json::json!({ "slot": slot, "at": rfc3339(SystemTime::now()) }).to_string();
+    let row = client
+        .query_one(
+            "SELECT CASE WHEN pg_is_in_recovery() THEN NULL \
+                    ELSE pg_logical_emit_message(true, $1::text, $2::text)::text END",
+            &[&prefix, &payload],
+        )
+        .await
+        .map_err(|e| describe_pg(&e))?;
+    match row.get::<_, Option<String>>(0) {
+        None => Ok(None),
+        Some(s) => s.parse().map(Some).map_err(|e| format!("{e}")),
+    }
+}
+
+/// Writes heartbeats until `shutdown` flips to true.
+pub async fn run(cfg: Arc<Config>, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let hb = &cfg.heartbeat;
+    let mut tick = tokio::time::interval(Duration::from_millis(hb.interval_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut client: Option<Client> = None;
+    let mut last_error: Option<String> = None;
+    let mut standby_logged = false;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        if client.as_ref().is_none_or(Client::is_closed) {
+            client = setup::connect(&cfg)
+                .await
+                .map_err(|e| e.to_string())
+                .map_or_else(
+                    |e| {
+                        failed(&mut last_error, e);
+                        None
+                    },
+                    Some,
+                );
+        }
+        let Some(c) = client.as_ref() else { continue };
+        let at = SystemTime::now();
+        match beat(c, &hb.prefix, &cfg.postgres.slot).await {
+            Ok(Some(lsn)) => {
+                shared.heartbeat_written(at, lsn);
+                metrics::counter!(m::HEARTBEATS, "result" => "ok").increment(1);
+                last_error = None;
+                tracing::trace!(lsn = %lsn, "heartbeat_written");
+            }
+            Ok(None) => {
+                if !standby_logged {
+                    tracing::info!("heartbeat_skipped: the server is a standby (read-only)");
+                    standby_logged = true;
+                }
+            }
+            Err(e) => {
+                client = None;
+                failed(
+                    &mut last_error,
+                    format!(
+                        "{e}; the role needs EXECUTE on pg_logical_emit_message, or set \
+                         heartbeat.enabled = false"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn failed(last: &mut Option<String>, e: String) {
+    metrics::counter!(m::HEARTBEATS, "result" => "error").increment(1);
+    if last.as_deref() != Some(e.as_str()) {
+        tracing::warn!(error = %e, "heartbeat_failed: retrying every interval");
+        *last = Some(e);
+    }
+}

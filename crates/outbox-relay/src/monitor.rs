@@ -1,0 +1,560 @@
+//! The slot monitor: every `monitor.poll_interval_ms` it reads the slot from PostgreSQL on its
+//! own SQL connection, publishes gauges, evaluates the alerts and notifies.
+//!
+//! ```text
+//! pg_replication_slots, pg_stat_replication_slots, max_slot_wal_keep_size, pg_current_wal_lsn()
+//!     ─▶ SlotSnapshot ─▶ gauges ─▶ alert::Alerts ─▶ log line, alert gauges, /readyz, webhook
+//!                                                    └─ wal_status = lost ─▶ supervisor stops
+//! ```
+//!
+//! Invariants:
+//! - It never uses the replication connection, so it keeps reporting while the stream is down,
+//!   while Kafka is down, and while the server is a standby waiting for the slot.
+//! - `wal_status = lost` (or an `invalidation_reason`) is reported to the supervisor as a
+//!   definite error, once: the relay stops and never re-creates the slot, because a re-created
+//!   slot starts at "now" and silently skips every event in the gap.
+//! - Time lag needs no clock on the server: [`WalClock`] remembers when the monitor first saw
+//!   the server's WAL pass each position, so the age of the oldest unconfirmed WAL is known to
+//!   within one poll interval (a lower bound while the first sample is not yet confirmed).
+
+use std::{
+    collections::VecDeque,
+    fmt,
+    str::FromStr,
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use relay_core::Lsn;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_postgres::Client;
+
+use crate::{
+    alert::{Alerts, Observation, Severity},
+    config::Config,
+    error::{RelayError, describe_pg},
+    health::Shared,
+    metrics as m, setup,
+    webhook::{Dispatcher, Repeater},
+};
+
+/// PostgreSQL's `pg_replication_slots.wal_status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WalStatus {
+    Reserved,
+    Extended,
+    Unreserved,
+    Lost,
+    Other(String),
+}
+
+impl FromStr for WalStatus {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "reserved" => WalStatus::Reserved,
+            "extended" => WalStatus::Extended,
+            "unreserved" => WalStatus::Unreserved,
+            "lost" => WalStatus::Lost,
+            other => WalStatus::Other(other.to_string()),
+        })
+    }
+}
+
+impl fmt::Display for WalStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WalStatus::Reserved => "reserved",
+            WalStatus::Extended => "extended",
+            WalStatus::Unreserved => "unreserved",
+            WalStatus::Lost => "lost",
+            WalStatus::Other(s) => s,
+        })
+    }
+}
+
+/// Cumulative decoding statistics of the slot (`pg_stat_replication_slots`, PostgreSQL 14+).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpillStats {
+    pub spill_txns: i64,
+    pub spill_count: i64,
+    pub spill_bytes: i64,
+    pub total_txns: i64,
+    pub total_bytes: i64,
+}
+
+/// The slot's row of `pg_replication_slots`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotState {
+    pub active: bool,
+    pub active_pid: Option<i32>,
+    pub restart_lsn: Option<Lsn>,
+    pub confirmed_flush: Option<Lsn>,
+    pub wal_status: Option<WalStatus>,
+    pub safe_wal_size: Option<i64>,
+    /// PostgreSQL 17+; `None` before.
+    pub invalidation_reason: Option<String>,
+    pub stats: Option<SpillStats>,
+}
+
+impl SlotState {
+    pub fn is_lost(&self) -> bool {
+        self.wal_status == Some(WalStatus::Lost) || self.invalidation_reason.is_some()
+    }
+}
+
+/// One reading of the server and the slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotSnapshot {
+    pub in_recovery: bool,
+    /// `pg_current_wal_lsn()`, or `pg_last_wal_replay_lsn()` on a standby.
+    pub server_lsn: Option<Lsn>,
+    /// `max_slot_wal_keep_size` in bytes; `None` = unlimited (-1).
+    pub max_slot_wal_keep_size: Option<u64>,
+    /// `None` when the slot does not exist.
+    pub slot: Option<SlotState>,
+}
+
+impl SlotSnapshot {
+    /// Relay lag: server WAL position minus `confirmed_flush_lsn`.
+    pub fn lag_bytes(&self) -> Option<u64> {
+        let s = self.slot.as_ref()?;
+        Some(self.server_lsn?.0.saturating_sub(s.confirmed_flush?.0))
+    }
+
+    /// WAL kept for the slot: server WAL position minus `restart_lsn`.
+    pub fn retained_wal_bytes(&self) -> Option<u64> {
+        let s = self.slot.as_ref()?;
+        Some(self.server_lsn?.0.saturating_sub(s.restart_lsn?.0))
+    }
+
+    pub fn observation(&self, time_lag: Option<Duration>) -> Observation {
+        Observation {
+            retained_wal_bytes: self.retained_wal_bytes(),
+            max_slot_wal_keep_size: self.max_slot_wal_keep_size,
+            time_lag,
+            wal_status: self.slot.as_ref().and_then(|s| s.wal_status.clone()),
+            confirmed_flush: self.slot.as_ref().and_then(|s| s.confirmed_flush),
+        }
+    }
+}
+
+/// Reads the server and the slot. `server_version_num` selects the columns that exist.
+pub async fn query(
+    client: &Client,
+    slot: &str,
+    server_version_num: i32,
+) -> Result<SlotSnapshot, tokio_postgres::Error> {
+    let invalidation = if server_version_num >= 170_000 {
+        "s.invalidation_reason"
+    } else {
+        "NULL::text"
+    };
+    let sql = format!(
+        "SELECT pg_is_in_recovery(), \
+                (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
+                      ELSE pg_current_wal_lsn() END)::text, \
+                (SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size'), \
+                s.slot_name IS NOT NULL, s.active, s.active_pid, s.restart_lsn::text, \
+                s.confirmed_flush_lsn::text, s.wal_status, s.safe_wal_size, {invalidation} \
+           FROM (SELECT 1) AS one \
+           LEFT JOIN pg_replication_slots s ON s.slot_name = $1"
+    );
+    let row = client.query_one(&sql, &[&slot]).await?;
+    let lsn = |i: usize| -> Option<Lsn> { row.get::<_, Option<String>>(i)?.parse().ok() };
+    let max_mb: Option<i64> = row.get(2);
+    let exists: bool = row.get(3);
+    let stats = if exists && server_version_num >= 140_000 {
+        client
+            .query_opt(
+                "SELECT spill_txns, spill_count, spill_bytes, total_txns, total_bytes \
+                   FROM pg_stat_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await?
+            .map(|r| SpillStats {
+                spill_txns: r.get::<_, Option<i64>>(0).unwrap_or(0),
+                spill_count: r.get::<_, Option<i64>>(1).unwrap_or(0),
+                spill_bytes: r.get::<_, Option<i64>>(2).unwrap_or(0),
+                total_txns: r.get::<_, Option<i64>>(3).unwrap_or(0),
+                total_bytes: r.get::<_, Option<i64>>(4).unwrap_or(0),
+            })
+    } else {
+        None
+    };
+    Ok(SlotSnapshot {
+        in_recovery: row.get(0),
+        server_lsn: lsn(1),
+        max_slot_wal_keep_size: max_mb.filter(|v| *v >= 0).map(|mb| (mb as u64) << 20),
+        slot: exists.then(|| SlotState {
+            active: row.get::<_, Option<bool>>(4).unwrap_or(false),
+            active_pid: row.get(5),
+            restart_lsn: lsn(6),
+            confirmed_flush: lsn(7),
+            wal_status: row
+                .get::<_, Option<String>>(8)
+                .map(|s| s.parse().unwrap_or(WalStatus::Other(s))),
+            safe_wal_size: row.get(9),
+            invalidation_reason: row.get(10),
+            stats,
+        }),
+    })
+}
+
+/// `server_version_num` of the connected server.
+pub async fn server_version(client: &Client) -> Result<i32, tokio_postgres::Error> {
+    let v: String = client
+        .query_one("SELECT current_setting('server_version_num')", &[])
+        .await?
+        .get(0);
+    Ok(v.parse().unwrap_or(0))
+}
+
+/// Remembers when the server's WAL first passed each position the monitor saw.
+#[derive(Debug, Default)]
+pub struct WalClock {
+    samples: VecDeque<(Instant, Lsn)>,
+}
+
+/// About six days of samples at the default interval; older ones are dropped (the lag is then
+/// underestimated, never overestimated).
+const MAX_SAMPLES: usize = 100_000;
+
+impl WalClock {
+    pub fn observe(&mut self, at: Instant, server_lsn: Lsn) {
+        if self.samples.back().is_none_or(|&(_, l)| server_lsn > l) {
+            if self.samples.len() == MAX_SAMPLES {
+                self.samples.pop_front();
+            }
+            self.samples.push_back((at, server_lsn));
+        }
+    }
+
+    /// Age of the oldest WAL after `confirmed`: the time since the first sample beyond it.
+    pub fn lag(&mut self, confirmed: Lsn, now: Instant) -> Duration {
+        while self.samples.front().is_some_and(|&(_, l)| l <= confirmed) {
+            self.samples.pop_front();
+        }
+        self.samples
+            .front()
+            .map_or(Duration::ZERO, |&(t, _)| now.saturating_duration_since(t))
+    }
+}
+
+/// Mirrors a server-side cumulative counter into a Prometheus counter (by increments, so a
+/// `pg_stat_reset_replication_slot` is a counter reset, not a stuck value).
+#[derive(Debug, Default)]
+struct CounterMirror {
+    last: Option<i64>,
+}
+
+impl CounterMirror {
+    fn increment(&mut self, value: i64) -> u64 {
+        let inc = match self.last {
+            Some(last) if value >= last => value - last,
+            _ => value,
+        };
+        self.last = Some(value);
+        inc.max(0) as u64
+    }
+}
+
+/// What the monitor task needs from `run`.
+pub struct MonitorTask {
+    pub cfg: Arc<Config>,
+    pub shared: Arc<Shared>,
+    pub webhook: Option<Dispatcher>,
+    /// Receives the definite error when the slot is lost.
+    pub fatal: mpsc::Sender<RelayError>,
+    /// Fired after the first poll, successful or not.
+    pub first_poll: Option<oneshot::Sender<()>>,
+}
+
+struct Monitor {
+    cfg: Arc<Config>,
+    shared: Arc<Shared>,
+    alerts: Alerts,
+    clock: WalClock,
+    repeater: Repeater,
+    webhook: Option<Dispatcher>,
+    fatal: Option<mpsc::Sender<RelayError>>,
+    spill: [CounterMirror; 5],
+    started: SystemTime,
+    last_heartbeat: Option<SystemTime>,
+    conn: Option<(Client, i32)>,
+    last_error: Option<String>,
+}
+
+impl MonitorTask {
+    /// Polls until `shutdown` flips to true. Returns the webhook dispatcher for a final flush.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Option<Dispatcher> {
+        let interval = Duration::from_millis(self.cfg.monitor.poll_interval_ms);
+        let mut mon = Monitor {
+            alerts: Alerts::new(self.cfg.alerts.clone()),
+            repeater: Repeater::new(self.cfg.alerts.webhook.repeat_interval()),
+            cfg: self.cfg,
+            shared: self.shared,
+            clock: WalClock::default(),
+            webhook: self.webhook,
+            fatal: Some(self.fatal),
+            spill: Default::default(),
+            started: SystemTime::now(),
+            last_heartbeat: None,
+            conn: None,
+            last_error: None,
+        };
+        loop {
+            // A poll may wait for an unreachable server (connect timeout): never delay a stop.
+            let stopped = tokio::select! {
+                _ = mon.poll() => false,
+                _ = shutdown.changed() => true,
+            };
+            if stopped {
+                return mon.webhook;
+            }
+            if let Some(tx) = self.first_poll.take() {
+                let _ = tx.send(());
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = shutdown.changed() => return mon.webhook,
+            }
+            if *shutdown.borrow() {
+                return mon.webhook;
+            }
+        }
+    }
+}
+
+impl Monitor {
+    async fn poll(&mut self) {
+        match self.read().await {
+            Ok(snap) => {
+                self.last_error = None;
+                metrics::gauge!(m::MONITOR_UP).set(1.0);
+                self.publish(&snap);
+            }
+            Err(e) => {
+                self.conn = None;
+                metrics::gauge!(m::MONITOR_UP).set(0.0);
+                metrics::counter!(m::MONITOR_ERRORS).increment(1);
+                if self.last_error.as_deref() != Some(e.as_str()) {
+                    tracing::warn!(error = %e, "slot_monitor_failed: retrying every poll interval");
+                    self.last_error = Some(e);
+                }
+            }
+        }
+        metrics::gauge!(m::READY).set(if self.shared.readiness().is_ok() {
+            1.0
+        } else {
+            0.0
+        });
+    }
+
+    async fn read(&mut self) -> Result<SlotSnapshot, String> {
+        if self.conn.as_ref().is_none_or(|(c, _)| c.is_closed()) {
+            let client = setup::connect(&self.cfg).await.map_err(|e| e.to_string())?;
+            let version = server_version(&client).await.map_err(|e| describe_pg(&e))?;
+            self.conn = Some((client, version));
+        }
+        let (client, version) = self.conn.as_ref().expect("connected above");
+        query(client, &self.cfg.postgres.slot, *version)
+            .await
+            .map_err(|e| format!("cannot read replication slot state: {}", describe_pg(&e)))
+    }
+
+    fn publish(&mut self, snap: &SlotSnapshot) {
+        let now = Instant::now();
+        let set = |name: &'static str, v: f64| metrics::gauge!(name).set(v);
+        set(
+            m::MAX_SLOT_WAL_KEEP_SIZE_BYTES,
+            snap.max_slot_wal_keep_size.map_or(-1.0, |b| b as f64),
+        );
+        if let Some(lsn) = snap.server_lsn {
+            set(m::SERVER_WAL_LSN, lsn.0 as f64);
+            self.clock.observe(now, lsn);
+        }
+        set(m::SLOT_PRESENT, if snap.slot.is_some() { 1.0 } else { 0.0 });
+        let mut time_lag = None;
+        if let Some(s) = &snap.slot {
+            set(m::SLOT_ACTIVE, if s.active { 1.0 } else { 0.0 });
+            for status in m::WAL_STATUSES {
+                let on = s
+                    .wal_status
+                    .as_ref()
+                    .is_some_and(|w| w.to_string() == *status);
+                metrics::gauge!(m::SLOT_WAL_STATUS, "status" => *status).set(if on {
+                    1.0
+                } else {
+                    0.0
+                });
+            }
+            set(
+                m::SLOT_SAFE_WAL_SIZE_BYTES,
+                s.safe_wal_size.map_or(-1.0, |b| b as f64),
+            );
+            if let Some(c) = s.confirmed_flush {
+                set(m::SLOT_CONFIRMED_FLUSH_LSN, c.0 as f64);
+                let lag = self.clock.lag(c, now);
+                set(m::SLOT_LAG_SECONDS, lag.as_secs_f64());
+                time_lag = Some(lag);
+                self.heartbeat_age(c);
+            }
+            if let Some(b) = snap.lag_bytes() {
+                set(m::SLOT_LAG_BYTES, b as f64);
+            }
+            if let Some(b) = snap.retained_wal_bytes() {
+                set(m::SLOT_RETAINED_WAL_BYTES, b as f64);
+            }
+            if let Some(st) = s.stats {
+                for (i, (name, v)) in [
+                    (m::SLOT_SPILLED_TRANSACTIONS, st.spill_txns),
+                    (m::SLOT_SPILL_WRITES, st.spill_count),
+                    (m::SLOT_SPILLED_BYTES, st.spill_bytes),
+                    (m::SLOT_DECODED_TRANSACTIONS, st.total_txns),
+                    (m::SLOT_DECODED_BYTES, st.total_bytes),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    metrics::counter!(name).increment(self.spill[i].increment(v));
+                }
+            }
+        }
+        self.evaluate(snap, time_lag);
+    }
+
+    /// `outbox_relay_heartbeat_age_seconds`: since the newest confirmed heartbeat was written
+    /// (since start until the first one is confirmed).
+    fn heartbeat_age(&mut self, confirmed: Lsn) {
+        if !self.cfg.heartbeat.enabled {
+            return;
+        }
+        if let Some(at) = self.shared.heartbeats_confirmed(confirmed) {
+            self.last_heartbeat = Some(at);
+        }
+        let since = self.last_heartbeat.unwrap_or(self.started);
+        let age = SystemTime::now().duration_since(since).unwrap_or_default();
+        metrics::gauge!(m::HEARTBEAT_AGE_SECONDS).set(age.as_secs_f64());
+    }
+
+    fn evaluate(&mut self, snap: &SlotSnapshot, time_lag: Option<Duration>) {
+        let slot = &self.cfg.postgres.slot;
+        let transitions = self
+            .alerts
+            .observe(&snap.observation(time_lag), SystemTime::now());
+        for t in &transitions {
+            metrics::gauge!(m::ALERT_LEVEL, "alert" => t.kind.as_str()).set(Severity::gauge(t.to));
+            let msg = t.message();
+            match t.to {
+                None => tracing::info!(slot = %slot, alert = t.kind.as_str(), "{msg}"),
+                Some(sev) => {
+                    metrics::counter!(m::ALERTS_FIRED, "alert" => t.kind.as_str(), "severity" => sev.as_str())
+                        .increment(1);
+                    if sev == Severity::Critical {
+                        tracing::error!(slot = %slot, alert = t.kind.as_str(), severity = sev.as_str(), "{msg}");
+                    } else {
+                        tracing::warn!(slot = %slot, alert = t.kind.as_str(), severity = sev.as_str(), "{msg}");
+                    }
+                }
+            }
+        }
+        let active = self.alerts.active();
+        if let Some(w) = &self.webhook {
+            for n in self.repeater.due(&transitions, &active, Instant::now()) {
+                w.send(n);
+            }
+        }
+        self.shared.set_alerts(active);
+
+        if let Some(s) = snap.slot.as_ref().filter(|s| s.is_lost())
+            && let Some(fatal) = self.fatal.take()
+        {
+            let reason = s
+                .invalidation_reason
+                .as_deref()
+                .map(|r| format!(", invalidation_reason = {r}"))
+                .unwrap_or_default();
+            let from = s
+                .confirmed_flush
+                .map_or("its confirmed_flush_lsn".into(), |l| l.to_string());
+            tracing::error!(slot = %slot, "slot_lost: the slot monitor found the slot invalidated; stopping");
+            let _ = fatal.try_send(RelayError::Precondition(format!(
+                "replication slot {slot:?} was invalidated (wal_status = lost{reason}): \
+                 PostgreSQL removed WAL it still needed, so events committed after {from} may \
+                 never reach Kafka. outbox-relay stops and will not re-create the slot: run \
+                 `outbox-relay setup --recreate-slot` and re-publish the gap from the outbox \
+                 table (docs/operations.md#slot-lost)"
+            )));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wal_clock_measures_the_age_of_the_oldest_unconfirmed_wal() {
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        let mut c = WalClock::default();
+        c.observe(at(0), Lsn(100));
+        assert_eq!(c.lag(Lsn(100), at(0)), Duration::ZERO, "caught up");
+        c.observe(at(5), Lsn(200));
+        c.observe(at(10), Lsn(200)); // no new WAL: no sample
+        c.observe(at(15), Lsn(300));
+        assert_eq!(
+            c.lag(Lsn(100), at(20)),
+            Duration::from_secs(15),
+            "WAL past 100 seen at 5 s"
+        );
+        assert_eq!(
+            c.lag(Lsn(250), at(20)),
+            Duration::from_secs(5),
+            "WAL past 250 seen at 15 s"
+        );
+        assert_eq!(c.lag(Lsn(300), at(20)), Duration::ZERO);
+        assert!(c.samples.is_empty(), "confirmed samples are forgotten");
+    }
+
+    #[test]
+    fn counter_mirror_turns_server_counters_into_increments() {
+        let mut m = CounterMirror::default();
+        assert_eq!(m.increment(10), 10, "first reading: the server's total");
+        assert_eq!(m.increment(15), 5);
+        assert_eq!(m.increment(15), 0);
+        assert_eq!(m.increment(3), 3, "stats reset: counted again from zero");
+    }
+
+    #[test]
+    fn snapshot_arithmetic_and_lost_detection() {
+        let mut snap = SlotSnapshot {
+            in_recovery: false,
+            server_lsn: Some(Lsn(1000)),
+            max_slot_wal_keep_size: Some(64 << 20),
+            slot: Some(SlotState {
+                active: true,
+                active_pid: Some(7),
+                restart_lsn: Some(Lsn(400)),
+                confirmed_flush: Some(Lsn(900)),
+                wal_status: Some("reserved".parse().unwrap()),
+                safe_wal_size: Some(1),
+                invalidation_reason: None,
+                stats: None,
+            }),
+        };
+        assert_eq!(snap.lag_bytes(), Some(100));
+        assert_eq!(snap.retained_wal_bytes(), Some(600));
+        assert!(!snap.slot.as_ref().unwrap().is_lost());
+        let s = snap.slot.as_mut().unwrap();
+        s.wal_status = Some("lost".parse().unwrap());
+        s.restart_lsn = None;
+        assert!(snap.slot.as_ref().unwrap().is_lost());
+        assert_eq!(snap.retained_wal_bytes(), None);
+        assert_eq!(
+            "something_new".parse::<WalStatus>().unwrap().to_string(),
+            "something_new"
+        );
+    }
+}

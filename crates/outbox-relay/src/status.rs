@@ -1,0 +1,403 @@
+//! `outbox-relay status`: the slot's health on one screen, for people, cron and probes.
+//!
+//! It reads the slot directly from PostgreSQL (so it works while the relay is down) and
+//! evaluates the alerts that need no history (retained WAL, `wal_status`). When the relay's
+//! HTTP endpoint answers, its view is added: streaming, time lag, heartbeat age and the level
+//! of every alert, including `time_lag`, which needs the monitor's history.
+//!
+//! Invariant: the worst level among both views decides the exit code, and a missing or lost
+//! slot is always critical, so `status` never reports healthy for a relay that cannot run.
+
+use std::{fmt::Write, time::Duration};
+
+use crate::{
+    alert::{self, Finding, Severity, human_bytes, human_duration},
+    config::Config,
+    error::{RelayError, describe_pg},
+    http::{self, Target},
+    monitor::{self, SlotSnapshot},
+    setup,
+    webhook::rfc3339,
+};
+
+/// What the running relay reports about itself (from its `/metrics`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RelayView {
+    pub streaming: Option<bool>,
+    pub ready: Option<bool>,
+    pub time_lag_secs: Option<f64>,
+    pub heartbeat_age_secs: Option<f64>,
+    /// `(alert, level)` with level 0 ok, 1 warning, 2 critical.
+    pub alert_levels: Vec<(String, f64)>,
+}
+
+#[derive(Debug)]
+pub struct StatusReport {
+    pub slot_name: String,
+    pub server: String,
+    pub snapshot: SlotSnapshot,
+    pub findings: [Finding; 3],
+    pub relay: Result<RelayView, String>,
+}
+
+/// Queries PostgreSQL (required) and the relay's endpoint (optional).
+pub async fn collect(cfg: &Config) -> Result<StatusReport, RelayError> {
+    let client = setup::connect(cfg).await?;
+    let err = |e: tokio_postgres::Error| RelayError::Postgres {
+        context: "read the replication slot",
+        detail: describe_pg(&e),
+    };
+    let version = monitor::server_version(&client).await.map_err(err)?;
+    let snapshot = monitor::query(&client, &cfg.postgres.slot, version)
+        .await
+        .map_err(err)?;
+    let findings = alert::evaluate(&cfg.alerts, &snapshot.observation(None));
+    let relay = if !cfg.http.enabled || cfg.http.listen.port() == 0 {
+        Err("http endpoint disabled or on a random port".to_string())
+    } else {
+        let t = Target::local(cfg.http.listen, "/metrics");
+        match http::get(&t, Duration::from_secs(2)).await {
+            Ok((s, body)) if s.is_success() => Ok(relay_view(&body)),
+            Ok((s, _)) => Err(format!("{} answered {s}", t.redacted())),
+            Err(e) => Err(format!("{} not reachable: {e}", t.redacted())),
+        }
+    };
+    Ok(StatusReport {
+        slot_name: cfg.postgres.slot.clone(),
+        server: format!(
+            "{}:{} database {}",
+            cfg.postgres.host, cfg.postgres.port, cfg.postgres.database
+        ),
+        snapshot,
+        findings,
+        relay,
+    })
+}
+
+/// Reads the relay's own metrics from Prometheus text.
+pub fn relay_view(text: &str) -> RelayView {
+    let mut v = RelayView::default();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+        match name {
+            crate::metrics::STREAMING => v.streaming = Some(value > 0.0),
+            crate::metrics::READY => v.ready = Some(value > 0.0),
+            crate::metrics::SLOT_LAG_SECONDS => v.time_lag_secs = Some(value),
+            crate::metrics::HEARTBEAT_AGE_SECONDS => v.heartbeat_age_secs = Some(value),
+            crate::metrics::ALERT_LEVEL => {
+                if let Some(alert) = labels
+                    .split_once("alert=\"")
+                    .and_then(|(_, rest)| rest.split_once('"'))
+                    .map(|(a, _)| a.to_string())
+                {
+                    v.alert_levels.push((alert, value));
+                }
+            }
+            _ => {}
+        }
+    }
+    v
+}
+
+impl StatusReport {
+    /// The worst level found: the local findings, the relay's alerts, missing or lost slots.
+    pub fn worst(&self) -> Option<Severity> {
+        let slot_critical = match &self.snapshot.slot {
+            None => true,
+            Some(s) => s.is_lost(),
+        };
+        let relay = self
+            .relay
+            .as_ref()
+            .ok()
+            .map(|v| v.alert_levels.iter().map(|(_, l)| *l).fold(0.0, f64::max));
+        let relay = match relay {
+            Some(l) if l >= 2.0 => Some(Severity::Critical),
+            Some(l) if l >= 1.0 => Some(Severity::Warning),
+            _ => None,
+        };
+        let local = self.findings.iter().filter_map(|f| f.level).max();
+        let slot = slot_critical.then_some(Severity::Critical);
+        [local, relay, slot].into_iter().flatten().max()
+    }
+
+    /// The one-screen report.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let snap = &self.snapshot;
+        let _ = writeln!(
+            o,
+            "outbox-relay status: slot {:?} on {} at {}",
+            self.slot_name,
+            self.server,
+            rfc3339(std::time::SystemTime::now())
+        );
+        let role = if snap.in_recovery {
+            "standby"
+        } else {
+            "primary"
+        };
+        let max = snap
+            .max_slot_wal_keep_size
+            .map_or("unlimited".to_string(), human_bytes);
+        let wal = snap.server_lsn.map_or("unknown".into(), |l| l.to_string());
+        let _ = writeln!(
+            o,
+            "  server           {role}, WAL at {wal}, max_slot_wal_keep_size {max}"
+        );
+        match &snap.slot {
+            None => {
+                let _ = writeln!(
+                    o,
+                    "  slot             MISSING: run `outbox-relay setup` on a first start; if it \
+                     existed before, events since it was dropped are missing (docs/operations.md#slot-lost)"
+                );
+            }
+            Some(s) => {
+                let holder = match (s.active, s.active_pid) {
+                    (true, Some(pid)) => format!("active (pid {pid})"),
+                    (true, None) => "active".into(),
+                    _ => "inactive (no relay streams from it)".into(),
+                };
+                let status = s
+                    .wal_status
+                    .as_ref()
+                    .map_or("unknown".into(), |w| w.to_string());
+                let safe = match s.safe_wal_size {
+                    Some(b) if b < 0 => format!("-{}", human_bytes(b.unsigned_abs())),
+                    Some(b) => human_bytes(b as u64),
+                    None if s.is_lost() => "none (lost)".into(),
+                    None if snap.max_slot_wal_keep_size.is_none() => "unlimited".into(),
+                    None => "unknown".into(),
+                };
+                let _ = writeln!(
+                    o,
+                    "  slot             {holder}, wal_status {status}, safe_wal_size {safe}"
+                );
+                if let Some(r) = &s.invalidation_reason {
+                    let _ = writeln!(o, "  invalidated      {r}");
+                }
+                let lag = snap.lag_bytes().map_or("unknown".into(), human_bytes);
+                let confirmed = s.confirmed_flush.map_or("none".into(), |l| l.to_string());
+                let _ = writeln!(o, "  last confirmed   {confirmed} (lag {lag})");
+                match (s.restart_lsn, snap.retained_wal_bytes()) {
+                    (Some(r), Some(b)) => {
+                        let b = human_bytes(b);
+                        let _ = writeln!(o, "  restart_lsn      {r} (retains {b} of WAL)");
+                    }
+                    (r, _) => {
+                        let r = r.map_or("none".to_string(), |l| l.to_string());
+                        let _ = writeln!(o, "  restart_lsn      {r} (retained WAL unknown)");
+                    }
+                }
+                if let Some(st) = s.stats {
+                    let _ = writeln!(
+                        o,
+                        "  decoding         {} txns decoded, {} spilled to disk ({} writes, {})",
+                        st.total_txns,
+                        st.spill_txns,
+                        st.spill_count,
+                        human_bytes(st.spill_bytes.max(0) as u64)
+                    );
+                }
+            }
+        }
+        match &self.relay {
+            Ok(v) => {
+                let yes_no = |b: Option<bool>, y: &str, n: &str| match b {
+                    Some(true) => y.to_string(),
+                    Some(false) => n.to_string(),
+                    None => "unknown".to_string(),
+                };
+                let secs = |s: Option<f64>| {
+                    s.filter(|s| s.is_finite() && *s >= 0.0)
+                        .map_or("n/a".into(), |s| human_duration(Duration::from_secs_f64(s)))
+                };
+                let _ = writeln!(
+                    o,
+                    "  relay            {}, {}, time lag {}, heartbeat age {}",
+                    yes_no(v.streaming, "streaming", "NOT streaming"),
+                    yes_no(v.ready, "ready", "not ready"),
+                    secs(v.time_lag_secs),
+                    secs(v.heartbeat_age_secs)
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(
+                    o,
+                    "  relay            no report ({e}); time lag not evaluated"
+                );
+            }
+        }
+        let mut lines = Vec::new();
+        for f in &self.findings {
+            if let Some(l) = f.level {
+                lines.push(format!(
+                    "  {:<16} {} {}: {}\n  {:<16}   what to do: {}",
+                    "",
+                    l.as_str().to_uppercase(),
+                    f.kind,
+                    f.summary,
+                    "",
+                    f.action
+                ));
+            }
+        }
+        if let Ok(v) = &self.relay {
+            for (alert, level) in &v.alert_levels {
+                let local = self
+                    .findings
+                    .iter()
+                    .any(|f| f.kind.as_str() == alert && f.level.is_some());
+                if *level >= 1.0 && !local {
+                    let l = if *level >= 2.0 { "CRITICAL" } else { "WARNING" };
+                    lines.push(format!(
+                        "  {:<16} {l} {alert} (reported by the relay; see its log for alert_firing)",
+                        ""
+                    ));
+                }
+            }
+        }
+        let worst = self.worst();
+        let _ = writeln!(
+            o,
+            "  alerts           {}",
+            if lines.is_empty() {
+                "none"
+            } else {
+                "see below"
+            }
+        );
+        for l in lines {
+            let _ = writeln!(o, "{l}");
+        }
+        let _ = writeln!(
+            o,
+            "result: {}",
+            match worst {
+                None => "OK",
+                Some(Severity::Warning) => "WARNING",
+                Some(Severity::Critical) => "CRITICAL",
+            }
+        );
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::monitor::SlotState;
+    use relay_core::Lsn;
+
+    fn report(slot: Option<SlotState>, relay: Result<RelayView, String>) -> StatusReport {
+        let snapshot = SlotSnapshot {
+            in_recovery: false,
+            server_lsn: Some(Lsn(0x3000000)),
+            max_slot_wal_keep_size: Some(64 << 20),
+            slot,
+        };
+        let cfg = crate::config::AlertsConfig::default();
+        StatusReport {
+            slot_name: "s".into(),
+            server: "h:1 database d".into(),
+            findings: alert::evaluate(&cfg, &snapshot.observation(None)),
+            snapshot,
+            relay,
+        }
+    }
+
+    fn slot(status: &str, restart: u64) -> SlotState {
+        SlotState {
+            active: true,
+            active_pid: Some(42),
+            restart_lsn: Some(Lsn(restart)),
+            confirmed_flush: Some(Lsn(0x3000000 - 100)),
+            wal_status: Some(status.parse().unwrap()),
+            safe_wal_size: Some(40 << 20),
+            invalidation_reason: None,
+            stats: None,
+        }
+    }
+
+    #[test]
+    fn healthy_slot_is_ok_and_shows_the_figures() {
+        let r = report(Some(slot("reserved", 0x3000000 - 4096)), Err("off".into()));
+        assert_eq!(r.worst(), None);
+        let text = r.render();
+        for needle in [
+            "active (pid 42)",
+            "wal_status reserved",
+            "safe_wal_size 40.0 MiB",
+            "lag 100 B",
+            "retains 4.0 KiB of WAL",
+            "max_slot_wal_keep_size 64.0 MiB",
+            "alerts           none",
+            "result: OK",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing in\n{text}");
+        }
+    }
+
+    #[test]
+    fn lost_missing_and_relay_reported_critical_alerts_are_critical() {
+        let mut lost = slot("lost", 0);
+        lost.restart_lsn = None;
+        lost.safe_wal_size = None;
+        let r = report(Some(lost), Err("off".into()));
+        assert_eq!(r.worst(), Some(Severity::Critical));
+        let text = r.render();
+        assert!(
+            text.contains("CRITICAL wal_status: the slot was invalidated"),
+            "{text}"
+        );
+        assert!(
+            text.contains("safe_wal_size none (lost)") && text.contains("retained WAL unknown"),
+            "{text}"
+        );
+        assert_eq!(
+            report(None, Err("off".into())).worst(),
+            Some(Severity::Critical)
+        );
+        assert!(report(None, Err("off".into())).render().contains("MISSING"));
+
+        let view = relay_view(
+            "# TYPE outbox_relay_alert_level gauge\n\
+             outbox_relay_alert_level{alert=\"time_lag\"} 2\n\
+             outbox_relay_alert_level{alert=\"retained_wal\"} 0\n\
+             outbox_relay_streaming 0\noutbox_relay_ready 0\n\
+             outbox_relay_slot_lag_seconds 12.5\n",
+        );
+        assert_eq!(view.streaming, Some(false));
+        assert_eq!(view.time_lag_secs, Some(12.5));
+        assert_eq!(view.alert_levels.len(), 2);
+        let r = report(Some(slot("reserved", 0x3000000 - 4096)), Ok(view));
+        assert_eq!(r.worst(), Some(Severity::Critical));
+        let text = r.render();
+        assert!(
+            text.contains("NOT streaming") && text.contains("time lag 12.5s"),
+            "{text}"
+        );
+        assert!(
+            text.contains("CRITICAL time_lag (reported by the relay"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn retained_wal_over_the_ratio_is_a_warning() {
+        // 40 MiB of 64 MiB: 62% (default warning 50%, critical 80%).
+        let r = report(
+            Some(slot("reserved", 0x3000000 - (40 << 20))),
+            Err("off".into()),
+        );
+        assert_eq!(r.worst(), Some(Severity::Warning));
+        assert!(r.render().contains("WARNING retained_wal"));
+    }
+}
