@@ -515,7 +515,7 @@ async fn metrics_scrape_parses_and_holds_every_documented_metric() {
         Duration::from_secs(20),
         || async {
             let m = scrape(addr).await;
-            let produced = m.value("outbox_relay_events_produced_total", &[])?;
+            let produced = m.sum("outbox_relay_events_produced_total")?;
             m.value("outbox_relay_heartbeat_age_seconds", &[])?;
             (produced >= 5.0).then_some(m)
         },
@@ -555,6 +555,15 @@ async fn metrics_scrape_parses_and_holds_every_documented_metric() {
             >= 5.0
     );
     assert_eq!(m.types["outbox_relay_events_produced_total"], "counter");
+    let topic = db.topic("order");
+    assert_eq!(
+        m.value(
+            "outbox_relay_events_produced_total",
+            &[("topic", topic.as_str())]
+        ),
+        Some(5.0),
+        "events are counted per topic"
+    );
     for (name, want) in [
         ("outbox_relay_streaming", 1.0),
         ("outbox_relay_ready", 1.0),

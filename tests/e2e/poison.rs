@@ -149,3 +149,162 @@ async fn a_mapped_column_dropped_mid_stream_halts_with_its_name() {
     assert!(db.confirmed_flush().await.unwrap() <= before);
     db.cleanup().await;
 }
+
+fn dead_letter_cfg(db: &TestDb) -> String {
+    db.relay_config(&format!(
+        "{}\n[relay]\non_poison = \"dead-letter\"\ndead_letter_topic = \"{}\"\n",
+        db.outbox_section(),
+        db.topic("dlq")
+    ))
+    .replace("[kafka]\n", "[kafka]\ncompression = \"none\"\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letter_policy_records_unroutable_and_refused_events_and_goes_on() {
+    let db = TestDb::new("dlq").await;
+    db.client
+        .batch_execute("ALTER TABLE outbox ALTER COLUMN aggregateid DROP NOT NULL")
+        .await
+        .unwrap();
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .create()
+        .unwrap();
+    let topic = db.topic("order");
+    let new =
+        NewTopic::new(&topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "20000");
+    admin
+        .create_topics(&[new], &AdminOptions::new())
+        .await
+        .unwrap();
+    let mut relay = Relay::start(&db.name, &dead_letter_cfg(&db));
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
+    let c = connect(&db.conninfo()).await;
+    let mut written = vec![writer::insert_event(&c, "order", "k-1", 0).await.unwrap()];
+    // 1. A NULL key: cannot be routed.
+    c.execute(
+        "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) \
+         VALUES ('00000000-0000-0000-0000-00000000000a', 'order', NULL, 'Event', '{\"n\": 1}')",
+        &[],
+    )
+    .await
+    .unwrap();
+    written.push(writer::insert_event(&c, "order", "k-1", 0).await.unwrap());
+    // 2. 50 kB: the broker refuses it after it was sent (topic max.message.bytes = 20000).
+    c.execute(
+        "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) \
+         VALUES ('00000000-0000-0000-0000-00000000000b', 'order', 'k-2', 'Event', \
+                 jsonb_build_object('big', repeat('x', 50000)))",
+        &[],
+    )
+    .await
+    .unwrap();
+    written.push(writer::insert_event(&c, "order", "k-2", 0).await.unwrap());
+    // 3. 1.2 MB: the producer refuses it before sending (message.max.bytes = 1000000).
+    c.execute(
+        "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) \
+         VALUES ('00000000-0000-0000-0000-00000000000c', 'order', 'k-3', 'Event', \
+                 jsonb_build_object('big', repeat('y', 1200000)))",
+        &[],
+    )
+    .await
+    .unwrap();
+    written.push(writer::insert_event(&c, "order", "k-3", 0).await.unwrap());
+
+    let got = kafka::consume(vec![topic.clone()], Duration::from_secs(60), written.len()).await;
+    let f = check::check(
+        "dead_letter_policy_main_topic",
+        |t| db.topic(t),
+        &written,
+        &got,
+    );
+    assert_eq!(
+        (f.lost, f.order_violations, f.unexpected),
+        (0, 0, 0),
+        "{f:?}"
+    );
+    // At-least-once holds for the dead-letter topic too: restarts can repeat a record, so
+    // count distinct source positions.
+    let positions = |recs: &[kafka::Rec]| {
+        recs.iter()
+            .map(|r| {
+                (
+                    r.header("outbox-relay.commit-lsn").to_string(),
+                    r.header("outbox-relay.seq").to_string(),
+                )
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let dlq_topic = vec![db.topic("dlq")];
+    let dlq = tokio::task::spawn_blocking(move || {
+        kafka::consume_until(&dlq_topic, Duration::from_secs(60), |r| {
+            positions(r).len() >= 3
+        })
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        positions(&dlq).len(),
+        3,
+        "three dead-lettered events: {dlq:#?}"
+    );
+    let by_reason = |needle: &str| {
+        dlq.iter()
+            .find(|r| r.header("outbox-relay.dlq.reason").contains(needle))
+            .unwrap_or_else(|| panic!("no dead-letter record for {needle}: {dlq:#?}"))
+    };
+    let null_key = by_reason("NULL");
+    let row: serde_json::Value = serde_json::from_str(null_key.value.as_deref().unwrap()).unwrap();
+    assert_eq!(row["id"], "00000000-0000-0000-0000-00000000000a");
+    assert_eq!(row["aggregateid"], serde_json::Value::Null);
+    assert_eq!(null_key.header("outbox-relay.dlq.table"), "public.outbox");
+    // Distinct refused events, by id (a restart may have repeated a dead-letter record).
+    let refused = dlq
+        .iter()
+        .filter(|r| r.header("outbox-relay.dlq.topic") == topic)
+        .map(|r| (r.header("id").to_string(), r))
+        .collect::<std::collections::BTreeMap<_, _>>();
+    assert_eq!(refused.len(), 2, "{dlq:#?}");
+    let refused: Vec<&kafka::Rec> = refused.into_values().collect();
+    for r in &refused {
+        assert!(
+            r.header("outbox-relay.dlq.reason").contains("size"),
+            "{r:?}"
+        );
+        assert!(r.headers.contains_key("outbox-relay.commit-lsn"));
+    }
+    let local = refused
+        .iter()
+        .find(|r| r.header("id").ends_with('c'))
+        .unwrap();
+    assert!(
+        local.value.is_none(),
+        "a 1.2 MB value is left out of the dead-letter record"
+    );
+    assert!(
+        local
+            .header("outbox-relay.dlq.omitted-value-bytes")
+            .parse::<u64>()
+            .unwrap()
+            > 1_200_000
+    );
+    let broker = refused
+        .iter()
+        .find(|r| r.header("id").ends_with('b'))
+        .unwrap();
+    assert!(
+        broker.value.as_deref().unwrap().len() > 50_000,
+        "a 50 kB value is kept"
+    );
+    check::note(&format!(
+        "dead_letter_policy: {} events delivered in order, 3 dead-lettered (NULL key, refused by the broker, refused by the producer)",
+        written.len()
+    ));
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
+        .await;
+    assert!(relay.is_running());
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}

@@ -153,6 +153,27 @@ pub struct RelayConfig {
     /// Replication events buffered between the socket and the pipeline. Default 1024.
     #[serde(default = "d::buffer_events", deserialize_with = "flex")]
     pub buffer_events: usize,
+    /// What to do with an outbox row that cannot be delivered: a NULL key or topic part, a
+    /// topic name Kafka rejects, a mapped column that is missing, or a record Kafka refuses for
+    /// good (too large, topic missing with auto-creation off, not authorised). `halt`
+    /// (default): stop with the reason and confirm nothing from that row on; the operator
+    /// fixes the cause. `dead-letter`: publish a record to `dead_letter_topic` (the whole row,
+    /// or the refused record's key and headers, plus the reason and the source position) and
+    /// go on. Nothing is ever dropped without a record.
+    #[serde(default)]
+    pub on_poison: PoisonPolicy,
+    /// Topic for dead-lettered rows. Default `outbox-relay.dead-letter`.
+    #[serde(default = "d::dead_letter_topic")]
+    pub dead_letter_topic: String,
+}
+
+/// See [`RelayConfig::on_poison`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PoisonPolicy {
+    #[default]
+    Halt,
+    DeadLetter,
 }
 
 /// `[http]`: one listener serving `/metrics` (Prometheus text), `/healthz` (the process is
@@ -385,6 +406,9 @@ mod d {
     pub fn buffer_events() -> usize {
         1024
     }
+    pub fn dead_letter_topic() -> String {
+        "outbox-relay.dead-letter".into()
+    }
 }
 
 macro_rules! default_from_serde {
@@ -571,6 +595,12 @@ impl Config {
             return bad(format!(
                 "kafka.compression = {:?}: use none, gzip, snappy or lz4",
                 self.kafka.compression
+            ));
+        }
+        if !relay_core::route::valid_topic(&self.relay.dead_letter_topic) {
+            return bad(format!(
+                "relay.dead_letter_topic = {:?} is not a valid Kafka topic name",
+                self.relay.dead_letter_topic
             ));
         }
         if self.relay.max_in_flight_records == 0 || self.relay.max_in_flight_bytes == 0 {

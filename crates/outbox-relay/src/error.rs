@@ -50,6 +50,18 @@ pub enum RelayError {
     )]
     Poison { table: String, reason: String },
 
+    /// Under `on_poison = "dead-letter"`: Kafka refused an event for good after it was sent;
+    /// the pipeline restarts and sends it to the dead-letter topic in its place.
+    #[error(
+        "Kafka refused the event at commit LSN {commit_lsn}, position {seq} for good \
+         ({reason}); restarting from the last confirmed LSN to send it to the dead-letter topic"
+    )]
+    DeadLetterPending {
+        commit_lsn: relay_core::Lsn,
+        seq: u64,
+        reason: String,
+    },
+
     #[error("the replication stream broke transaction framing: {0}")]
     Framing(#[from] FramingError),
 
@@ -87,6 +99,7 @@ impl RelayError {
                 | RelayError::Replication(_)
                 | RelayError::KafkaUnreachable { .. }
                 | RelayError::DeliveryTransient { .. }
+                | RelayError::DeadLetterPending { .. }
         )
     }
 
@@ -102,6 +115,7 @@ impl RelayError {
             RelayError::ReplicationDefinite(_) => "replication_refused",
             RelayError::Decode(_) => "decode",
             RelayError::Poison { .. } => "poison_event",
+            RelayError::DeadLetterPending { .. } => "dead_letter_pending",
             RelayError::Framing(_) => "framing",
             RelayError::KafkaUnreachable { .. } => "kafka_unreachable",
             RelayError::KafkaSetup(_) => "kafka_setup",

@@ -13,6 +13,7 @@ use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, Promet
 pub const EVENTS_PRODUCED: &str = "outbox_relay_events_produced_total";
 pub const BYTES_PRODUCED: &str = "outbox_relay_produced_bytes_total";
 pub const DELIVERY_ERRORS: &str = "outbox_relay_delivery_errors_total";
+pub const DEAD_LETTERED: &str = "outbox_relay_dead_lettered_total";
 pub const INFLIGHT_EVENTS: &str = "outbox_relay_inflight_events";
 pub const INFLIGHT_TRANSACTIONS: &str = "outbox_relay_inflight_transactions";
 pub const RECEIVED_LSN: &str = "outbox_relay_received_lsn";
@@ -54,6 +55,7 @@ pub const ALL: &[&str] = &[
     EVENTS_PRODUCED,
     BYTES_PRODUCED,
     DELIVERY_ERRORS,
+    DEAD_LETTERED,
     INFLIGHT_EVENTS,
     INFLIGHT_TRANSACTIONS,
     RECEIVED_LSN,
@@ -122,12 +124,8 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
 
 /// Gives every series with known labels a value, so it is scraped before it first changes.
 pub fn init() {
-    for c in [
-        EVENTS_PRODUCED,
-        BYTES_PRODUCED,
-        DELIVERY_ERRORS,
-        MONITOR_ERRORS,
-    ] {
+    // Produced events and bytes are labelled by topic: their series appear with the first event.
+    for c in [DELIVERY_ERRORS, DEAD_LETTERED, MONITOR_ERRORS] {
         metrics::counter!(c).increment(0);
     }
     for g in [
@@ -158,15 +156,22 @@ pub fn init() {
 
 /// Registers help text for every metric. Call once after installing a recorder.
 pub fn describe() {
-    describe_counter!(EVENTS_PRODUCED, "Outbox events acknowledged by Kafka.");
+    describe_counter!(
+        EVENTS_PRODUCED,
+        "Outbox events acknowledged by Kafka, per topic."
+    );
     describe_counter!(
         BYTES_PRODUCED,
         Unit::Bytes,
-        "Key and value bytes acknowledged by Kafka."
+        "Key and value bytes acknowledged by Kafka, per topic."
     );
     describe_counter!(
         DELIVERY_ERRORS,
         "Records Kafka refused or failed to acknowledge."
+    );
+    describe_counter!(
+        DEAD_LETTERED,
+        "Events published to the dead-letter topic instead of their own (on_poison = dead-letter)."
     );
     describe_gauge!(
         INFLIGHT_EVENTS,

@@ -18,18 +18,19 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig, ReplicationEvent};
 use relay_core::{
     Lsn,
+    deadletter::{self, Refusal, Refusals},
     decode::{Decoded, Decoder},
-    route::Position,
+    route::{Position, Record},
     watermark::AckTracker,
 };
 use tokio::sync::{mpsc, watch};
 
 use crate::{
-    config::Config,
+    config::{Config, PoisonPolicy},
     error::RelayError,
     metrics as m,
     setup::SlotInfo,
-    sink::{Delivered, KafkaSink, delivery_error},
+    sink::{Delivered, KafkaSink, Origin, delivery_error},
 };
 
 /// Microseconds between 1970-01-01 and 2000-01-01 (PostgreSQL's epoch).
@@ -44,14 +45,21 @@ pub fn status_interval(cfg: &Config, wal_sender_timeout: Duration) -> Duration {
     }
 }
 
-struct State {
+struct State<'a> {
     tracker: AckTracker,
     decoder: Decoder,
     confirmed: Lsn,
     received: Lsn,
     in_flight_bytes: u64,
     txn: Option<Position>,
+    policy: PoisonPolicy,
+    dead_letter_topic: String,
+    /// Events Kafka refused for good, kept by the supervisor across restarts.
+    refusals: &'a mut Refusals,
 }
+
+/// Largest value kept in a dead-letter record (Kafka's default limit is about 1 MB).
+const MAX_DEAD_LETTER_VALUE: usize = 900_000;
 
 /// Streams until shutdown (`Ok`) or a failure (`Err`, nothing confirmed past the failure).
 pub async fn stream(
@@ -60,6 +68,7 @@ pub async fn stream(
     sink: &KafkaSink,
     mut reports: mpsc::UnboundedReceiver<Delivered>,
     shutdown: &mut watch::Receiver<bool>,
+    refusals: &mut Refusals,
 ) -> Result<(), RelayError> {
     let interval = status_interval(cfg, slot.wal_sender_timeout);
     let pg = &cfg.postgres;
@@ -100,6 +109,9 @@ pub async fn stream(
         received: slot.confirmed_flush,
         in_flight_bytes: 0,
         txn: None,
+        policy: cfg.relay.on_poison,
+        dead_letter_topic: cfg.relay.dead_letter_topic.clone(),
+        refusals,
     };
     let result = run_loop(cfg, sink, &mut client, &mut st, &mut reports, shutdown).await;
     crate::health::set_streaming(false);
@@ -122,7 +134,7 @@ async fn run_loop(
     cfg: &Config,
     sink: &KafkaSink,
     client: &mut ReplicationClient,
-    st: &mut State,
+    st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
@@ -142,7 +154,7 @@ async fn run_loop(
                 confirm(client, st);
             }
             ev = client.recv(), if can_read => match ev {
-                Ok(Some(ev)) => on_event(sink, client, st, ev).await?,
+                Ok(Some(ev)) => on_event(sink, client, st, reports, ev).await?,
                 Ok(None) => return Err(RelayError::Replication("the server closed the replication stream".into())),
                 Err(e) => return Err(classify(e, cfg)),
             },
@@ -156,29 +168,159 @@ async fn run_loop(
     }
 }
 
-fn on_delivery(st: &mut State, d: Delivered) -> Result<(), RelayError> {
+fn on_delivery(st: &mut State<'_>, d: Delivered) -> Result<(), RelayError> {
     match d.outcome {
         Ok(()) => {
-            st.tracker.ack(d.tx)?;
+            st.tracker.ack(d.origin.tx)?;
             st.in_flight_bytes -= d.bytes;
-            metrics::counter!(m::EVENTS_PRODUCED).increment(1);
-            metrics::counter!(m::BYTES_PRODUCED).increment(d.bytes);
-            let lag_us = now_unix_us() - d.commit_time_unix_us;
+            metrics::counter!(m::EVENTS_PRODUCED, "topic" => d.topic.clone()).increment(1);
+            metrics::counter!(m::BYTES_PRODUCED, "topic" => d.topic).increment(d.bytes);
+            let lag_us = now_unix_us() - d.origin.commit_time_unix_us;
             metrics::histogram!(m::COMMIT_TO_ACK_SECONDS).record(lag_us.max(0) as f64 / 1e6);
             Ok(())
         }
-        Err((e, topic)) => {
+        Err(e) => {
             st.tracker.fail();
             metrics::counter!(m::DELIVERY_ERRORS).increment(1);
-            Err(delivery_error(&e, &topic))
+            let err = delivery_error(&e, &d.topic);
+            if st.policy == PoisonPolicy::DeadLetter
+                && matches!(err, RelayError::DeliveryDefinite { .. })
+                && d.topic != st.dead_letter_topic
+            {
+                // Restart from the confirmed LSN. The broker refuses whole batches, so this
+                // event is only a suspect: when it comes round again it is sent alone, and
+                // dead-lettered in its place only if refused again.
+                let reason = e.to_string();
+                st.refusals
+                    .suspect(d.origin.commit_lsn, d.origin.seq, reason.clone());
+                return Err(RelayError::DeadLetterPending {
+                    commit_lsn: d.origin.commit_lsn,
+                    seq: d.origin.seq,
+                    reason,
+                });
+            }
+            Err(err)
         }
     }
+}
+
+/// Hands one record of the open transaction to Kafka. Under the dead-letter policy a record
+/// Kafka refuses at once (larger than `message.max.bytes`, say) is replaced by its
+/// dead-letter record.
+async fn produce(
+    sink: &KafkaSink,
+    st: &mut State<'_>,
+    rec: Record,
+    pos: Position,
+) -> Result<(), RelayError> {
+    let tx = st.tracker.add_record()?;
+    let origin = Origin {
+        tx,
+        commit_lsn: pos.commit_lsn,
+        seq: pos.seq,
+        commit_time_unix_us: pos.commit_time_unix_us,
+    };
+    let sent = match sink.send(&rec, origin).await {
+        Err(e @ RelayError::DeliveryDefinite { .. })
+            if st.policy == PoisonPolicy::DeadLetter && rec.topic != st.dead_letter_topic =>
+        {
+            let dlq = deadletter::from_refused(
+                &rec,
+                &e.to_string(),
+                pos,
+                &st.dead_letter_topic,
+                MAX_DEAD_LETTER_VALUE,
+            );
+            dead_lettered(&e.to_string(), pos);
+            sink.send(&dlq, origin).await?;
+            dlq
+        }
+        other => {
+            other?;
+            rec
+        }
+    };
+    st.in_flight_bytes += record_bytes(&sent);
+    if let Some(p) = st.txn.as_mut() {
+        p.seq += 1;
+    }
+    Ok(())
+}
+
+/// Sends a record Kafka refused in a batch on its own: waits until nothing else is in flight,
+/// sends it, and waits for its report. Accepted: it was innocent. Refused again: it goes to the
+/// dead-letter topic in its place (same position, same transaction).
+async fn produce_alone(
+    sink: &KafkaSink,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    rec: Record,
+    pos: Position,
+) -> Result<(), RelayError> {
+    while st.tracker.outstanding_records() > 0 {
+        let d = reports.recv().await.ok_or_else(producer_gone)?;
+        on_delivery(st, d)?;
+    }
+    let tx = st.tracker.add_record()?;
+    let origin = Origin {
+        tx,
+        commit_lsn: pos.commit_lsn,
+        seq: pos.seq,
+        commit_time_unix_us: pos.commit_time_unix_us,
+    };
+    st.in_flight_bytes += record_bytes(&rec);
+    sink.send(&rec, origin).await?;
+    let d = reports.recv().await.ok_or_else(producer_gone)?;
+    debug_assert_eq!((d.origin.commit_lsn, d.origin.seq), (pos.commit_lsn, pos.seq));
+    match &d.outcome {
+        Ok(()) => {
+            st.refusals.clear(pos.commit_lsn, pos.seq);
+            on_delivery(st, d)?;
+        }
+        Err(e) if matches!(delivery_error(e, &d.topic), RelayError::DeliveryDefinite { .. }) => {
+            let reason = e.to_string();
+            st.refusals.confirm(pos.commit_lsn, pos.seq, reason.clone());
+            st.in_flight_bytes -= d.bytes;
+            dead_lettered(&reason, pos);
+            let dlq = deadletter::from_refused(
+                &rec,
+                &reason,
+                pos,
+                &st.dead_letter_topic,
+                MAX_DEAD_LETTER_VALUE,
+            );
+            sink.send(&dlq, origin).await?;
+            st.in_flight_bytes += record_bytes(&dlq);
+        }
+        Err(_) => on_delivery(st, d)?,
+    }
+    if let Some(p) = st.txn.as_mut() {
+        p.seq += 1;
+    }
+    Ok(())
+}
+
+fn producer_gone() -> RelayError {
+    RelayError::KafkaSetup("the producer's delivery reports stopped".into())
+}
+
+fn record_bytes(rec: &Record) -> u64 {
+    (rec.key.len() + rec.value.as_ref().map_or(0, |v| v.len())) as u64
+}
+
+fn dead_lettered(reason: &str, pos: Position) {
+    metrics::counter!(m::DEAD_LETTERED).increment(1);
+    tracing::warn!(
+        commit_lsn = %pos.commit_lsn, seq = pos.seq, reason,
+        "event_dead_lettered: published to the dead-letter topic instead of its own"
+    );
 }
 
 async fn on_event(
     sink: &KafkaSink,
     client: &ReplicationClient,
-    st: &mut State,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
     ev: ReplicationEvent,
 ) -> Result<(), RelayError> {
     match ev {
@@ -205,21 +347,37 @@ async fn on_event(
                 seq: 0,
             });
             match st.decoder.decode(data, pos)? {
-                Decoded::Record(rec) => {
-                    let tx = st.tracker.add_record()?;
-                    st.in_flight_bytes +=
-                        (rec.key.len() + rec.value.as_ref().map_or(0, |v| v.len())) as u64;
-                    sink.send(&rec, tx, pos.commit_time_unix_us).await?;
-                    if let Some(p) = st.txn.as_mut() {
-                        p.seq += 1;
+                Decoded::Record(rec) => match st.refusals.get(pos.commit_lsn, pos.seq).cloned() {
+                    None => produce(sink, st, rec, pos).await?,
+                    Some(Refusal::Suspect(_)) => produce_alone(sink, st, reports, rec, pos).await?,
+                    Some(Refusal::Confirmed(reason)) => {
+                        dead_lettered(&reason, pos);
+                        let dlq = deadletter::from_refused(
+                            &rec,
+                            &reason,
+                            pos,
+                            &st.dead_letter_topic,
+                            MAX_DEAD_LETTER_VALUE,
+                        );
+                        produce(sink, st, dlq, pos).await?;
                     }
-                }
+                },
                 Decoded::LogicalMessage { prefix, .. } => {
                     tracing::trace!(prefix = %prefix, "logical_message_ignored");
                 }
-                Decoded::Poison(p) => {
-                    return Err(RelayError::Poison { table: p.table, reason: p.error.to_string() });
-                }
+                Decoded::Poison(p) => match st.policy {
+                    PoisonPolicy::Halt => {
+                        return Err(RelayError::Poison {
+                            table: p.table,
+                            reason: p.error.to_string(),
+                        });
+                    }
+                    PoisonPolicy::DeadLetter => {
+                        dead_lettered(&p.error.to_string(), pos);
+                        let dlq = deadletter::from_poison(&p, pos, &st.dead_letter_topic);
+                        produce(sink, st, dlq, pos).await?;
+                    }
+                },
                 Decoded::Nothing => {}
             }
         }
@@ -244,16 +402,17 @@ async fn on_event(
 }
 
 /// Hands the watermark to the replication client, which sends it with its next status update.
-fn confirm(client: &ReplicationClient, st: &mut State) {
+fn confirm(client: &ReplicationClient, st: &mut State<'_>) {
     let w = st.tracker.watermark();
     if w > st.confirmed {
         client.update_applied_lsn(pgwire_replication::Lsn::from_u64(w.0));
         st.confirmed = w;
+        st.refusals.forget_below(w);
         metrics::gauge!(m::CONFIRMED_LSN).set(w.0 as f64);
     }
 }
 
-fn report_gauges(st: &State) {
+fn report_gauges(st: &State<'_>) {
     metrics::gauge!(m::INFLIGHT_EVENTS).set(st.tracker.outstanding_records() as f64);
     metrics::gauge!(m::INFLIGHT_TRANSACTIONS).set(st.tracker.pending_txns() as f64);
     metrics::gauge!(m::RECEIVED_LSN).set(st.received.0 as f64);
@@ -269,7 +428,7 @@ fn report_gauges(st: &State) {
 async fn drain(
     cfg: &Config,
     client: &mut ReplicationClient,
-    st: &mut State,
+    st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
     interval: Duration,
 ) -> Result<(), RelayError> {

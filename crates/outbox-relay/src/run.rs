@@ -15,6 +15,7 @@ use std::{
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use rand::Rng;
+use relay_core::deadletter::Refusals;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::{
@@ -103,10 +104,12 @@ async fn supervise(cfg: &Config, mut shutdown: watch::Receiver<bool>) -> Result<
     let initial = Duration::from_millis(cfg.relay.restart_backoff_initial_ms.max(1));
     let max = Duration::from_millis(cfg.relay.restart_backoff_max_ms).max(initial);
     let mut backoff = initial;
+    // Events Kafka refused for good, remembered across restarts (dead-letter policy).
+    let mut refusals = Refusals::default();
     let mut last_reason: Option<String> = None;
     loop {
         let started = Instant::now();
-        let err = match attempt(cfg, &mut shutdown).await {
+        let err = match attempt(cfg, &mut shutdown, &mut refusals).await {
             Ok(()) => return Ok(()),
             Err(e) if !e.is_transient() => return Err(e),
             Err(e) => e,
@@ -115,7 +118,10 @@ async fn supervise(cfg: &Config, mut shutdown: watch::Receiver<bool>) -> Result<
             return Ok(());
         }
         metrics::counter!(m::RESTARTS, "reason" => err.reason()).increment(1);
-        if started.elapsed() > Duration::from_secs(60) {
+        // A refusal that will be dead-lettered is progress, not an outage: no escalation.
+        if started.elapsed() > Duration::from_secs(60)
+            || matches!(err, RelayError::DeadLetterPending { .. })
+        {
             backoff = initial;
         }
         // Log a reason once while it repeats; a new reason is logged again.
@@ -135,7 +141,11 @@ async fn supervise(cfg: &Config, mut shutdown: watch::Receiver<bool>) -> Result<
     }
 }
 
-async fn attempt(cfg: &Config, shutdown: &mut watch::Receiver<bool>) -> Result<(), RelayError> {
+async fn attempt(
+    cfg: &Config,
+    shutdown: &mut watch::Receiver<bool>,
+    refusals: &mut Refusals,
+) -> Result<(), RelayError> {
     let control = setup::connect(cfg).await?;
     let policy = if cfg.postgres.create_slot {
         SlotPolicy::CreateIfMissing
@@ -147,7 +157,7 @@ async fn attempt(cfg: &Config, shutdown: &mut watch::Receiver<bool>) -> Result<(
     let (sink, reports) = KafkaSink::new(&cfg.kafka)?;
     sink.check_reachable(Duration::from_millis(cfg.kafka.connect_timeout_ms))
         .await?;
-    pipeline::stream(cfg, &slot, &sink, reports, shutdown).await
+    pipeline::stream(cfg, &slot, &sink, reports, shutdown, refusals).await
 }
 
 /// `outbox-relay setup`: checks everything, creates the publication and the slot if missing.

@@ -17,25 +17,33 @@ use rdkafka::{
     message::{Header, OwnedHeaders},
     producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer},
 };
-use relay_core::{route::Record, watermark::TxId};
+use relay_core::{Lsn, route::Record, watermark::TxId};
 use tokio::sync::mpsc;
 
 use crate::{config::KafkaConfig, error::RelayError};
 
+/// Where a record comes from: its transaction in the tracker and its source position.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin {
+    pub tx: TxId,
+    pub commit_lsn: Lsn,
+    pub seq: u64,
+    pub commit_time_unix_us: i64,
+}
+
 /// A delivery report, in whatever order Kafka answers.
 #[derive(Debug)]
 pub struct Delivered {
-    pub tx: TxId,
+    pub origin: Origin,
     pub bytes: u64,
-    pub commit_time_unix_us: i64,
-    pub outcome: Result<(), (KafkaError, String)>,
+    pub topic: String,
+    pub outcome: Result<(), KafkaError>,
 }
 
 /// What travels with each record through librdkafka.
 pub struct Pending {
-    tx: TxId,
+    origin: Origin,
     bytes: u64,
-    commit_time_unix_us: i64,
 }
 
 pub struct SinkContext {
@@ -66,15 +74,15 @@ impl ProducerContext for SinkContext {
     type DeliveryOpaque = Box<Pending>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, p: Self::DeliveryOpaque) {
-        let outcome = match result {
-            Ok(_) => Ok(()),
-            Err((e, msg)) => Err((e.clone(), rdkafka::Message::topic(msg).to_string())),
+        let (outcome, topic) = match result {
+            Ok(msg) => (Ok(()), rdkafka::Message::topic(msg).to_string()),
+            Err((e, msg)) => (Err(e.clone()), rdkafka::Message::topic(msg).to_string()),
         };
         // The receiver is gone only when the pipeline is being torn down.
         let _ = self.reports.send(Delivered {
-            tx: p.tx,
+            origin: p.origin,
             bytes: p.bytes,
-            commit_time_unix_us: p.commit_time_unix_us,
+            topic,
             outcome,
         });
     }
@@ -144,12 +152,7 @@ impl KafkaSink {
     }
 
     /// Enqueues one record. Waits (without reordering) while the local queue is full.
-    pub async fn send(
-        &self,
-        rec: &Record,
-        tx: TxId,
-        commit_time_unix_us: i64,
-    ) -> Result<(), RelayError> {
+    pub async fn send(&self, rec: &Record, origin: Origin) -> Result<(), RelayError> {
         let bytes = (rec.key.len() + rec.value.as_ref().map_or(0, |v| v.len())) as u64;
         let mut headers = OwnedHeaders::new_with_capacity(rec.headers.len());
         for (k, v) in &rec.headers {
@@ -158,16 +161,10 @@ impl KafkaSink {
                 value: v.as_deref(),
             });
         }
-        let mut record = BaseRecord::with_opaque_to(
-            &rec.topic,
-            Box::new(Pending {
-                tx,
-                bytes,
-                commit_time_unix_us,
-            }),
-        )
-        .key(&rec.key[..])
-        .headers(headers);
+        let mut record =
+            BaseRecord::with_opaque_to(&rec.topic, Box::new(Pending { origin, bytes }))
+                .key(&rec.key[..])
+                .headers(headers);
         if let Some(v) = &rec.value {
             record = record.payload(&v[..]);
         }

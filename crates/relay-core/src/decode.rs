@@ -51,7 +51,10 @@ pub fn row_json(rel: &Relation, tuple: &[crate::pgoutput::Value]) -> String {
     use crate::pgoutput::Value;
     let mut map = serde_json::Map::new();
     for (i, v) in tuple.iter().enumerate() {
-        let name = rel.columns.get(i).map_or_else(|| format!("#{i}"), |c| c.name.clone());
+        let name = rel
+            .columns
+            .get(i)
+            .map_or_else(|| format!("#{i}"), |c| c.name.clone());
         let value = match v {
             Value::Null => serde_json::Value::Null,
             Value::UnchangedToast => serde_json::Value::String("<unchanged toast>".into()),
@@ -265,7 +268,10 @@ mod tests {
     #[test]
     fn a_relation_missing_a_mapped_column_makes_each_insert_poison_with_its_row() {
         let mut d = decoder();
-        assert_eq!(d.decode(outbox_rel(&["id", "payload"]), POS).unwrap(), Decoded::Nothing);
+        assert_eq!(
+            d.decode(outbox_rel(&["id", "payload"]), POS).unwrap(),
+            Decoded::Nothing
+        );
         let Decoded::Poison(p) = d.decode(insert(100, &[Some(b"i1"), None]), POS).unwrap() else {
             panic!("not poison");
         };
@@ -278,8 +284,16 @@ mod tests {
     fn a_null_key_is_poison_carrying_the_whole_row() {
         let mut d = decoder();
         d.decode(outbox_rel(&COLS), POS).unwrap();
-        let row = [Some(&b"i"[..]), Some(b"order"), None, Some(b"T"), Some(b"{}")];
-        let Decoded::Poison(p) = d.decode(insert(100, &row), POS).unwrap() else { panic!() };
+        let row = [
+            Some(&b"i"[..]),
+            Some(b"order"),
+            None,
+            Some(b"T"),
+            Some(b"{}"),
+        ];
+        let Decoded::Poison(p) = d.decode(insert(100, &row), POS).unwrap() else {
+            panic!()
+        };
         assert!(matches!(p.error, RouteError::Null { .. }));
         assert!(p.row.contains(r#""aggregateid":null"#), "{}", p.row);
     }

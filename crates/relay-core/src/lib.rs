@@ -8,6 +8,7 @@
 //!
 //! Everything here is deterministic so it can be unit-, property- and fuzz-tested.
 
+pub mod deadletter;
 pub mod decode;
 pub mod lsn;
 pub mod pgoutput;

@@ -139,6 +139,17 @@ impl Scrape {
             .map(|s| s.value)
     }
 
+    /// Sum of every sample of `name`, whatever its labels (None if there is none).
+    pub fn sum(&self, name: &str) -> Option<f64> {
+        let v: Vec<f64> = self
+            .samples
+            .iter()
+            .filter(|s| s.name == name)
+            .map(|s| s.value)
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum())
+    }
+
     /// The family a sample name belongs to (histogram suffixes stripped).
     pub fn family_of(&self, sample: &str) -> Option<&str> {
         if self.types.contains_key(sample) {
