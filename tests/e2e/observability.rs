@@ -325,6 +325,24 @@ async fn lost_slot_is_critical_stops_the_relay_and_is_never_recreated() {
     assert_eq!(exit.code(), Some(3), "{log}");
     assert!(log.contains("will not re-create"), "{log}");
     assert_eq!(slot_row(&db).await, Some((Some("lost".into()), None)));
+
+    // Only the explicit operator command re-creates it, and it states the gap.
+    // (setup also checks Kafka: point it at the real broker.)
+    let brokers = crate::support::kafka_brokers();
+    let mut setup_env = env.to_vec();
+    setup_env.push(("OUTBOX_RELAY__KAFKA__BROKERS", brokers.as_str()));
+    let (exit, log) = Relay::once(&db.name, &cfg, &["setup", "--recreate-slot"], &setup_env);
+    assert_eq!(exit.code(), Some(0), "{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("slot_recreated"))
+        .unwrap_or_else(|| panic!("no slot_recreated line:\n{log}"));
+    assert!(
+        line.contains("gap_from=") && line.contains("gap_to="),
+        "{line}"
+    );
+    let (wal_status, _) = slot_row(&db).await.expect("the slot exists again");
+    assert_ne!(wal_status.as_deref(), Some("lost"));
     db.cleanup().await;
 }
 

@@ -209,3 +209,59 @@ async fn a_second_instance_waits_for_the_slot_and_takes_over_after_kill9() {
     passive.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_system_identifier_is_refused_and_failover_slots_need_pg17() {
+    let db = TestDb::new("sysid").await;
+    let actual: String = db
+        .client
+        .query_one(
+            "SELECT system_identifier::text FROM pg_control_system()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let cfg = db.relay_config(&db.outbox_section());
+    let pinned = |id: &str| {
+        cfg.replace(
+            "[postgres]\n",
+            &format!("[postgres]\nsystem_identifier = \"{id}\"\n"),
+        )
+    };
+    let (status, log) = Relay::once(&db.name, &pinned("7000000000000000001"), &["run"], &[]);
+    assert_eq!(code(status), 1, "{log}");
+    assert!(
+        log.contains(&format!(
+            "is PostgreSQL system {actual}, but this relay streams from system 7000000000000000001"
+        )),
+        "{log}"
+    );
+    // The right identifier streams.
+    let mut relay = Relay::start(&db.name, &pinned(&actual));
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
+    assert_eq!(code(relay.terminate(Duration::from_secs(30))), 0);
+
+    // failover slots exist from PostgreSQL 17 on; on this server the request is explained.
+    let version: i32 = db
+        .client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .unwrap()
+        .get(0);
+    if version < 170000 {
+        let cfg = db
+            .relay_config(&db.outbox_section())
+            .replace(
+                "[postgres]\n",
+                "[postgres]\nfailover_slot = true\nslot = \"other_slot_name_x\"\n",
+            )
+            .replace(&format!("slot = \"{}\"\n", db.name), "");
+        let (status, log) = Relay::once(&db.name, &cfg, &["setup"], &[]);
+        assert_eq!(code(status), 3, "{log}");
+        assert!(log.contains("PostgreSQL 17"), "{log}");
+    }
+    db.cleanup().await;
+}

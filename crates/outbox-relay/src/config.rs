@@ -83,6 +83,16 @@ pub struct PostgresConfig {
     /// so; create it once with `outbox-relay setup`.
     #[serde(default, deserialize_with = "flex")]
     pub create_slot: bool,
+    /// The PostgreSQL system identifier the relay must stream from (`SELECT system_identifier
+    /// FROM pg_control_system()`, or the `systemid` of IDENTIFY_SYSTEM). When set, a server
+    /// with another identifier (a restored backup, another cluster at the same address) is
+    /// refused. Unset: the first server seen by the process is pinned until it exits.
+    #[serde(default)]
+    pub system_identifier: Option<String>,
+    /// Create the slot as a failover slot (`failover => true`, PostgreSQL 17+), so standbys
+    /// with `sync_replication_slots = on` keep a copy that survives promotion. Default false.
+    #[serde(default, deserialize_with = "flex")]
+    pub failover_slot: bool,
     /// `application_name` of the connections (shown in pg_stat_replication). Default `outbox-relay`.
     #[serde(default = "d::application_name")]
     pub application_name: String,

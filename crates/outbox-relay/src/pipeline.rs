@@ -33,6 +33,56 @@ use crate::{
     sink::{Delivered, KafkaSink, Origin, delivery_error},
 };
 
+/// What the supervisor keeps across pipeline restarts.
+#[derive(Debug, Default)]
+pub struct Carry {
+    /// Events Kafka refused for good (dead-letter policy).
+    pub refusals: Refusals,
+    /// The server's system identifier and timeline, as first seen.
+    pub identity: Option<(String, u32)>,
+}
+
+/// Refuses a server whose WAL is another history: a different system identifier than
+/// configured (`postgres.system_identifier`) or than seen before by this process (a restored
+/// backup, another cluster at the same address), where the same LSNs name other transactions.
+/// A new timeline of the same system (failover to a promoted standby) is logged, not refused:
+/// the slot is then the standby's synchronised copy (PostgreSQL 17 failover slots).
+fn check_identity(
+    cfg: &Config,
+    seen: &mut Option<(String, u32)>,
+    system_id: &str,
+    timeline: u32,
+) -> Result<(), RelayError> {
+    let expected = cfg
+        .postgres
+        .system_identifier
+        .clone()
+        .or_else(|| seen.as_ref().map(|(s, _)| s.clone()));
+    if let Some(expected) = expected
+        && expected != system_id
+    {
+        return Err(RelayError::ReplicationDefinite(format!(
+            "{}:{} is PostgreSQL system {system_id}, but this relay streams from system \
+             {expected}: a restored backup or another cluster answers at that address, and its \
+             WAL positions name other transactions. Refusing to stream. If the cluster was \
+             rebuilt on purpose, re-create the slot (docs/operations.md) and set \
+             postgres.system_identifier = \"{system_id}\"",
+            cfg.postgres.host, cfg.postgres.port
+        )));
+    }
+    if let Some((_, old)) = seen
+        && *old != timeline
+    {
+        tracing::warn!(
+            from = *old,
+            to = timeline,
+            "timeline_changed: the server was promoted (failover); streaming continues from the slot on the new primary"
+        );
+    }
+    *seen = Some((system_id.to_string(), timeline));
+    Ok(())
+}
+
 /// Microseconds between 1970-01-01 and 2000-01-01 (PostgreSQL's epoch).
 const PG_EPOCH_UNIX_US: i64 = 946_684_800_000_000;
 
@@ -68,7 +118,7 @@ pub async fn stream(
     sink: &KafkaSink,
     mut reports: mpsc::UnboundedReceiver<Delivered>,
     shutdown: &mut watch::Receiver<bool>,
-    refusals: &mut Refusals,
+    carry: &mut Carry,
 ) -> Result<(), RelayError> {
     let interval = status_interval(cfg, slot.wal_sender_timeout);
     let pg = &cfg.postgres;
@@ -92,9 +142,16 @@ pub async fn stream(
     .with_options("-c datestyle=ISO -c timezone=UTC -c extra_float_digits=3")
     .with_application_name(pg.application_name.clone());
 
-    let mut client = ReplicationClient::connect(rcfg)
+    // Gated: identify the server on the session that will stream, before START_REPLICATION.
+    let mut client = ReplicationClient::connect_gated(rcfg)
         .await
         .map_err(|e| classify(e, cfg))?;
+    let id = client
+        .identify_system()
+        .await
+        .map_err(|e| classify(e, cfg))?;
+    check_identity(cfg, &mut carry.identity, &id.system_id, id.timeline)?;
+    client.start().await.map_err(|e| classify(e, cfg))?;
     client.wait_started().await.map_err(|e| classify(e, cfg))?;
     crate::health::set_streaming(true);
     tracing::info!(
@@ -111,7 +168,7 @@ pub async fn stream(
         txn: None,
         policy: cfg.relay.on_poison,
         dead_letter_topic: cfg.relay.dead_letter_topic.clone(),
-        refusals,
+        refusals: &mut carry.refusals,
     };
     let result = run_loop(cfg, sink, &mut client, &mut st, &mut reports, shutdown).await;
     crate::health::set_streaming(false);
@@ -271,13 +328,21 @@ async fn produce_alone(
     st.in_flight_bytes += record_bytes(&rec);
     sink.send(&rec, origin).await?;
     let d = reports.recv().await.ok_or_else(producer_gone)?;
-    debug_assert_eq!((d.origin.commit_lsn, d.origin.seq), (pos.commit_lsn, pos.seq));
+    debug_assert_eq!(
+        (d.origin.commit_lsn, d.origin.seq),
+        (pos.commit_lsn, pos.seq)
+    );
     match &d.outcome {
         Ok(()) => {
             st.refusals.clear(pos.commit_lsn, pos.seq);
             on_delivery(st, d)?;
         }
-        Err(e) if matches!(delivery_error(e, &d.topic), RelayError::DeliveryDefinite { .. }) => {
+        Err(e)
+            if matches!(
+                delivery_error(e, &d.topic),
+                RelayError::DeliveryDefinite { .. }
+            ) =>
+        {
             let reason = e.to_string();
             st.refusals.confirm(pos.commit_lsn, pos.seq, reason.clone());
             st.in_flight_bytes -= d.bytes;

@@ -15,7 +15,6 @@ use std::{
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use rand::Rng;
-use relay_core::deadletter::Refusals;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::{
@@ -104,12 +103,12 @@ async fn supervise(cfg: &Config, mut shutdown: watch::Receiver<bool>) -> Result<
     let initial = Duration::from_millis(cfg.relay.restart_backoff_initial_ms.max(1));
     let max = Duration::from_millis(cfg.relay.restart_backoff_max_ms).max(initial);
     let mut backoff = initial;
-    // Events Kafka refused for good, remembered across restarts (dead-letter policy).
-    let mut refusals = Refusals::default();
+    // Refused events and the server's identity, remembered across restarts.
+    let mut carry = pipeline::Carry::default();
     let mut last_reason: Option<String> = None;
     loop {
         let started = Instant::now();
-        let err = match attempt(cfg, &mut shutdown, &mut refusals).await {
+        let err = match attempt(cfg, &mut shutdown, &mut carry).await {
             Ok(()) => return Ok(()),
             Err(e) if !e.is_transient() => return Err(e),
             Err(e) => e,
@@ -144,7 +143,7 @@ async fn supervise(cfg: &Config, mut shutdown: watch::Receiver<bool>) -> Result<
 async fn attempt(
     cfg: &Config,
     shutdown: &mut watch::Receiver<bool>,
-    refusals: &mut Refusals,
+    carry: &mut pipeline::Carry,
 ) -> Result<(), RelayError> {
     let control = setup::connect(cfg).await?;
     let policy = if cfg.postgres.create_slot {
@@ -157,7 +156,7 @@ async fn attempt(
     let (sink, reports) = KafkaSink::new(&cfg.kafka)?;
     sink.check_reachable(Duration::from_millis(cfg.kafka.connect_timeout_ms))
         .await?;
-    pipeline::stream(cfg, &slot, &sink, reports, shutdown, refusals).await
+    pipeline::stream(cfg, &slot, &sink, reports, shutdown, carry).await
 }
 
 /// `outbox-relay setup`: checks everything, creates the publication and the slot if missing.

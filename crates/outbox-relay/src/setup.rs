@@ -313,7 +313,7 @@ async fn ensure_slot(
                 pg.slot
             )));
         }
-        let lsn = create_slot(client, &pg.slot).await?;
+        let lsn = create_slot(client, &pg.slot, pg.failover_slot).await?;
         return Ok(SlotInfo {
             confirmed_flush: lsn,
             wal_sender_timeout,
@@ -350,7 +350,7 @@ async fn ensure_slot(
                 .execute("SELECT pg_drop_replication_slot($1)", &[&pg.slot])
                 .await
                 .map_err(query_err("drop the invalidated slot"))?;
-            let new = create_slot(client, &pg.slot).await?;
+            let new = create_slot(client, &pg.slot, pg.failover_slot).await?;
             tracing::warn!(
                 slot = %pg.slot, gap_from = %old, gap_to = %new,
                 "slot_recreated: events committed between these LSNs were not relayed; \
@@ -382,20 +382,21 @@ async fn ensure_slot(
     })
 }
 
-async fn create_slot(client: &Client, slot: &str) -> Result<Lsn, RelayError> {
-    let row = client
-        .query_one(
-            "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
-            &[&slot],
-        )
-        .await
-        .map_err(|e| {
-            RelayError::Precondition(format!(
-                "cannot create replication slot {slot:?}: {}; check max_replication_slots and \
-                 that the role has REPLICATION",
-                describe_pg(&e)
-            ))
-        })?;
+async fn create_slot(client: &Client, slot: &str, failover: bool) -> Result<Lsn, RelayError> {
+    // The five-argument form (temporary, two_phase, failover) exists from PostgreSQL 17 on.
+    let sql = if failover {
+        "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)"
+    } else {
+        "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')"
+    };
+    let row = client.query_one(sql, &[&slot]).await.map_err(|e| {
+        RelayError::Precondition(format!(
+            "cannot create replication slot {slot:?}: {}; check max_replication_slots, \
+                 that the role has REPLICATION, and that postgres.failover_slot is only set on \
+                 PostgreSQL 17 or later",
+            describe_pg(&e)
+        ))
+    })?;
     let lsn: String = row.get(0);
     tracing::info!(slot = %slot, lsn = %lsn, "slot_created: events committed from this LSN on will be relayed");
     Ok(lsn.parse().unwrap_or(Lsn::ZERO))
