@@ -12,3 +12,4 @@ mod progress;
 mod restart;
 mod schema;
 mod security;
+mod tls;

@@ -65,6 +65,15 @@ pub struct PostgresConfig {
     /// File holding the password (trailing newline ignored). Takes precedence over `password`.
     #[serde(default)]
     pub password_file: Option<PathBuf>,
+    /// TLS to PostgreSQL, for both the replication and the control connection: `disable`
+    /// (default) or `verify-full` (encrypt, check the server certificate against
+    /// `sslrootcert` and its name against `host`).
+    #[serde(default)]
+    pub sslmode: PgSslMode,
+    /// CA certificate file (PEM) that signed the server certificate; required by
+    /// `verify-full`.
+    #[serde(default)]
+    pub sslrootcert: Option<PathBuf>,
     /// Database holding the outbox table(s). Default `postgres`.
     #[serde(default = "d::database")]
     pub database: String,
@@ -175,6 +184,15 @@ pub struct RelayConfig {
     /// Topic for dead-lettered rows. Default `outbox-relay.dead-letter`.
     #[serde(default = "d::dead_letter_topic")]
     pub dead_letter_topic: String,
+}
+
+/// See [`PostgresConfig::sslmode`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PgSslMode {
+    #[default]
+    Disable,
+    VerifyFull,
 }
 
 /// See [`RelayConfig::on_poison`].
@@ -615,6 +633,11 @@ impl Config {
         }
         if self.relay.max_in_flight_records == 0 || self.relay.max_in_flight_bytes == 0 {
             return bad("relay.max_in_flight_records and max_in_flight_bytes must be > 0".into());
+        }
+        if self.postgres.sslmode == PgSslMode::VerifyFull && self.postgres.sslrootcert.is_none() {
+            return bad(
+                "postgres.sslmode = \"verify-full\" needs postgres.sslrootcert (the CA file)".into(),
+            );
         }
         if self.postgres.password.is_some() && self.postgres.password_file.is_some() {
             return bad("set postgres.password or postgres.password_file, not both".into());

@@ -20,4 +20,5 @@ pub mod run;
 pub mod setup;
 pub mod sink;
 pub mod status;
+pub mod tls;
 pub mod webhook;

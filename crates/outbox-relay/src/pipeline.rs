@@ -135,6 +135,7 @@ pub async fn stream(
         pg.publication.as_str(),
     )
     .with_port(pg.port)
+    .with_tls(crate::tls::replication_tls(cfg))
     .with_start_lsn(pgwire_replication::Lsn::ZERO)
     .with_status_interval(interval)
     .with_wakeup_interval(interval)

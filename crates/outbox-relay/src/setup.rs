@@ -52,16 +52,34 @@ pub async fn connect(cfg: &Config) -> Result<Client, RelayError> {
         "{}:{} (database {:?}, user {:?})",
         pg.host, pg.port, pg.database, pg.user
     );
-    let (client, conn) = c
-        .connect(NoTls)
-        .await
-        .map_err(|e| classify_connect(e, &target, cfg))?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "control connection closed");
+    let client = match crate::tls::control_connector(cfg)? {
+        None => {
+            let (client, conn) = c
+                .connect(NoTls)
+                .await
+                .map_err(|e| classify_connect(e, &target, cfg))?;
+            tokio::spawn(watch_connection(conn));
+            client
         }
-    });
+        Some(tls) => {
+            c.ssl_mode(tokio_postgres::config::SslMode::Require);
+            let (client, conn) = c
+                .connect(tls)
+                .await
+                .map_err(|e| classify_connect(e, &target, cfg))?;
+            tokio::spawn(watch_connection(conn));
+            client
+        }
+    };
     Ok(client)
+}
+
+async fn watch_connection<F: std::future::Future<Output = Result<(), tokio_postgres::Error>>>(
+    conn: F,
+) {
+    if let Err(e) = conn.await {
+        tracing::debug!(error = %e, "control connection closed");
+    }
 }
 
 fn classify_connect(e: tokio_postgres::Error, target: &str, cfg: &Config) -> RelayError {
@@ -85,6 +103,14 @@ fn classify_connect(e: tokio_postgres::Error, target: &str, cfg: &Config) -> Rel
             "database {:?} does not exist on {}:{}: set postgres.database to the database that \
              holds the outbox table",
             pg.database, pg.host, pg.port
+        )),
+        _ if describe_pg(&e).contains("certificate") => RelayError::Precondition(format!(
+            "TLS verification of PostgreSQL at {}:{} failed ({}): check that \
+             postgres.sslrootcert is the CA that signed the server certificate and that the \
+             certificate names postgres.host",
+            pg.host,
+            pg.port,
+            describe_pg(&e)
         )),
         _ => RelayError::PostgresUnreachable {
             target: target.to_string(),
