@@ -4,14 +4,9 @@
 
 use std::time::Duration;
 
-use rdkafka::{
-    ClientConfig,
-    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
-    client::DefaultClientContext,
-};
 use relay_core::Lsn;
 
-use crate::support::{TestDb, check, connect, kafka, kafka_brokers, relay::Relay, writer};
+use crate::support::{TestDb, check, connect, kafka, relay::Relay, writer};
 
 async fn commit_lsn_after(db: &TestDb) -> Lsn {
     db.current_wal_lsn().await
@@ -67,17 +62,8 @@ async fn a_null_key_halts_with_the_reason_and_confirms_nothing_past_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_larger_than_the_topic_accepts_halts_with_a_hint() {
     let db = TestDb::new("toolarge").await;
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
-        .create()
-        .unwrap();
     let topic = db.topic("order");
-    let new =
-        NewTopic::new(&topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "20000");
-    admin
-        .create_topics(&[new], &AdminOptions::new())
-        .await
-        .unwrap();
+    kafka::create_topic_with_max_bytes(&topic, 20_000).await;
     // Uncompressed, so the record is as large on the wire as in the table.
     let cfg = db
         .relay_config(&db.outbox_section())
@@ -166,17 +152,8 @@ async fn dead_letter_policy_records_unroutable_and_refused_events_and_goes_on() 
         .batch_execute("ALTER TABLE outbox ALTER COLUMN aggregateid DROP NOT NULL")
         .await
         .unwrap();
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
-        .create()
-        .unwrap();
     let topic = db.topic("order");
-    let new =
-        NewTopic::new(&topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "20000");
-    admin
-        .create_topics(&[new], &AdminOptions::new())
-        .await
-        .unwrap();
+    kafka::create_topic_with_max_bytes(&topic, 20_000).await;
     let mut relay = Relay::start(&db.name, &dead_letter_cfg(&db));
     relay
         .wait_log("streaming_started", Duration::from_secs(60))

@@ -2,13 +2,7 @@
 
 use std::time::Duration;
 
-use rdkafka::{
-    ClientConfig,
-    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
-    client::DefaultClientContext,
-};
-
-use crate::support::{TestDb, check, connect, kafka, kafka_brokers, relay::Relay, writer};
+use crate::support::{TestDb, check, connect, kafka, relay::Relay, writer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alter_table_add_column_mid_stream_keeps_every_event() {
@@ -64,17 +58,8 @@ async fn alter_table_add_column_mid_stream_keeps_every_event() {
 async fn a_one_megabyte_jsonb_payload_arrives_whole() {
     let db = TestDb::new("big").await;
     // The topic and the producer must both allow the size (Kafka's default limit is ~1 MB).
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
-        .create()
-        .unwrap();
     let topic = db.topic("order");
-    let new =
-        NewTopic::new(&topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "4000000");
-    admin
-        .create_topics(&[new], &AdminOptions::new())
-        .await
-        .unwrap();
+    kafka::create_topic_with_max_bytes(&topic, 4_000_000).await;
     let cfg = db.relay_config(&format!(
         "{}\n[kafka.properties]\n\"message.max.bytes\" = \"4000000\"\n",
         db.outbox_section()

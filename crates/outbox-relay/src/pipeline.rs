@@ -282,14 +282,7 @@ async fn produce(
         Err(e @ RelayError::DeliveryDefinite { .. })
             if st.policy == PoisonPolicy::DeadLetter && rec.topic != st.dead_letter_topic =>
         {
-            let dlq = deadletter::from_refused(
-                &rec,
-                &e.to_string(),
-                pos,
-                &st.dead_letter_topic,
-                MAX_DEAD_LETTER_VALUE,
-            );
-            dead_lettered(&e.to_string(), pos);
+            let dlq = dead_letter_for(st, &rec, &e.to_string(), pos);
             sink.send(&dlq, origin).await?;
             dlq
         }
@@ -347,14 +340,7 @@ async fn produce_alone(
             let reason = e.to_string();
             st.refusals.confirm(pos.commit_lsn, pos.seq, reason.clone());
             st.in_flight_bytes -= d.bytes;
-            dead_lettered(&reason, pos);
-            let dlq = deadletter::from_refused(
-                &rec,
-                &reason,
-                pos,
-                &st.dead_letter_topic,
-                MAX_DEAD_LETTER_VALUE,
-            );
+            let dlq = dead_letter_for(st, &rec, &reason, pos);
             sink.send(&dlq, origin).await?;
             st.in_flight_bytes += record_bytes(&dlq);
         }
@@ -372,6 +358,12 @@ fn producer_gone() -> RelayError {
 
 fn record_bytes(rec: &Record) -> u64 {
     (rec.key.len() + rec.value.as_ref().map_or(0, |v| v.len())) as u64
+}
+
+/// The dead-letter record that replaces a record Kafka refused, counted and logged.
+fn dead_letter_for(st: &State<'_>, rec: &Record, reason: &str, pos: Position) -> Record {
+    dead_lettered(reason, pos);
+    deadletter::from_refused(rec, reason, pos, &st.dead_letter_topic, MAX_DEAD_LETTER_VALUE)
 }
 
 fn dead_lettered(reason: &str, pos: Position) {
@@ -417,14 +409,7 @@ async fn on_event(
                     None => produce(sink, st, rec, pos).await?,
                     Some(Refusal::Suspect(_)) => produce_alone(sink, st, reports, rec, pos).await?,
                     Some(Refusal::Confirmed(reason)) => {
-                        dead_lettered(&reason, pos);
-                        let dlq = deadletter::from_refused(
-                            &rec,
-                            &reason,
-                            pos,
-                            &st.dead_letter_topic,
-                            MAX_DEAD_LETTER_VALUE,
-                        );
+                        let dlq = dead_letter_for(st, &rec, &reason, pos);
                         produce(sink, st, dlq, pos).await?;
                     }
                 },

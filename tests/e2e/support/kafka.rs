@@ -165,3 +165,24 @@ pub fn high_watermark_sum(c: &BaseConsumer, topic: &str) -> i64 {
 pub fn watermark_client() -> BaseConsumer {
     consumer(&kafka_brokers())
 }
+
+/// Creates `topic` with one partition and the broker-side `max.message.bytes` limit.
+pub async fn create_topic_with_max_bytes(topic: &str, max_message_bytes: u32) {
+    use rdkafka::{
+        admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
+        client::DefaultClientContext,
+    };
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .create()
+        .expect("admin client");
+    let limit = max_message_bytes.to_string();
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", &limit);
+    let res = admin
+        .create_topics(&[new], &AdminOptions::new())
+        .await
+        .expect("create topic");
+    for r in res {
+        r.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
+    }
+}
