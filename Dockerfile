@@ -4,9 +4,10 @@
 #   docker run --rm -v ./examples/relay.toml:/etc/outbox-relay/relay.toml:ro outbox-relay
 
 FROM rust:1-bookworm AS builder
-# rdkafka-sys builds the bundled librdkafka (C/C++, make, pkg-config, zlib; cmake for the cmake-build feature)
+# rdkafka-sys builds the bundled librdkafka (C/C++, make, pkg-config, zlib; cmake for the cmake-build feature;
+# OpenSSL headers for the `ssl` feature: Kafka TLS and SASL PLAIN/SCRAM; the runtime image has libssl3)
 RUN apt-get update \
- && apt-get install -y --no-install-recommends cmake pkg-config zlib1g-dev \
+ && apt-get install -y --no-install-recommends cmake pkg-config zlib1g-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

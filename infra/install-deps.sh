@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the local (Docker-free) test stack needs, on Debian 12; idempotent, a fast no-op when all is present.
-#  - apt: postgresql-15 (server+client), rdkafka build deps, Java 17 + Maven if missing
+#  - apt: postgresql-15 (server+client), rdkafka build deps (incl. libssl-dev: rdkafka's `ssl` feature), Java 17 + Maven
+#    if missing
 #  - Rust via rustup only if cargo is missing (fails with a hint when rustup is not packaged, e.g. on bookworm)
 #  - Kafka jars from Maven Central into infra/kafka/lib (infra/kafka/pom.xml)
 set -euo pipefail
@@ -33,7 +34,7 @@ java_major() { java -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | h
 # Note: installing postgresql-15 also creates+starts Debian's default cluster 15/main on port 5432; the stack
 # does not use it (it runs its own clusters under $STACK_DIR).
 missing=()
-for p in postgresql-15 postgresql-client-15 gcc g++ make pkg-config zlib1g-dev cmake curl python3; do
+for p in postgresql-15 postgresql-client-15 gcc g++ make pkg-config zlib1g-dev libssl-dev cmake curl python3 openssl; do
   installed "$p" || missing+=("$p")
 done
 if ! command -v java >/dev/null || [ "$(java_major)" -lt 17 ] 2>/dev/null; then missing+=(openjdk-17-jre-headless); fi

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Start a single-node Kafka 4.x KRaft broker+controller (static voter) on 127.0.0.1 (idempotent).
 # Env: STACK_DIR (default <repo>/.stack), KAFKA_PORT (19092), KAFKA_CONTROLLER_PORT (KAFKA_PORT+1),
-#      KAFKA_EXTRA_PROPS (newline-separated server properties, appended last so they win),
+#      KAFKA_EXTRA_PROPS (newline-separated server properties, appended last so they win: e.g. other
+#        listeners/listener.security.protocol.map for SASL/SSL; keep CONTROLLER PLAINTEXT),
+#      KAFKA_FORMAT_ARGS (newline-separated extra arguments to `StorageTool format`, one argument per line,
+#        no shell quoting; used only when the data dir is formatted, i.e. on the first start: e.g.
+#        $'--add-scram\nSCRAM-SHA-512=[name=relay,password=secret]'),
 #      KAFKA_HEAP_OPTS (default -Xms384m -Xmx384m), KAFKA_START_TIMEOUT (seconds, default 90), KAFKA_CLUSTER_ID.
+# Readiness = "Kafka Server started" in the log + TCP accept on KAFKA_PORT, whatever that listener's protocol.
 # Data: $STACK_DIR/kafka-$KAFKA_PORT/{server.properties,data/,server.out,kafka.pid}. Restart keeps the data.
 set -euo pipefail
 # shellcheck source=common.sh
@@ -49,7 +54,14 @@ else
   # Static voters (controller.quorum.voters): format WITHOUT --standalone/--initial-controllers.
   if [ ! -f "$DATA/data/meta.properties" ]; then
     [ -f "$DATA/cluster.id" ] || echo "${KAFKA_CLUSTER_ID:-$(LOG_DIR="$DATA/logs" "$KJ" kafka.tools.StorageTool random-uuid)}" >"$DATA/cluster.id"
-    LOG_DIR="$DATA/logs" "$KJ" kafka.tools.StorageTool format --cluster-id "$(cat "$DATA/cluster.id")" --config "$CFG" >"$DATA/format.out" 2>&1 \
+    format_args=()
+    if [ -n "${KAFKA_FORMAT_ARGS:-}" ]; then
+      while IFS= read -r a; do
+        if [ -n "$a" ]; then format_args+=("$a"); fi
+      done <<<"$KAFKA_FORMAT_ARGS"
+    fi
+    LOG_DIR="$DATA/logs" "$KJ" kafka.tools.StorageTool format --cluster-id "$(cat "$DATA/cluster.id")" --config "$CFG" \
+      ${format_args[@]+"${format_args[@]}"} >"$DATA/format.out" 2>&1 \
       || { cat "$DATA/format.out" >&2; die "storage format failed"; }
   fi
 

@@ -5,6 +5,7 @@ mod support;
 
 mod chaos;
 mod delivery;
+mod kafka_security;
 mod observability;
 mod poison;
 mod preflight;

@@ -363,7 +363,13 @@ fn record_bytes(rec: &Record) -> u64 {
 /// The dead-letter record that replaces a record Kafka refused, counted and logged.
 fn dead_letter_for(st: &State<'_>, rec: &Record, reason: &str, pos: Position) -> Record {
     dead_lettered(reason, pos);
-    deadletter::from_refused(rec, reason, pos, &st.dead_letter_topic, MAX_DEAD_LETTER_VALUE)
+    deadletter::from_refused(
+        rec,
+        reason,
+        pos,
+        &st.dead_letter_topic,
+        MAX_DEAD_LETTER_VALUE,
+    )
 }
 
 fn dead_lettered(reason: &str, pos: Position) {

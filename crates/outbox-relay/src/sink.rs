@@ -48,6 +48,8 @@ pub struct Pending {
 
 pub struct SinkContext {
     reports: mpsc::UnboundedSender<Delivered>,
+    /// The last client-level error (authentication, TLS handshake, ...), for the startup check.
+    last_error: std::sync::Mutex<Option<String>>,
 }
 
 impl ClientContext for SinkContext {
@@ -67,6 +69,12 @@ impl ClientContext for SinkContext {
     fn error(&self, error: KafkaError, reason: &str) {
         // Broker-down and similar are retried by librdkafka; deliveries report what matters.
         tracing::warn!(error = %error, reason, "kafka_client_error");
+        // "n/m brokers are down" follows every failed connection: keep the cause before it.
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::AllBrokersDown)
+            && let Ok(mut last) = self.last_error.lock()
+        {
+            *last = Some(reason.to_string());
+        }
     }
 }
 
@@ -104,6 +112,7 @@ impl KafkaSink {
         for (k, v) in &cfg.properties {
             c.set(k, v.expose());
         }
+        security_properties(cfg, &mut c)?;
         c.set("bootstrap.servers", &cfg.brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
@@ -113,7 +122,10 @@ impl KafkaSink {
             .set("message.timeout.ms", cfg.message_timeout_ms.to_string())
             .set("client.id", "outbox-relay");
         let producer: ThreadedProducer<SinkContext> = c
-            .create_with_context(SinkContext { reports })
+            .create_with_context(SinkContext {
+                reports,
+                last_error: Default::default(),
+            })
             .map_err(|e| RelayError::KafkaSetup(e.to_string()))?;
         Ok((
             Self {
@@ -138,9 +150,24 @@ impl KafkaSink {
         match res {
             Ok(n) if n > 0 => Ok(()),
             Ok(_) => Err(self.unreachable("the cluster reported no brokers".into())),
-            Err(e) => Err(self.unreachable(format!(
-                "{e}; check kafka.brokers, the network and kafka.properties (security.protocol, sasl.*)"
-            ))),
+            Err(e) => {
+                let last = self
+                    .producer
+                    .context()
+                    .last_error
+                    .lock()
+                    .ok()
+                    .and_then(|l| l.clone());
+                let cause = match last {
+                    Some(reason) => format!("{e}; last error: {reason}"),
+                    None => e.to_string(),
+                };
+                Err(self.unreachable(format!(
+                    "{cause}; check kafka.brokers, the network, and that kafka.security_protocol, \
+                     kafka.sasl_mechanism, kafka.sasl_username, the SASL password and \
+                     kafka.ssl_ca_location match the brokers' listener"
+                )))
+            }
         }
     }
 
@@ -189,6 +216,24 @@ impl KafkaSink {
             .fatal_error()
             .map(|(code, reason)| format!("{code:?}: {reason}"))
     }
+}
+
+/// The first-class security options as librdkafka properties (validated by the config).
+fn security_properties(cfg: &KafkaConfig, c: &mut ClientConfig) -> Result<(), RelayError> {
+    c.set("security.protocol", cfg.security_protocol.as_librdkafka());
+    if let Some(m) = cfg.sasl_mechanism {
+        c.set("sasl.mechanisms", m.as_librdkafka());
+    }
+    if let Some(u) = &cfg.sasl_username {
+        c.set("sasl.username", u);
+    }
+    if let Some(pw) = cfg.sasl_password()? {
+        c.set("sasl.password", pw.expose());
+    }
+    if let Some(ca) = &cfg.ssl_ca_location {
+        c.set("ssl.ca.location", ca.to_string_lossy());
+    }
+    Ok(())
 }
 
 /// Classifies a failed delivery: errors retrying cannot fix stop the relay with a hint.

@@ -27,11 +27,16 @@ pub fn control_connector(cfg: &Config) -> Result<Option<MakeRustlsConnect>, Rela
     if pg.sslmode == PgSslMode::Disable {
         return Ok(None);
     }
-    let path = pg.sslrootcert.as_deref().expect("validated: verify-full has sslrootcert");
+    let path = pg
+        .sslrootcert
+        .as_deref()
+        .expect("validated: verify-full has sslrootcert");
     let mut roots = RootCertStore::empty();
     let certs = CertificateDer::pem_file_iter(path).map_err(|e| bad_ca(path, e))?;
     for cert in certs {
-        roots.add(cert.map_err(|e| bad_ca(path, e))?).map_err(|e| bad_ca(path, e))?;
+        roots
+            .add(cert.map_err(|e| bad_ca(path, e))?)
+            .map_err(|e| bad_ca(path, e))?;
     }
     if roots.is_empty() {
         return Err(bad_ca(path, "it holds no certificate"));

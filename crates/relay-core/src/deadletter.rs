@@ -117,12 +117,15 @@ pub struct Refusals {
 impl Refusals {
     /// Records a refusal in a batch; an event already confirmed stays confirmed.
     pub fn suspect(&mut self, commit_lsn: Lsn, seq: u64, reason: String) {
-        self.by_position.entry((commit_lsn, seq)).or_insert(Refusal::Suspect(reason));
+        self.by_position
+            .entry((commit_lsn, seq))
+            .or_insert(Refusal::Suspect(reason));
     }
 
     /// Records a refusal of the event sent alone.
     pub fn confirm(&mut self, commit_lsn: Lsn, seq: u64, reason: String) {
-        self.by_position.insert((commit_lsn, seq), Refusal::Confirmed(reason));
+        self.by_position
+            .insert((commit_lsn, seq), Refusal::Confirmed(reason));
     }
 
     /// The event was accepted when sent alone: it was innocent.

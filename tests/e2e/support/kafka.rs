@@ -37,15 +37,17 @@ impl Rec {
     }
 }
 
-fn consumer(brokers: &str) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+fn consumer(brokers: &str, props: &[(&str, &str)]) -> BaseConsumer {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers)
         .set("group.id", "relay-tests-unused")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .expect("consumer")
+        .set("isolation.level", "read_committed");
+    for (k, v) in props {
+        c.set(*k, *v);
+    }
+    c.create().expect("consumer")
 }
 
 /// Reads every record of `topics` until `done(records)` holds or `timeout` passes; returns
@@ -65,8 +67,19 @@ pub fn consume_until_from(
     timeout: Duration,
     done: impl Fn(&[Rec]) -> bool,
 ) -> Vec<Rec> {
+    consume_until_with(brokers, &[], topics, timeout, done)
+}
+
+/// The same with extra client properties (e.g. `security.protocol`, `sasl.*`, `ssl.*`).
+pub fn consume_until_with(
+    brokers: &str,
+    props: &[(&str, &str)],
+    topics: &[String],
+    timeout: Duration,
+    done: impl Fn(&[Rec]) -> bool,
+) -> Vec<Rec> {
     let deadline = Instant::now() + timeout;
-    let c = consumer(brokers);
+    let c = consumer(brokers, props);
     let mut assigned: Vec<String> = Vec::new();
     let mut out = Vec::new();
     loop {
@@ -163,7 +176,7 @@ pub fn high_watermark_sum(c: &BaseConsumer, topic: &str) -> i64 {
 
 /// A consumer for watermark queries.
 pub fn watermark_client() -> BaseConsumer {
-    consumer(&kafka_brokers())
+    consumer(&kafka_brokers(), &[])
 }
 
 /// Creates `topic` with one partition and the broker-side `max.message.bytes` limit.
