@@ -205,3 +205,33 @@ async fn an_outbox_dropped_and_recreated_is_detected_at_start() {
     );
     db.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_dropped_and_recreated_while_running_stops_the_relay() {
+    let db = TestDb::new("recreaterun").await;
+    let cfg = db.relay_config(&format!(
+        "{}\n[monitor]\npoll_interval_ms = 300\n",
+        db.outbox_section()
+    ));
+    let mut relay = Relay::start(&db.name, &cfg);
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
+    let migration =
+        std::fs::read_to_string(crate::support::repo_root().join("migrations/0001_outbox.sql"))
+            .unwrap();
+    db.client
+        .batch_execute(&format!("DROP TABLE outbox; {migration}"))
+        .await
+        .unwrap();
+    let status = relay
+        .wait(Duration::from_secs(30))
+        .expect("the relay must stop when the outbox leaves the publication");
+    assert_eq!(status.code(), Some(3), "{}", relay.log_text());
+    let log = relay.log_text();
+    assert!(
+        log.contains("does not include public.outbox") && log.contains("ADD TABLE"),
+        "{log}"
+    );
+    db.cleanup().await;
+}

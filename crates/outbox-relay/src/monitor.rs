@@ -333,6 +333,7 @@ impl Monitor {
                 self.last_error = None;
                 metrics::gauge!(m::MONITOR_UP).set(1.0);
                 self.publish(&snap);
+                self.check_publication().await;
             }
             Err(e) => {
                 self.conn = None;
@@ -349,6 +350,28 @@ impl Monitor {
         } else {
             0.0
         });
+    }
+
+    /// Once the relay has streamed (preflight created or checked the publication), a
+    /// publication that stops listing an outbox table stops the relay: its events would
+    /// silently never arrive.
+    async fn check_publication(&mut self) {
+        if !crate::health::streaming() {
+            return;
+        }
+        let Some((client, _)) = self.conn.as_ref() else {
+            return;
+        };
+        match setup::publication_covers_outbox(client, &self.cfg).await {
+            Err(e @ RelayError::Precondition(_)) => {
+                if let Some(fatal) = self.fatal.take() {
+                    tracing::error!(error = %e, "publication_drift: stopping");
+                    let _ = fatal.try_send(e);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "publication check failed; retried next poll"),
+            Ok(()) => {}
+        }
     }
 
     async fn read(&mut self) -> Result<SlotSnapshot, String> {

@@ -276,6 +276,14 @@ async fn ensure_publication(
             }
         }
     }
+    publication_covers_outbox(client, cfg).await
+}
+
+/// Checks that the publication still lists every outbox table. A table dropped and re-created
+/// silently leaves a `FOR TABLE` publication, after which its events never reach the relay:
+/// checked at start and, by the slot monitor, while running.
+pub async fn publication_covers_outbox(client: &Client, cfg: &Config) -> Result<(), RelayError> {
+    let pg = &cfg.postgres;
     for t in &cfg.outbox {
         let (schema, table) = t.qualified_name();
         let present = client
@@ -291,7 +299,8 @@ async fn ensure_publication(
             return Err(RelayError::Precondition(format!(
                 "publication {:?} does not include {schema}.{table}, so its events would never \
                  reach the relay (this also happens after the table is dropped and re-created): \
-                 run ALTER PUBLICATION {} ADD TABLE {}.{}",
+                 run ALTER PUBLICATION {} ADD TABLE {}.{}; rows inserted while it was missing \
+                 were not published and must be re-published from the table",
                 pg.publication,
                 quote_ident(&pg.publication),
                 quote_ident(&schema),
