@@ -285,3 +285,107 @@ async fn dead_letter_policy_records_unroutable_and_refused_events_and_goes_on() 
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }
+
+/// A broker of its own with `auto.create.topics.enable=false`.
+struct NoAutoCreateKafka;
+
+const NO_AUTO_CREATE_PORT: u16 = 39192;
+
+impl NoAutoCreateKafka {
+    fn start() -> Self {
+        let ok =
+            std::process::Command::new(crate::support::repo_root().join("infra/kafka/start.sh"))
+                .env("KAFKA_PORT", NO_AUTO_CREATE_PORT.to_string())
+                .env("KAFKA_EXTRA_PROPS", "auto.create.topics.enable=false")
+                .status()
+                .unwrap()
+                .success();
+        assert!(ok, "broker without auto-creation did not start");
+        NoAutoCreateKafka
+    }
+    fn brokers(&self) -> String {
+        format!("127.0.0.1:{NO_AUTO_CREATE_PORT}")
+    }
+}
+
+impl Drop for NoAutoCreateKafka {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(crate::support::repo_root().join("infra/kafka/stop.sh"))
+            .arg("--destroy")
+            .env("KAFKA_PORT", NO_AUTO_CREATE_PORT.to_string())
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_that_does_not_exist_with_auto_creation_off_halts_or_is_dead_lettered() {
+    use rdkafka::{
+        ClientConfig,
+        admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
+        client::DefaultClientContext,
+    };
+    let broker = NoAutoCreateKafka::start();
+    let db = TestDb::new("notopic").await;
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", broker.brokers())
+        .create()
+        .unwrap();
+    let (present, dlq) = (db.topic("present"), db.topic("dlq"));
+    let topics = [
+        NewTopic::new(&present, 1, TopicReplication::Fixed(1)),
+        NewTopic::new(&dlq, 1, TopicReplication::Fixed(1)),
+    ];
+    for r in admin
+        .create_topics(&topics, &AdminOptions::new())
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    // librdkafka waits topic.metadata.propagation.max.ms (30 s) before calling a topic missing.
+    let base = db
+        .relay_config(&db.outbox_section())
+        .replace(&crate::support::kafka_brokers(), &broker.brokers())
+        + "\n[kafka.properties]\n\"topic.metadata.propagation.max.ms\" = \"2000\"\n";
+    let (status, log) = Relay::once(&db.name, &base, &["setup"], &[]);
+    assert_eq!(status.code(), Some(0), "{log}");
+    let c = connect(&db.conninfo()).await;
+    let missing_event = writer::insert_event(&c, "missing", "m-1", 0).await.unwrap();
+
+    // halt: stops with the hint, nothing confirmed past the event.
+    let (status, log) = Relay::once(&db.name, &base, &["run"], &[]);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("does not exist") && log.contains("create it"),
+        "{log}"
+    );
+
+    // dead-letter: the event goes to the dead-letter topic, the next one to its own.
+    let cfg =
+        format!("{base}\n[relay]\non_poison = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n");
+    let mut relay = Relay::start(&db.name, &cfg);
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
+    let next = writer::insert_event(&c, "present", "p-1", 0).await.unwrap();
+    let b = broker.brokers();
+    let (p, d) = (present.clone(), dlq.clone());
+    let got = tokio::task::spawn_blocking(move || {
+        kafka::consume_until_from(&b, &[p, d], Duration::from_secs(90), |r| r.len() >= 2)
+    })
+    .await
+    .unwrap();
+    let in_dlq: Vec<_> = got.iter().filter(|r| r.topic == dlq).collect();
+    assert!(
+        in_dlq.iter().any(|r| r.header("id") == missing_event.id
+            && r.header("outbox-relay.dlq.topic") == db.topic("missing")),
+        "{got:#?}"
+    );
+    assert!(
+        got.iter()
+            .any(|r| r.topic == present && r.header("id") == next.id),
+        "{got:#?}"
+    );
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}

@@ -89,6 +89,36 @@ async fn wrong_password_is_reported_without_leaking_it() {
     );
     assert_eq!(code(status), 0);
     assert!(!out.contains(secret));
+
+    // The right password authenticates with SCRAM-SHA-256 on the control and the replication
+    // connection (the publication is the table owner's to create).
+    db.client
+        .batch_execute(&format!(
+            "CREATE PUBLICATION {} FOR TABLE outbox WITH (publish = 'insert')",
+            db.name
+        ))
+        .await
+        .unwrap();
+    let right = [("OUTBOX_RELAY__POSTGRES__PASSWORD", "right-password")];
+    let mut relay = Relay::start_with(&db.name, &cfg, &["run"], &right);
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
+    let method: String = db
+        .client
+        .query_one(
+            "SELECT coalesce(max(a.backend_type), '') FROM pg_stat_activity a \
+              WHERE a.usename = 'relay_pw_test' AND a.backend_type = 'walsender'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        method, "walsender",
+        "the replication connection runs as relay_pw_test"
+    );
+    assert_eq!(code(relay.terminate(Duration::from_secs(30))), 0);
     db.cleanup().await;
 }
 
