@@ -1,0 +1,586 @@
+#!/usr/bin/env python3
+"""Renders results.json of `bench suite` into a Markdown report and PNG plots.
+
+usage: report.py RESULTS_JSON --md OUT.md --img IMG_DIR [--notes NOTES.md]
+"""
+import argparse
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ORDER = ["pg_recvlogical", "outbox-relay", "debezium-default", "debezium-tuned", "polling"]
+COLORS = {
+    "pg_recvlogical": "#888888",
+    "outbox-relay": "#1f77b4",
+    "debezium-default": "#d62728",
+    "debezium-tuned": "#ff7f0e",
+    "polling": "#2ca02c",
+}
+
+
+def shape_name(c):
+    p = "~4 KB" if c["payload"] > 1000 else "~200 B"
+    t = "1,000-row txns" if c["txn_rows"] > 1 else "single-row txns"
+    return f"{c['events']:,} events, {t}, {p}"
+
+
+def shape_key(c):
+    return (c["txn_rows"], c["payload"], c["events"])
+
+
+def fmt(x, nd=0):
+    if x is None:
+        return "–"
+    if isinstance(x, float) and nd == 0:
+        return f"{x:,.0f}"
+    return f"{x:,.{nd}f}"
+
+
+def ratio(a, b, nd=2):
+    if a is None or b is None or b == 0:
+        return "–"
+    return f"{a / b:.{nd}f}×"
+
+
+def others_cpu(c):
+    return max(0.0, c["machine_cpu_s"] - c["cpu_s"] - c["pg_cpu_s"] - c["kafka_cpu_s"] - c["bench_cpu_s"])
+
+
+def window_s(c):
+    return c["total_s"] if c["workload"] == "catchup" else c["seconds"]
+
+
+def sortkey(c):
+    return ORDER.index(c["system"]) if c["system"] in ORDER else 99
+
+
+def plot_catchup(results, img):
+    files = []
+    groups = {}
+    for c in results["catchup"]:
+        groups.setdefault(shape_key(c), []).append(c)
+    if not groups:
+        return files
+    # 1. bar chart of rates
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
+    for ax, (k, runs) in zip(axes[0], sorted(groups.items())):
+        runs = representative(runs)
+        names = [r["system"] for r in runs]
+        vals = [r["rate_from_start"] for r in runs]
+        vals2 = [r["rate_from_first"] for r in runs]
+        xs = range(len(runs))
+        ax.bar([x - 0.2 for x in xs], vals, 0.4, color=[COLORS.get(n, "k") for n in names], label="from process start")
+        ax.bar([x + 0.2 for x in xs], vals2, 0.4, color=[COLORS.get(n, "k") for n in names], alpha=0.45,
+               label="from first record")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+        ax.set_title(shape_name(runs[0]), fontsize=9)
+        ax.set_ylabel("events/s into Kafka (pg_recvlogical: decoded)")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Catch-up: drain rate of the same backlog")
+    fig.tight_layout()
+    f = "catchup_rates.png"
+    fig.savefig(os.path.join(img, f), dpi=110)
+    plt.close(fig)
+    files.append(f)
+    # 2. throughput over time
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
+    for ax, (k, runs) in zip(axes[0], sorted(groups.items())):
+        runs = representative(runs)
+        for r in runs:
+            tl = r.get("timeline") or []
+            if len(tl) < 3:
+                continue
+            # events/s over 0.5 s windows
+            xs, ys = [], []
+            j = 0
+            for i in range(len(tl)):
+                while tl[i][0] - tl[j][0] > 0.5:
+                    j += 1
+                if i > j and tl[i][0] > tl[j][0]:
+                    xs.append(tl[i][0])
+                    ys.append((tl[i][1] - tl[j][1]) / (tl[i][0] - tl[j][0]))
+            ax.plot(xs, ys, label=r["system"], color=COLORS.get(r["system"], "k"), lw=1)
+        for r in runs:
+            if r["system"] == "pg_recvlogical":
+                ax.axhline(r["rate_from_start"], color=COLORS["pg_recvlogical"], ls="--", lw=1,
+                           label="pg_recvlogical (average)")
+        ax.set_title(shape_name(runs[0]), fontsize=9)
+        ax.set_xlabel("seconds since the relay process started")
+        ax.set_ylabel("events/s reaching Kafka (0.5 s windows)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Catch-up: throughput over time")
+    fig.tight_layout()
+    f = "catchup_timeline.png"
+    fig.savefig(os.path.join(img, f), dpi=110)
+    plt.close(fig)
+    files.append(f)
+    return files
+
+
+def steady_key(c):
+    return (c["rate"], c["payload"])
+
+
+def steady_name(k):
+    return f"{k[0]:,.0f} events/s, {'~4 KB' if k[1] > 1000 else '~200 B'}"
+
+
+def plot_steady(results, img):
+    files = []
+    groups = {}
+    for c in results["steady"]:
+        groups.setdefault(steady_key(c), []).append(c)
+    if not groups:
+        return files
+    # latency distribution (percentile spectrum, log x on 1/(1-q))
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
+    for ax, (k, runs) in zip(axes[0], sorted(groups.items())):
+        for r in sorted(runs, key=sortkey):
+            sp = r["latency_payload"].get("spectrum") or []
+            pts = [(1 / (1 - q), v) for q, v in sp if q < 1]
+            if not pts:
+                continue
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=r["system"],
+                    color=COLORS.get(r["system"], "k"))
+            if r.get("latency_commit") and r["latency_commit"].get("spectrum"):
+                pc = [(1 / (1 - q), v) for q, v in r["latency_commit"]["spectrum"] if q < 1]
+                ax.plot([p[0] for p in pc], [p[1] for p in pc], ls=":", color=COLORS.get(r["system"], "k"),
+                        label=r["system"] + " (commit-time header)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ticks = [1, 2, 10, 100, 1000, 10000, 100000]
+        ax.set_xticks(ticks)
+        ax.set_xticklabels(["0", "50", "90", "99", "99.9", "99.99", "99.999"])
+        ax.set_xlabel("percentile")
+        ax.set_ylabel("commit-to-consumer latency, ms")
+        ax.set_title(steady_name(k), fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.suptitle("Steady rate: latency distribution (writer clock → consumer clock)")
+    fig.tight_layout()
+    f = "steady_latency.png"
+    fig.savefig(os.path.join(img, f), dpi=110)
+    plt.close(fig)
+    files.append(f)
+    # per-second timeline
+    fig, axes = plt.subplots(2, len(groups), figsize=(5 * len(groups), 6), squeeze=False, sharex="col")
+    for col, (k, runs) in enumerate(sorted(groups.items())):
+        for r in sorted(runs, key=sortkey):
+            ps = r.get("per_second") or []
+            axes[0][col].plot([p["t"] for p in ps], [p["received"] for p in ps], label=r["system"],
+                              color=COLORS.get(r["system"], "k"), lw=1)
+            axes[1][col].plot([p["t"] for p in ps], [max(p["p99_ms"], 0.01) for p in ps], label=r["system"],
+                              color=COLORS.get(r["system"], "k"), lw=1)
+        axes[0][col].set_title(steady_name(k), fontsize=9)
+        axes[0][col].set_ylabel("records received / s")
+        axes[1][col].set_ylabel("p99 latency in that second, ms")
+        axes[1][col].set_yscale("log")
+        axes[1][col].set_xlabel("seconds since the writer started")
+        for a in (axes[0][col], axes[1][col]):
+            a.grid(alpha=0.3)
+        axes[0][col].legend(fontsize=7)
+    fig.suptitle("Steady rate: throughput and latency over time")
+    fig.tight_layout()
+    f = "steady_timeline.png"
+    fig.savefig(os.path.join(img, f), dpi=110)
+    plt.close(fig)
+    files.append(f)
+    return files
+
+
+def plot_cost(results, img):
+    rows = [c for c in results["steady"] if c["rate"] >= 10000 and c["payload"] < 1000]
+    if not rows:
+        return []
+    rows = sorted(rows, key=sortkey)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    names = [r["system"] for r in rows]
+    cols = [COLORS.get(n, "k") for n in names]
+    axes[0].bar(names, [r["cpu_s_per_million"] for r in rows], color=cols)
+    axes[0].set_ylabel("CPU seconds per million events")
+    axes[0].set_title("CPU at 10,000 events/s (relay process only)", fontsize=9)
+    axes[1].bar(names, [r["peak_rss_kb"] / 1024 for r in rows], color=cols)
+    axes[1].set_ylabel("peak RSS (VmHWM), MiB")
+    axes[1].set_yscale("log")
+    axes[1].set_title("Peak resident memory", fontsize=9)
+    for a in axes:
+        a.tick_params(axis="x", rotation=30, labelsize=8)
+        a.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    f = "cost.png"
+    fig.savefig(os.path.join(img, f), dpi=110)
+    plt.close(fig)
+    return [f]
+
+
+def representative(runs):
+    """One run per system: the median by rate_from_start (repeated drains), with the spread."""
+    by = {}
+    for r in runs:
+        by.setdefault(r["system"], []).append(r)
+    out = []
+    for sysname, rs in by.items():
+        rs = sorted(rs, key=lambda r: r["rate_from_start"])
+        m = dict(rs[(len(rs) - 1) // 2])
+        m["_n"] = len(rs)
+        m["_rates"] = [r["rate_from_start"] for r in rs]
+        m["_others"] = [r for r in rs]
+        out.append(m)
+    return sorted(out, key=sortkey)
+
+
+def catchup_reps(results):
+    """All catch-up runs of the run, reduced to one (median) per system and shape."""
+    groups = {}
+    for c in results["catchup"]:
+        groups.setdefault(shape_key(c), []).append(c)
+    red = []
+    for k, runs in groups.items():
+        red += representative(runs)
+    return red
+
+
+def find(lst, **kw):
+    for c in lst:
+        if all(c.get(k) == v for k, v in kw.items()):
+            return c
+    return None
+
+
+def md_catchup(results, out):
+    groups = {}
+    for c in results["catchup"]:
+        groups.setdefault(shape_key(c), []).append(c)
+    if not groups:
+        return
+    out.append("## Catch-up\n")
+    out.append(
+        "A backlog written while every relay was stopped (each had its slot, and each Debezium had committed an "
+        "offset, before the first row), then drained by one system at a time. *Rate from start*: events ÷ (process "
+        "start → last record in Kafka); *from first record*: events ÷ (first → last record), which leaves out "
+        "start-up (the JVM and Connect for Debezium). pg_recvlogical has no observable first record: both of its "
+        "rates run from process start to its exit at the backlog's end LSN. CPU: the relay process from its start to "
+        "the last record (*CPU/event* divides that by the events); walsender: the PostgreSQL process decoding for "
+        "that system; *other load*: busy CPU of the machine in the same window that belongs to none of the measured "
+        "processes (other users of this shared machine; noise).\n")
+    for k, runs in sorted(groups.items()):
+        runs = representative(runs)
+        out.append(f"### {shape_name(runs[0])}\n")
+        out.append(f"Backlog written in {runs[0]['backlog_write_s']:.1f} s. Repeated drains: the median is shown (of two: the slower), "
+                   "all of them, sorted, in *all drains*.\n")
+        out.append("| system | rate from start (ev/s) | all drains (ev/s) | rate from first record (ev/s) | start-up s | "
+                   "total s | CPU s | CPU µs/event | peak RSS MiB | walsender CPU s | Kafka broker CPU s | "
+                   "other load (cores) |")
+        out.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in runs:
+            flag = "" if r["completed"] else " ⚠ incomplete"
+            spread = ", ".join(f"{x / 1000:.1f}k" for x in r["_rates"]) if r["_n"] > 1 else "–"
+            out.append(
+                f"| {r['system']}{flag} | {fmt(r['rate_from_start'])} | {spread} | {fmt(r['rate_from_first'])} | "
+                f"{r['startup_s']:.2f} | {r['total_s']:.2f} | {r['cpu_s']:.2f} | "
+                f"{r['cpu_s'] / r['events'] * 1e6:.1f} | {r['peak_rss_kb'] / 1024:.0f} | "
+                f"{'–' if r['system'] == 'polling' else format(r['walsender_cpu_s'], '.2f')} | "
+                f"{r['kafka_cpu_s']:.2f} | {others_cpu(r) / max(r['total_s'], 1e-3):.2f} |")
+        relay = find(runs, system="outbox-relay")
+        if relay:
+            out.append("")
+            parts = []
+            for other, field in [("pg_recvlogical", "rate_from_start"), ("debezium-tuned", "rate_from_first"),
+                                 ("debezium-default", "rate_from_first"), ("polling", "rate_from_first")]:
+                o = find(runs, system=other)
+                if o:
+                    if field == "rate_from_start":
+                        parts.append(f"vs {other}: **{ratio(relay['rate_from_start'], o['rate_from_start'])}** "
+                                     f"(both from process start)")
+                    else:
+                        parts.append(f"vs {other}: **{ratio(relay['rate_from_start'], o[field])}** (outbox-relay "
+                                     f"from start, {other} from its first record); CPU/event "
+                                     f"{ratio(relay['cpu_s'] / relay['events'], o['cpu_drain_s'] / o['events'])} "
+                                     f"(its drain-window CPU); peak RSS "
+                                     f"{ratio(relay['peak_rss_kb'], o['peak_rss_kb'], 3)}")
+            out.append("outbox-relay " + "; ".join(parts) + ".\n")
+        for r in runs:
+            if r.get("note"):
+                out.append(f"- {r['system']}: {r['note']}")
+        out.append("")
+
+
+def md_steady(results, out):
+    groups = {}
+    for c in results["steady"]:
+        groups.setdefault(steady_key(c), []).append(c)
+    if not groups:
+        return
+    out.append("## Steady rate\n")
+    out.append(
+        "Open-loop writer: single-row transactions at a fixed rate over 4 pipelined connections; every payload "
+        "carries `ts`, the writer's wall clock (µs) taken just before the INSERT is handed to its connection. The "
+        "independent consumer (librdkafka, no group, all partitions from the beginning) stamps each record on "
+        "arrival with the same machine's wall clock: **latency = consumer clock − writer clock**, measured for every "
+        "system the same way (Debezium carries no commit time). For outbox-relay the consumer also reads the "
+        "`outbox-relay.commit-time-us` header (PostgreSQL's commit timestamp, same clock): *commit p99* below. The two "
+        "differ by the INSERT and COMMIT round trip (plus any queueing in the writer) and agree within a fraction "
+        "of a millisecond when the writer keeps up. Records written during the warm-up are not counted. CPU: relay "
+        "process over the measured window; *CPU s per M events* divides by the events measured. *All PostgreSQL* "
+        "includes the writer's four backends (the same load for every system): the difference between rows is "
+        "what each relay costs the database (the walsender, or the polling relay's queries).\n")
+    for k, runs in sorted(groups.items()):
+        runs = sorted(runs, key=sortkey)
+        r0 = runs[0]
+        out.append(f"### {steady_name(k)} ({r0['seconds']:.0f} s measured after {r0['warmup_s']:.0f} s warm-up)\n")
+        out.append("| system | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | commit p99 ms | CPU s per M events | "
+                   "peak RSS MiB | walsender CPU s | all PostgreSQL CPU s | writer achieved ev/s | received / sent | "
+                   "other load (cores) |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in runs:
+            l = r["latency_payload"]
+            cm = r.get("latency_commit") or {}
+            out.append(
+                f"| {r['system']} | {l['p50_ms']:.1f} | {l['p90_ms']:.1f} | {l['p99_ms']:.1f} | {l['p999_ms']:.1f} | "
+                f"{l['max_ms']:.1f} | {fmt(cm.get('p99_ms'), 1) if cm else '–'} | {r['cpu_s_per_million']:.1f} | "
+                f"{r['peak_rss_kb'] / 1024:.0f} | "
+                f"{'–' if r['system'] == 'polling' else format(r['walsender_cpu_s'], '.2f')} | "
+                f"{r['pg_cpu_s']:.1f} | {r['load']['achieved_rate']:,.0f} | "
+                f"{r['received']:,} / {r['load']['sent']:,} | {others_cpu(r) / r['seconds']:.2f} |")
+        relay = find(runs, system="outbox-relay")
+        if relay:
+            parts = []
+            for other in ["debezium-default", "debezium-tuned", "polling"]:
+                o = find(runs, system=other)
+                if o:
+                    parts.append(
+                        f"vs {other}: p99 {ratio(relay['latency_payload']['p99_ms'], o['latency_payload']['p99_ms'], 3)}, "
+                        f"CPU/event {ratio(relay['cpu_s_per_million'], o['cpu_s_per_million'], 3)}, "
+                        f"peak RSS {ratio(relay['peak_rss_kb'], o['peak_rss_kb'], 3)}")
+            if parts:
+                out.append("\noutbox-relay " + "; ".join(parts) + ".\n")
+        for r in runs:
+            if r.get("note"):
+                out.append(f"- {r['system']}: {r['note']}")
+        out.append("")
+
+
+def md_saturation(results, out):
+    sats = results.get("saturation", [])
+    if not sats:
+        return
+    out.append("## Saturation\n")
+    out.append(
+        "The writer offers increasing rates (single-row transactions, ~200 B) for "
+        f"{results['plan']['saturation_step_s']:.0f} s each while one system runs: outbox-relay, then pg_recvlogical "
+        "(the walsender alone, to /dev/null). *Written*: what the writer achieved; *walsender sent*: events/s the "
+        "walsender shipped (WAL sent ÷ WAL written per event); *in Kafka*: what reached Kafka; *unsent WAL*: written "
+        "but not yet decoded and sent at the end of the step. CPU in cores (1.0 = one core; the machine has 2.0) "
+        "over the step.\n")
+    out.append("| system | offered ev/s | written ev/s | walsender sent ev/s | in Kafka ev/s | unsent WAL at end MB | "
+               "relay process | walsender | all PostgreSQL | Kafka broker | writer+harness | machine |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for s_ in sorted(sats, key=sortkey):
+        for st in s_["steps"]:
+            kafka = st.get("relayed_rate")
+            kafka = "–" if kafka is None or kafka != kafka else f"{kafka:,.0f}"
+            out.append(
+                f"| {s_['system']} | {st['target_rate']:,.0f} | {st['load']['achieved_rate']:,.0f} | "
+                f"{st.get('decoded_rate', float('nan')):,.0f} | {kafka} | "
+                f"{st.get('unsent_wal_bytes_end', 0) / 1e6:.1f} | {st['relay_cpu_util']:.2f} | "
+                f"{st['walsender_cpu_util']:.2f} | {st['pg_cpu_util']:.2f} | {st['kafka_cpu_util']:.2f} | "
+                f"{st['bench_cpu_util']:.2f} | {st['machine_cpu_util']:.2f} |")
+    out.append("")
+
+
+def md_targets(results, out):
+    cu = catchup_reps(results)
+    st = results["steady"]
+    rows = []
+
+    def g(lst, **kw):
+        return find(lst, **kw)
+
+    for rows_, name in [(1000, "1,000-row"), (1, "single-row")]:
+        r = g(cu, system="outbox-relay", txn_rows=rows_, payload=200)
+        b = g(cu, system="pg_recvlogical", txn_rows=rows_, payload=200)
+        if r and b:
+            v = r["rate_from_start"] / b["rate_from_start"]
+            rows.append((f"catch-up ≥ 85% of pg_recvlogical ({name})", f"{v * 100:.0f}%", v >= 0.85))
+    for rows_, name in [(1000, "1,000-row"), (1, "single-row")]:
+        r = g(cu, system="outbox-relay", txn_rows=rows_, payload=200)
+        b = g(cu, system="debezium-tuned", txn_rows=rows_, payload=200)
+        if r and b:
+            v = r["rate_from_start"] / b["rate_from_first"]
+            rows.append((f"catch-up ≥ 3× Debezium tuned ({name})", f"{v:.2f}×", v >= 3))
+    for rows_, name in [(1000, "1,000-row"), (1, "single-row")]:
+        r = g(cu, system="outbox-relay", txn_rows=rows_, payload=200)
+        for dn in ["debezium-default", "debezium-tuned"]:
+            d = g(cu, system=dn, txn_rows=rows_, payload=200)
+            if r and d:
+                q = (r["cpu_s"] / r["events"]) / (d["cpu_drain_s"] / d["events"])
+                rows.append((f"catch-up ({name}): CPU/event ≤ 1/5 of {dn} (outbox-relay from its start, "
+                             f"Debezium drain window only)", f"{q:.3f}", q <= 0.2))
+                q = r["peak_rss_kb"] / d["peak_rss_kb"]
+                rows.append((f"catch-up ({name}): peak RSS ≤ 1/20 of {dn}", f"{q:.3f}", q <= 0.05))
+    r = g(st, system="outbox-relay", rate=10000.0, payload=200)
+    if r:
+        v = r["latency_payload"]["p99_ms"]
+        rows.append(("p99 at 10,000 ev/s ≤ 25 ms", f"{v:.1f} ms", v <= 25))
+        d = g(st, system="debezium-default", rate=10000.0, payload=200)
+        if d:
+            q = v / d["latency_payload"]["p99_ms"]
+            rows.append(("p99 at 10,000 ev/s ≤ 1/10 of Debezium default", f"{q:.3f}", q <= 0.1))
+        for dn in ["debezium-default", "debezium-tuned"]:
+            d = g(st, system=dn, rate=10000.0, payload=200)
+            if d:
+                q = r["cpu_s_per_million"] / d["cpu_s_per_million"]
+                rows.append((f"CPU/event ≤ 1/5 of {dn} (10,000 ev/s)", f"{q:.3f}", q <= 0.2))
+                q = r["peak_rss_kb"] / d["peak_rss_kb"]
+                rows.append((f"peak RSS ≤ 1/20 of {dn} (10,000 ev/s)", f"{q:.3f}", q <= 0.05))
+    if not rows:
+        return
+    out.append("## Targets of issue 5 (this run)\n")
+    out.append("| target | measured | met |")
+    out.append("|---|---:|:---:|")
+    for t, m, ok in rows:
+        out.append(f"| {t} | {m} | {'yes' if ok else '**no**'} |")
+    out.append("")
+
+
+def md_compare(results, other, label, out):
+    """HEAD (this run) against a run of the patched relay (same harness, same machine, minutes apart)."""
+    out.append(f"## Proposed changes, measured: {label}\n")
+    out.append(
+        f"A second run of the same harness right after the main one, with outbox-relay built from "
+        f"`{other.get('meta', {}).get('relay_source', '?')}` (patches in `bench/proposals/`), pg_recvlogical "
+        "alongside as the yardstick. Each backlog is drained as often as in the main run; the median drain is "
+        "shown, and its ratio to pg_recvlogical in the same run.\n")
+    out.append("| workload | figure | outbox-relay as built | with the proposed patches |")
+    out.append("|---|---|---:|---:|")
+    a_cu, b_cu = catchup_reps(results), catchup_reps(other)
+    for rows_, payload, name in [(1000, 200, "catch-up, 1,000-row txns"), (1, 200, "catch-up, single-row txns"),
+                                 (1000, 4096, "catch-up, 1,000-row txns, ~4 KB")]:
+        ra, rb = find(a_cu, system="outbox-relay", txn_rows=rows_, payload=payload), \
+            find(b_cu, system="outbox-relay", txn_rows=rows_, payload=payload)
+        pa, pb = find(a_cu, system="pg_recvlogical", txn_rows=rows_, payload=payload), \
+            find(b_cu, system="pg_recvlogical", txn_rows=rows_, payload=payload)
+        if not (ra and rb):
+            continue
+        ka = f" ({ra['rate_from_start'] / pa['rate_from_start'] * 100:.0f}% of pg_recvlogical)" if pa else ""
+        kb = f" ({rb['rate_from_start'] / pb['rate_from_start'] * 100:.0f}% of pg_recvlogical)" if pb else ""
+        out.append(f"| {name} | events/s from start | {ra['rate_from_start']:,.0f}{ka} | {rb['rate_from_start']:,.0f}{kb} |")
+        out.append(f"| {name} | CPU µs/event | {ra['cpu_s'] / ra['events'] * 1e6:.1f} | {rb['cpu_s'] / rb['events'] * 1e6:.1f} |")
+        out.append(f"| {name} | peak RSS MiB | {ra['peak_rss_kb'] / 1024:.0f} | {rb['peak_rss_kb'] / 1024:.0f} |")
+    for rate in [10000.0]:
+        sa = find(results["steady"], system="outbox-relay", rate=rate, payload=200)
+        sb = find(other["steady"], system="outbox-relay", rate=rate, payload=200)
+        if sa and sb:
+            for k, lab in [("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"), ("p999_ms", "p99.9 ms")]:
+                out.append(f"| steady {rate:,.0f} ev/s | {lab} | {sa['latency_payload'][k]:.1f} | "
+                           f"{sb['latency_payload'][k]:.1f} |")
+            out.append(f"| steady {rate:,.0f} ev/s | CPU s per M events | {sa['cpu_s_per_million']:.1f} | "
+                       f"{sb['cpu_s_per_million']:.1f} |")
+            out.append(f"| steady {rate:,.0f} ev/s | Kafka broker CPU (cores) | {sa['kafka_cpu_s'] / sa['seconds']:.2f} | "
+                       f"{sb['kafka_cpu_s'] / sb['seconds']:.2f} |")
+    za = find(results.get("saturation", []), system="outbox-relay")
+    zb = find(other.get("saturation", []), system="outbox-relay")
+    if za and zb:
+        for x, y in zip(za["steps"], zb["steps"]):
+            out.append(f"| saturation, offered {x['target_rate']:,.0f} ev/s | written → in Kafka (ev/s) | "
+                       f"{x['load']['achieved_rate']:,.0f} → {x['relayed_rate']:,.0f} | "
+                       f"{y['load']['achieved_rate']:,.0f} → {y['relayed_rate']:,.0f} |")
+    out.append("")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("results")
+    ap.add_argument("--md", required=True)
+    ap.add_argument("--img", required=True)
+    ap.add_argument("--notes")
+    ap.add_argument("--compare", help="results.json of a run with the proposed patches")
+    ap.add_argument("--compare-label", default="bench/proposals/*.diff")
+    a = ap.parse_args()
+    results = json.load(open(a.results))
+    os.makedirs(a.img, exist_ok=True)
+    images = plot_catchup(results, a.img) + plot_steady(results, a.img) + plot_cost(results, a.img)
+    meta = results.get("meta", {})
+    plan = results.get("plan") or {}
+    rel = os.path.relpath(a.img, os.path.dirname(os.path.abspath(a.md)))
+    out = []
+    out.append("# Benchmarks: outbox-relay vs Debezium, a polling relay and pg_recvlogical\n")
+    out.append("<!-- generated by scripts/bench.sh (bench/report.py) from results.json; edit bench/notes.md for "
+               "the prose at the end -->\n")
+    kind = "quick variant" if meta.get("quick") else "full run"
+    out.append(f"Run: {meta.get('date_utc', '?')} ({kind}, {fmt(meta.get('suite_seconds', 0))} s). "
+               f"Reproduce with `scripts/bench.sh` (full, ~20-25 min) or `scripts/bench.sh --quick` (a couple of "
+               f"minutes). Raw figures: `results.json` next to the report in `target/bench-results/`.\n")
+    out.append("## Machine and versions\n")
+    out.append("| | |\n|---|---|")
+    for k, label in [("cpu_model", "CPU"), ("cpus", "cores"), ("mem_total", "memory"), ("virtualization", "virtualization"),
+                     ("os", "OS"), ("kernel", "kernel"), ("postgres", "PostgreSQL"), ("kafka", "Kafka (broker, Connect, clients)"),
+                     ("debezium", "Debezium PostgreSQL connector"), ("java", "Java"), ("rustc", "rustc"),
+                     ("librdkafka", "librdkafka (outbox-relay, polling relay, consumer)"), ("relay_source", "outbox-relay built from"),
+                     ("load_before", "load average at start")]:
+        out.append(f"| {label} | {meta.get(k, '?')} |")
+    if meta.get("relay_extra_toml"):
+        out.append(f"| outbox-relay config overrides | `{meta['relay_extra_toml'].strip()}` |")
+    out.append("")
+    out.append(SETTINGS)
+    md_targets(results, out)
+    md_catchup(results, out)
+    md_steady(results, out)
+    md_saturation(results, out)
+    if a.compare and os.path.exists(a.compare):
+        md_compare(results, json.load(open(a.compare)), a.compare_label, out)
+    if results.get("failures"):
+        out.append("## Failures in this run\n")
+        for f in results["failures"]:
+            out.append(f"- {f}")
+        out.append("")
+    if images:
+        out.append("## Plots\n")
+        for f in images:
+            out.append(f"![{f}]({rel}/{f})\n")
+    if a.notes and os.path.exists(a.notes):
+        out.append(open(a.notes).read())
+    with open(a.md, "w") as fh:
+        fh.write("\n".join(out) + "\n")
+    print(f"wrote {a.md} and {len(images)} plot(s) in {a.img}", file=sys.stderr)
+
+
+SETTINGS = """## Systems and settings
+
+All five run one at a time against the same PostgreSQL and the same Kafka broker, each with its own
+replication slot and publication (`FOR TABLE public.outbox`), producing to its own fresh topics
+(`<run>.order`, 3 partitions, RF 1). Routing is the Outbox Event Router's everywhere: topic
+`<prefix>.<aggregatetype>`, key `aggregateid`, value the payload JSON text, headers `id` and
+`eventType`.
+
+| system | what runs | settings |
+|---|---|---|
+| pg_recvlogical | PostgreSQL 15's `pg_recvlogical --start -o proto_version=1 -o publication_names=… -f /dev/null` (`--endpos` = the backlog's end LSN) | the upper bound: the walsender decoding the same publication (`publish = 'insert'`) with pgoutput, nothing produced |
+| outbox-relay | `outbox-relay run` (release build), config generated by the harness | defaults: idempotent producer (acks=all, ≤5 in flight), `linger_ms = 5`, `compression = "lz4"`, `max_in_flight_records = 50000`, `buffer_events = 1024`, relay headers on, heartbeat on; metrics listener moved to an ephemeral port |
+| debezium-default | Kafka Connect 4.3.1 standalone (`infra/kafka/lib`) + Debezium 3.6.1.Final PostgreSQL connector + Outbox Event Router, `infra/debezium/connector-default.properties` | only what the outbox needs (`plugin.name=pgoutput`, `snapshot.mode=no_data`, `publication.autocreate.mode=filtered`, the router); `poll.interval.ms=500`, `max.batch.size=2048`, `max.queue.size=8192`; Connect's producer: acks=all, 1 request in flight, no idempotence, `linger.ms=5`, `batch.size=16384`, no compression; `offset.flush.interval.ms=60000`; heap as `connect-standalone.sh`: `-Xms256M -Xmx2G` |
+| debezium-tuned | same, `infra/debezium/connector-tuned.properties` | `poll.interval.ms=10`, `max.batch.size=8192`, `max.queue.size=32768`; producer overrides: lz4, `linger.ms=5`, `batch.size=262144`, idempotence on with 5 requests in flight |
+| polling | `bench poll-relay` (Rust, in the harness), one worker | per poll: `BEGIN; SELECT … WHERE published_at IS NULL ORDER BY created_at, id LIMIT 100 FOR UPDATE SKIP LOCKED`; produce all (rdkafka, acks=all, idempotent, `linger.ms=5`, no compression) and wait for every ack; `UPDATE … SET published_at = now() WHERE id = ANY(…)`; `COMMIT`; sleep 50 ms after an empty poll. Partial index `(created_at, id) WHERE published_at IS NULL` |
+
+PostgreSQL 15 (`infra/pg/start.sh`): `wal_level=logical`, `fsync=off` (as the test stack),
+`shared_buffers=256MB`, `max_wal_size=4GB`. Kafka 4.3.1 single KRaft node (`infra/kafka/start.sh`),
+heap 1 GiB. The outbox table is `migrations/0001_outbox.sql` plus `published_at` (used only by the
+polling relay). Payloads: order-like JSON documents of ~200 B or ~4 KB (the 4 KB ones compress to
+~1.4 KB in TOAST), with `ts`. The polling relay always runs last in a workload: its UPDATEs would
+otherwise be WAL that the log-based systems must decode and skip.
+
+Measurements: CPU = utime + stime from `/proc/<pid>/stat` (all threads), peak RSS = `VmHWM` from
+`/proc/<pid>/status`, sampled every 100 ms and read once more at the end of the window; the JVM's
+pid for Connect. Catch-up completion = the sum of the topic's high watermarks (polled every 50 ms)
+reaching the backlog size.
+"""
+
+if __name__ == "__main__":
+    main()

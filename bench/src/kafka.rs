@@ -1,0 +1,253 @@
+//! Kafka side: topics, end-offset monitoring (catch-up) and the independent latency consumer.
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+use rdkafka::{
+    ClientConfig, Message, Offset, TopicPartitionList,
+    admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
+    client::DefaultClientContext,
+    consumer::{BaseConsumer, Consumer},
+    message::Headers,
+};
+
+use crate::pg::now_us;
+
+pub const PARTITIONS: i32 = 3;
+const COMMIT_TIME_HEADER: &str = "outbox-relay.commit-time-us";
+
+fn admin(brokers: &str) -> Result<AdminClient<DefaultClientContext>> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?)
+}
+
+/// Creates `topics` with [`PARTITIONS`] partitions (RF 1); existing ones are fine.
+pub async fn create_topics(brokers: &str, topics: &[String]) -> Result<()> {
+    let a = admin(brokers)?;
+    let new: Vec<NewTopic> = topics
+        .iter()
+        .map(|t| NewTopic::new(t, PARTITIONS, TopicReplication::Fixed(1)))
+        .collect();
+    for r in a.create_topics(&new, &AdminOptions::new()).await? {
+        match r {
+            Ok(_) => {}
+            Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, e)) => anyhow::bail!("create topic {t}: {e}"),
+        }
+    }
+    // Wait until the partitions have leaders (metadata visible to clients).
+    let c = plain_consumer(brokers)?;
+    for t in topics {
+        for _ in 0..100 {
+            if partitions(&c, t).map(|n| n == PARTITIONS).unwrap_or(false) {
+                break;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok(())
+}
+
+pub async fn delete_topics(brokers: &str, topics: &[String]) -> Result<()> {
+    let a = admin(brokers)?;
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let _ = a.delete_topics(&names, &AdminOptions::new()).await?;
+    Ok(())
+}
+
+fn plain_consumer(brokers: &str) -> Result<BaseConsumer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "bench-monitor")
+        .set("enable.auto.commit", "false")
+        .create()?)
+}
+
+fn partitions(c: &BaseConsumer, topic: &str) -> Option<i32> {
+    let md = c.fetch_metadata(Some(topic), Duration::from_secs(2)).ok()?;
+    let t = md.topics().first()?;
+    if t.error().is_some() {
+        return None;
+    }
+    Some(t.partitions().len() as i32)
+}
+
+/// Sum of the high watermarks of `topic` (records appended so far).
+pub struct EndOffsets {
+    c: BaseConsumer,
+    topic: String,
+}
+
+impl EndOffsets {
+    pub fn new(brokers: &str, topic: &str) -> Result<Self> {
+        Ok(Self {
+            c: plain_consumer(brokers)?,
+            topic: topic.to_string(),
+        })
+    }
+
+    pub fn total(&self) -> Result<i64> {
+        let mut sum = 0;
+        for p in 0..PARTITIONS {
+            let (_, high) = self
+                .c
+                .fetch_watermarks(&self.topic, p, Duration::from_secs(5))
+                .with_context(|| format!("watermarks of {}/{p}", self.topic))?;
+            sum += high;
+        }
+        Ok(sum)
+    }
+}
+
+/// Latencies collected by the consumer, in microseconds.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// Records read (all, including warm-up).
+    pub received: u64,
+    /// Records whose payload `ts` was inside the measurement window.
+    pub measured: u64,
+    /// now − payload `ts` (writer clock before the INSERT), measured records only.
+    pub payload_lat_us: Vec<u32>,
+    /// now − `outbox-relay.commit-time-us` header (PostgreSQL commit time), when present.
+    pub commit_lat_us: Vec<u32>,
+    /// Per second of the run (by receive time, from `t0`): records received.
+    pub per_sec_received: Vec<u64>,
+    /// Per second of the run: payload latencies of records received in that second.
+    pub per_sec_lat: Vec<Vec<u32>>,
+}
+
+/// An independent consumer (no group; assigns every partition from the beginning) that records
+/// commit-to-consumer latency for each record as it arrives.
+pub struct LatencyConsumer {
+    stop: Arc<AtomicBool>,
+    received: Arc<AtomicU64>,
+    data: Arc<Mutex<Collected>>,
+    handle: Option<thread::JoinHandle<Result<()>>>,
+}
+
+impl LatencyConsumer {
+    /// `t0_us`: run start (wall clock, µs); records with payload ts in `[from_us, to_us)` count.
+    pub fn start(brokers: &str, topic: &str, t0_us: i64, from_us: i64, to_us: i64) -> Result<Self> {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("group.id", "bench-latency")
+            .set("enable.auto.commit", "false")
+            .set("fetch.wait.max.ms", "100")
+            .set("fetch.min.bytes", "1")
+            .create()?;
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..PARTITIONS {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+        }
+        c.assign(&tpl)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let received = Arc::new(AtomicU64::new(0));
+        let data = Arc::new(Mutex::new(Collected::default()));
+        let (s2, r2, d2) = (stop.clone(), received.clone(), data.clone());
+        let handle = thread::spawn(move || -> Result<()> {
+            let mut local = Collected::default();
+            let mut last_publish = Instant::now();
+            loop {
+                if s2.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Some(m) = c.poll(Duration::from_millis(50)) else {
+                    r2.store(local.received, Ordering::Relaxed);
+                    continue;
+                };
+                let m = match m {
+                    Ok(m) => m,
+                    Err(e) => {
+                        eprintln!("[bench] consumer error: {e}");
+                        continue;
+                    }
+                };
+                let now = now_us();
+                local.received += 1;
+                let sec = ((now - t0_us).max(0) / 1_000_000) as usize;
+                if local.per_sec_received.len() <= sec {
+                    local.per_sec_received.resize(sec + 1, 0);
+                    local.per_sec_lat.resize(sec + 1, Vec::new());
+                }
+                local.per_sec_received[sec] += 1;
+                if let Some(ts) = m.payload().and_then(payload_ts) {
+                    let lat = (now - ts).clamp(0, u32::MAX as i64) as u32;
+                    local.per_sec_lat[sec].push(lat);
+                    if ts >= from_us && ts < to_us {
+                        local.measured += 1;
+                        local.payload_lat_us.push(lat);
+                        if let Some(ct) = m.headers().and_then(|h| {
+                            h.iter()
+                                .find(|h| h.key == COMMIT_TIME_HEADER)
+                                .and_then(|h| h.value)
+                                .and_then(|v| std::str::from_utf8(v).ok())
+                                .and_then(|v| v.parse::<i64>().ok())
+                        }) {
+                            local
+                                .commit_lat_us
+                                .push((now - ct).clamp(0, u32::MAX as i64) as u32);
+                        }
+                    }
+                }
+                if last_publish.elapsed() > Duration::from_millis(200) {
+                    r2.store(local.received, Ordering::Relaxed);
+                    last_publish = Instant::now();
+                }
+            }
+            r2.store(local.received, Ordering::Relaxed);
+            *d2.lock().unwrap() = local;
+            Ok(())
+        });
+        Ok(Self {
+            stop,
+            received,
+            data,
+            handle: Some(handle),
+        })
+    }
+
+    /// Records received so far (updated every 200 ms).
+    pub fn received(&self) -> u64 {
+        self.received.load(Ordering::Relaxed)
+    }
+
+    pub fn finish(mut self) -> Result<Collected> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("consumer thread panicked"))??;
+        }
+        Ok(std::mem::take(&mut *self.data.lock().unwrap()))
+    }
+}
+
+/// The `"ts": <digits>` field of a payload (jsonb text output puts the shortest key first).
+pub fn payload_ts(v: &[u8]) -> Option<i64> {
+    let key = b"\"ts\": ";
+    let pos = v.windows(key.len()).position(|w| w == key)? + key.len();
+    let digits = v[pos..].iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&v[pos..pos + digits])
+        .ok()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::payload_ts;
+
+    #[test]
+    fn finds_the_writer_timestamp_in_jsonb_text() {
+        let v = br#"{"ts": 1796043566512618, "items": [{"qty": 8}], "currency": "EUR"}"#;
+        assert_eq!(payload_ts(v), Some(1796043566512618));
+        assert_eq!(payload_ts(br#"{"n": 1}"#), None);
+    }
+}

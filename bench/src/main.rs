@@ -1,0 +1,383 @@
+//! `bench`: the benchmark harness of outbox-relay (see scripts/bench.sh and docs/benchmarks.md).
+//!
+//! `bench suite` runs every workload against every system, one at a time, on the same PostgreSQL
+//! and Kafka, and writes `results.json`; `bench poll-relay` is the polling relay baseline (run
+//! as its own process so that its CPU and memory can be measured like the others').
+
+mod kafka;
+mod pg;
+mod poll_relay;
+mod procstat;
+mod suite;
+mod systems;
+
+use std::{path::PathBuf, process::Command};
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+use crate::{
+    suite::{CatchupSpec, Plan, SteadySpec, Suite},
+    systems::{Env, System},
+};
+
+#[derive(Parser)]
+#[command(about = "outbox-relay benchmark harness")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the workloads and write <out>/results.json.
+    Suite(Box<SuiteArgs>),
+    /// The polling relay baseline (SELECT … FOR UPDATE SKIP LOCKED LIMIT 100, produce, mark).
+    PollRelay(poll_relay::PollArgs),
+    /// Steady-rate writer alone (for profiling a relay by hand).
+    Load {
+        #[arg(long, default_value_t = 56432)]
+        pg_port: u16,
+        #[arg(long, default_value_t = 10_000.0)]
+        rate: f64,
+        #[arg(long, default_value_t = 30.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 200)]
+        payload: i32,
+    },
+    /// Print, every second, where events are: inserted, sent by the walsender, in Kafka.
+    Monitor {
+        #[arg(long, default_value_t = 56432)]
+        pg_port: u16,
+        #[arg(long, default_value = "127.0.0.1:29192")]
+        brokers: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        slot: String,
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+    },
+    /// Write a backlog into the outbox (no relay involved).
+    Backlog {
+        #[arg(long, default_value_t = 56432)]
+        pg_port: u16,
+        #[arg(long, default_value_t = 100_000)]
+        events: i32,
+        #[arg(long, default_value_t = 1000)]
+        txn_rows: i32,
+        #[arg(long, default_value_t = 200)]
+        payload: i32,
+    },
+}
+
+#[derive(clap::Args)]
+struct SuiteArgs {
+    /// The quick variant (100k-event backlogs, short steady runs).
+    #[arg(long)]
+    quick: bool,
+    #[arg(long)]
+    out: PathBuf,
+    /// Repository root (infra/debezium lives there).
+    #[arg(long, default_value = ".")]
+    repo: PathBuf,
+    /// Scratch directory for configs, logs and Connect offsets.
+    #[arg(long)]
+    work: PathBuf,
+    #[arg(long, default_value_t = 56432)]
+    pg_port: u16,
+    #[arg(long, default_value = "127.0.0.1:29192")]
+    brokers: String,
+    #[arg(long, default_value_t = 28083)]
+    connect_rest_port: u16,
+    #[arg(long)]
+    relay_bin: PathBuf,
+    /// Pid of the PostgreSQL postmaster (its process tree is measured).
+    #[arg(long)]
+    postmaster_pid: Option<i32>,
+    /// Pid of the Kafka broker (measured).
+    #[arg(long)]
+    kafka_pid: Option<i32>,
+    /// Systems, comma-separated: pg_recvlogical,outbox-relay,debezium-default,debezium-tuned,polling.
+    #[arg(long, value_delimiter = ',')]
+    systems: Option<Vec<String>>,
+    /// Workloads, comma-separated: catchup,steady,saturation.
+    #[arg(long, value_delimiter = ',')]
+    workloads: Option<Vec<String>>,
+    /// Events per catch-up backlog (default 1,000,000; quick 100,000).
+    #[arg(long)]
+    events: Option<i32>,
+    /// Catch-up shapes as TXN_ROWSxPAYLOAD, comma-separated (default 1000x200,1x200,1000x4096;
+    /// the 4 KB backlog has a tenth of the events).
+    #[arg(long, value_delimiter = ',')]
+    shapes: Option<Vec<String>>,
+    /// Steady runs as RATExPAYLOAD, comma-separated (default 1000x200,10000x200,1000x4096; quick
+    /// 10000x200).
+    #[arg(long, value_delimiter = ',')]
+    rates: Option<Vec<String>>,
+    /// Drains of each catch-up backlog by pg_recvlogical and outbox-relay (default: full 2,
+    /// quick 3).
+    #[arg(long)]
+    repeat: Option<usize>,
+    /// Seconds of each steady run (default 60; quick 15).
+    #[arg(long)]
+    steady_seconds: Option<f64>,
+    /// Extra TOML appended to outbox-relay's generated config (e.g. "[relay]\nbuffer_events = 4096").
+    #[arg(long)]
+    relay_extra_toml: Option<PathBuf>,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        match cli.command {
+            Cmd::PollRelay(a) => poll_relay::run(a).await,
+            Cmd::Backlog {
+                pg_port,
+                events,
+                txn_rows,
+                payload,
+            } => {
+                pg::prepare(pg_port, &[payload]).await?;
+                let c = pg::connect(pg_port, pg::DB).await?;
+                let s = pg::backlog(&c, events, txn_rows, payload, "order").await?;
+                eprintln!("{events} events in {s:.2} s ({:.0}/s)", events as f64 / s);
+                Ok(())
+            }
+            Cmd::Load {
+                pg_port,
+                rate,
+                seconds,
+                payload,
+            } => {
+                pg::prepare(pg_port, &[payload]).await?;
+                let s = pg::steady_load(pg_port, 4, rate, seconds, payload, "order").await?;
+                eprintln!("{s:?}");
+                Ok(())
+            }
+            Cmd::Monitor {
+                pg_port,
+                brokers,
+                topic,
+                slot,
+                seconds,
+            } => monitor(pg_port, &brokers, &topic, &slot, seconds).await,
+            Cmd::Suite(a) => suite(*a).await,
+        }
+    })
+}
+
+async fn monitor(port: u16, brokers: &str, topic: &str, slot: &str, seconds: u64) -> Result<()> {
+    let c = pg::connect(port, pg::DB).await?;
+    let eo = kafka::EndOffsets::new(brokers, topic)?;
+    let q = "SELECT (SELECT n_tup_ins::int8 FROM pg_stat_user_tables WHERE relname = 'outbox'), \
+                    (SELECT (pg_current_wal_lsn() - sent_lsn)::int8 FROM pg_stat_replication r \
+                       JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = $1), \
+                    (SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::int8 FROM pg_replication_slots \
+                      WHERE slot_name = $1)";
+    let (mut last_ins, mut last_k) = (0i64, 0i64);
+    for i in 0..seconds {
+        let r = c.query_one(q, &[&slot]).await?;
+        let ins: i64 = r.get::<_, Option<i64>>(0).unwrap_or(0);
+        let k = eo.total()?;
+        eprintln!(
+            "{i:>3}s inserted {:>7}/s  kafka {:>7}/s  not-yet-in-kafka {:>8}  walsender-unsent {:?}  slot-unconfirmed {:?}",
+            ins - last_ins,
+            k - last_k,
+            ins - k,
+            r.get::<_, Option<i64>>(1),
+            r.get::<_, Option<i64>>(2)
+        );
+        (last_ins, last_k) = (ins, k);
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
+fn plan(a: &SuiteArgs) -> Result<Plan> {
+    let quick = a.quick;
+    let events = a.events.unwrap_or(if quick { 100_000 } else { 1_000_000 });
+    let secs = a.steady_seconds.unwrap_or(if quick { 15.0 } else { 60.0 });
+    let warmup = if quick { 3.0 } else { 5.0 };
+    let all_systems = match &a.systems {
+        Some(v) => v
+            .iter()
+            .map(|s| System::parse(s))
+            .collect::<Result<Vec<_>>>()?,
+        None if quick => vec![System::RecvLogical, System::Relay, System::Polling],
+        None => System::ALL.to_vec(),
+    };
+    // Keep the canonical order: the polling relay last (its UPDATEs would otherwise be WAL that
+    // the log-based systems have to decode and skip).
+    let ordered: Vec<System> = System::ALL
+        .iter()
+        .copied()
+        .filter(|s| all_systems.contains(s))
+        .collect();
+    let workloads: Vec<String> = a.workloads.clone().unwrap_or_else(|| {
+        let mut w = vec!["catchup".to_string(), "steady".to_string()];
+        if !quick {
+            w.push("saturation".into());
+        }
+        w
+    });
+    let has = |w: &str| workloads.iter().any(|x| x == w);
+    let pair = |x: &str| -> Result<(f64, i32)> {
+        let (a, b) = x
+            .split_once('x')
+            .with_context(|| format!("{x:?}: expected AxB"))?;
+        Ok((a.parse()?, b.parse()?))
+    };
+    let mut catchup = Vec::new();
+    if has("catchup") {
+        let shapes = match &a.shapes {
+            Some(v) => v.iter().map(|x| pair(x)).collect::<Result<Vec<_>>>()?,
+            None => vec![(1000.0, 200), (1.0, 200), (1000.0, 4096)],
+        };
+        // Time budget of the full run (~25 min on 2 cores), unless --systems says otherwise:
+        // the polling relay does not see transaction boundaries (it reads rows), so it skips
+        // the single-row backlog; Debezium default skips the 4 KB one (tuned runs it).
+        let trim = a.systems.is_none() && a.shapes.is_none();
+        for (rows, payload) in shapes {
+            let mut skip = Vec::new();
+            if trim && rows as i32 == 1 {
+                skip.push(System::Polling);
+            }
+            if trim && payload > 1000 {
+                skip.push(System::DbzDefault);
+            }
+            catchup.push(CatchupSpec {
+                events: match (payload > 1000, quick) {
+                    (false, _) => events,
+                    (true, false) => events / 10,
+                    (true, true) => events / 5,
+                },
+                txn_rows: rows as i32,
+                payload,
+                skip,
+            });
+        }
+    }
+    let mut steady = Vec::new();
+    if has("steady") {
+        let rates = match &a.rates {
+            Some(v) => v.iter().map(|x| pair(x)).collect::<Result<Vec<_>>>()?,
+            None if quick => vec![(10_000.0, 200)],
+            None => vec![(1_000.0, 200), (10_000.0, 200), (1_000.0, 4096)],
+        };
+        for (rate, payload) in rates {
+            steady.push(SteadySpec {
+                rate,
+                payload,
+                warmup_s: warmup,
+                seconds: secs,
+            });
+        }
+    }
+    let saturation_rates = if has("saturation") && ordered.contains(&System::Relay) {
+        vec![10_000.0, 20_000.0, 30_000.0]
+    } else {
+        vec![]
+    };
+    Ok(Plan {
+        quick,
+        catchup,
+        catchup_systems: ordered.clone(),
+        catchup_repeat: a.repeat.unwrap_or(if quick { 3 } else { 2 }),
+        steady,
+        steady_systems: ordered.into_iter().filter(|s| s.produces()).collect(),
+        // saturation_rates is only non-empty when outbox-relay is selected.
+        saturation_systems: if saturation_rates.is_empty() {
+            vec![]
+        } else {
+            vec![System::Relay, System::RecvLogical]
+        },
+        saturation_rates,
+        saturation_step_s: if quick { 5.0 } else { 8.0 },
+    })
+}
+
+async fn suite(a: SuiteArgs) -> Result<()> {
+    let plan = plan(&a)?;
+    std::fs::create_dir_all(&a.out)?;
+    std::fs::create_dir_all(&a.work)?;
+    let repo = std::fs::canonicalize(&a.repo)?;
+    let mut env = Env {
+        repo: repo.clone(),
+        work: std::fs::canonicalize(&a.work)?,
+        pg_port: a.pg_port,
+        brokers: a.brokers.clone(),
+        relay_bin: std::fs::canonicalize(&a.relay_bin).context("--relay-bin")?,
+        bench_bin: std::env::current_exe()?,
+        connect_rest_port: a.connect_rest_port,
+        relay_extra_toml: match &a.relay_extra_toml {
+            Some(p) => Some(std::fs::read_to_string(p)?),
+            None => None,
+        },
+        relay_has_http: false,
+    };
+    env.probe_relay()?;
+    pg::prepare(a.pg_port, &[200, 4096]).await?;
+    let mut suite = Suite::new(env, a.out.clone(), a.postmaster_pid, a.kafka_pid).await?;
+    suite.results.meta = meta(&a, &repo).await;
+    suite.save()?;
+    let t0 = std::time::Instant::now();
+    suite.run(&plan).await?;
+    suite.results.meta["suite_seconds"] = t0.elapsed().as_secs_f64().into();
+    suite.save()?;
+    eprintln!(
+        "[bench] done in {:.0} s; {} failure(s); results in {}",
+        t0.elapsed().as_secs_f64(),
+        suite.results.failures.len(),
+        a.out.join("results.json").display()
+    );
+    Ok(())
+}
+
+fn sh(cmd: &str) -> String {
+    Command::new("bash")
+        .args(["-c", cmd])
+        .output()
+        .map(|o| {
+            let mut s = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            if s.is_empty() {
+                s = String::from_utf8_lossy(&o.stderr).trim().to_string();
+            }
+            s
+        })
+        .unwrap_or_default()
+}
+
+/// Machine and versions, for the report.
+async fn meta(a: &SuiteArgs, repo: &std::path::Path) -> serde_json::Value {
+    let pg_version = match pg::connect(a.pg_port, pg::DB).await {
+        Ok(c) => pg::server_version(&c).await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    let r = repo.display();
+    serde_json::json!({
+        "date_utc": sh("date -u +%Y-%m-%dT%H:%M:%SZ"),
+        "quick": a.quick,
+        "cpu_model": sh("lscpu | sed -n 's/^Model name: *//p' | head -1"),
+        "cpus": sh("nproc"),
+        "mem_total": sh("grep MemTotal /proc/meminfo | awk '{printf \"%.1f GiB\", $2/1048576}'"),
+        "kernel": sh("uname -r"),
+        "os": sh(". /etc/os-release && echo $PRETTY_NAME"),
+        "virtualization": sh("v=$(grep -qw hypervisor /proc/cpuinfo && echo 'virtual machine (hypervisor CPU flag)' || echo 'bare metal?'); c=$(systemd-detect-virt -c 2>/dev/null | grep -v none); echo \"$v${c:+, container: $c}\""),
+        "postgres": pg_version,
+        "kafka": sh(&format!("ls {r}/infra/kafka/lib | sed -n 's/^kafka-clients-\\(.*\\)\\.jar$/\\1/p'")),
+        "debezium": sh(&format!("ls {r}/infra/debezium/plugins/debezium-connector-postgres 2>/dev/null | sed -n 's/^debezium-connector-postgres-\\(.*\\)\\.jar$/\\1/p'")),
+        "java": sh("java -version 2>&1 | head -1"),
+        "rustc": sh("rustc -V"),
+        "librdkafka": "2.12.1 (rdkafka-sys 4.10.0, bundled)",
+        "relay_rev": sh(&format!("git -C {r} rev-parse --short HEAD")),
+        "relay_bin": a.relay_bin.display().to_string(),
+        "relay_source": std::env::var("BENCH_RELAY_SOURCE").unwrap_or_else(|_| "working tree".into()),
+        "relay_extra_toml": a.relay_extra_toml.as_ref().and_then(|p| std::fs::read_to_string(p).ok()),
+        "load_before": sh("cat /proc/loadavg"),
+    })
+}

@@ -1,0 +1,337 @@
+//! The systems under comparison: how each one is prepared, started and stopped.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+
+/// One relay (or the pg_recvlogical upper bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum System {
+    #[serde(rename = "pg_recvlogical")]
+    RecvLogical,
+    #[serde(rename = "outbox-relay")]
+    Relay,
+    #[serde(rename = "polling")]
+    Polling,
+    #[serde(rename = "debezium-default")]
+    DbzDefault,
+    #[serde(rename = "debezium-tuned")]
+    DbzTuned,
+}
+
+impl System {
+    pub const ALL: [System; 5] = [
+        System::RecvLogical,
+        System::Relay,
+        System::DbzDefault,
+        System::DbzTuned,
+        System::Polling,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            System::RecvLogical => "pg_recvlogical",
+            System::Relay => "outbox-relay",
+            System::Polling => "polling",
+            System::DbzDefault => "debezium-default",
+            System::DbzTuned => "debezium-tuned",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<System> {
+        Ok(match s {
+            "pg_recvlogical" | "recvlogical" | "recv" => System::RecvLogical,
+            "outbox-relay" | "relay" => System::Relay,
+            "polling" | "poll" => System::Polling,
+            "debezium-default" | "dbz-default" | "dbzd" => System::DbzDefault,
+            "debezium-tuned" | "dbz-tuned" | "dbzt" => System::DbzTuned,
+            _ => bail!("unknown system {s:?}"),
+        })
+    }
+
+    fn short(self) -> &'static str {
+        match self {
+            System::RecvLogical => "recv",
+            System::Relay => "relay",
+            System::Polling => "poll",
+            System::DbzDefault => "dbzd",
+            System::DbzTuned => "dbzt",
+        }
+    }
+
+    /// Replication slot of this system (each one has its own). `None` for the polling relay.
+    pub fn slot(self) -> Option<String> {
+        (self != System::Polling).then(|| format!("bench_{}", self.short()))
+    }
+
+    pub fn publication(self) -> Option<String> {
+        self.slot().map(|s| format!("{s}_pub"))
+    }
+
+    /// Whether it produces to Kafka (pg_recvlogical writes to /dev/null).
+    pub fn produces(self) -> bool {
+        self != System::RecvLogical
+    }
+
+    /// Topic prefix of run number `n` of invocation `stamp` (every run gets fresh topics).
+    pub fn topic_prefix(self, stamp: i64, n: usize) -> String {
+        format!("b{stamp}-{n}-{}", self.short())
+    }
+}
+
+/// Where things are and how to reach the servers.
+#[derive(Debug, Clone)]
+pub struct Env {
+    pub repo: PathBuf,
+    pub work: PathBuf,
+    pub pg_port: u16,
+    pub brokers: String,
+    pub relay_bin: PathBuf,
+    pub bench_bin: PathBuf,
+    pub connect_rest_port: u16,
+    /// Extra TOML merged into the generated outbox-relay config (experiments).
+    pub relay_extra_toml: Option<String>,
+    /// Whether this outbox-relay build knows the `[http]` section (see [`Env::probe_relay`]).
+    pub relay_has_http: bool,
+}
+
+/// Deep-merges `extra` into `base` (tables merge, everything else replaces).
+fn merge(base: &mut toml::Table, extra: toml::Table) {
+    for (k, v) in extra {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(e)) => merge(b, e),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+/// A started system: the process to measure and how to stop it.
+pub struct Running {
+    pub pid: i32,
+    child: Option<Child>,
+    /// Debezium: (infra/debezium/stop.sh, CONNECT_DATA).
+    connect: Option<(PathBuf, PathBuf)>,
+}
+
+impl Env {
+    fn relay_config(&self, prefix: &str, slot: &str) -> Result<PathBuf> {
+        let path = self.work.join(format!("{prefix}-relay.toml"));
+        let publ = System::Relay.publication().unwrap();
+        let base = format!(
+            "[postgres]\nhost = \"127.0.0.1\"\nport = {}\nuser = \"postgres\"\ndatabase = \"bench\"\n\
+             slot = \"{slot}\"\npublication = \"{publ}\"\n\n[kafka]\nbrokers = \"{}\"\n\n\
+             [[outbox]]\ntable = \"public.outbox\"\ntopic = \"{prefix}.{{aggregatetype}}\"\n",
+            self.pg_port, self.brokers
+        );
+        let mut table: toml::Table = base.parse()?;
+        if self.relay_has_http {
+            // The metrics/health listener on an ephemeral port: never the default 9559, which
+            // the test stack's relays may be using.
+            table.insert(
+                "http".into(),
+                toml::Value::Table(toml::toml! { listen = "127.0.0.1:0" }),
+            );
+        }
+        if let Some(extra) = &self.relay_extra_toml {
+            let extra: toml::Table = extra.parse().context("--relay-extra-toml")?;
+            merge(&mut table, extra);
+        }
+        let toml = toml::to_string(&table)?;
+        std::fs::write(&path, toml)?;
+        Ok(path)
+    }
+
+    fn connect_data(&self, system: System, prefix: &str) -> PathBuf {
+        self.work
+            .join(format!("connect-{prefix}-{}", system.name()))
+    }
+
+    /// Asks the relay binary whether it accepts an `[http]` section (newer builds serve metrics
+    /// on 127.0.0.1:9559 by default; the harness moves that to an ephemeral port).
+    pub fn probe_relay(&mut self) -> Result<()> {
+        let path = self.work.join("probe-relay.toml");
+        std::fs::write(&path, "[http]\nlisten = \"127.0.0.1:0\"\n")?;
+        let out = Command::new(&self.relay_bin)
+            .args(["check-config", "-c"])
+            .arg(&path)
+            .output()
+            .context("running outbox-relay check-config")?;
+        self.relay_has_http = out.status.success();
+        Ok(())
+    }
+
+    /// `outbox-relay setup`: creates the relay's publication and slot.
+    pub fn relay_setup(&self, prefix: &str, slot: &str) -> Result<()> {
+        let cfg = self.relay_config(prefix, slot)?;
+        let out = Command::new(&self.relay_bin)
+            .args(["setup", "-c"])
+            .arg(&cfg)
+            .env("RUST_LOG", "warn")
+            .output()
+            .context("running outbox-relay setup")?;
+        if !out.status.success() {
+            bail!(
+                "outbox-relay setup failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// Starts `system`. `endpos`: where pg_recvlogical stops.
+    /// Starts `system` on `slot` (default: the system's own). `endpos`: where pg_recvlogical
+    /// stops.
+    pub fn start(
+        &self,
+        system: System,
+        prefix: &str,
+        slot: Option<&str>,
+        endpos: Option<&str>,
+    ) -> Result<Running> {
+        let own_slot = system.slot().unwrap_or_default();
+        let slot = slot.unwrap_or(&own_slot);
+        let log = |name: &str| -> Result<std::fs::File> {
+            Ok(std::fs::File::create(
+                self.work.join(format!("{prefix}-{name}.log")),
+            )?)
+        };
+        let (child, pid, connect) = match system {
+            System::RecvLogical => {
+                let mut cmd = Command::new("/usr/lib/postgresql/15/bin/pg_recvlogical");
+                cmd.args([
+                    "-h",
+                    "127.0.0.1",
+                    "-U",
+                    "postgres",
+                    "-d",
+                    "bench",
+                    "--no-loop",
+                ])
+                .args(["-p", &self.pg_port.to_string()])
+                .args(["--slot", slot, "--start"])
+                .args(["-o", "proto_version=1"])
+                .args([
+                    "-o",
+                    &format!("publication_names={}", system.publication().unwrap()),
+                ])
+                .args(["-f", "/dev/null"]);
+                if let Some(e) = endpos {
+                    cmd.args(["--endpos", e]);
+                }
+                let c = cmd
+                    .stdout(Stdio::null())
+                    .stderr(log("pg_recvlogical")?)
+                    .spawn()
+                    .context("starting pg_recvlogical")?;
+                let pid = c.id() as i32;
+                (Some(c), pid, None)
+            }
+            System::Relay => {
+                let cfg = self.relay_config(prefix, slot)?;
+                let c = Command::new(&self.relay_bin)
+                    .args(["run", "-c"])
+                    .arg(&cfg)
+                    .env("RUST_LOG", "warn")
+                    .stdout(Stdio::null())
+                    .stderr(log("outbox-relay")?)
+                    .spawn()
+                    .context("starting outbox-relay")?;
+                let pid = c.id() as i32;
+                (Some(c), pid, None)
+            }
+            System::Polling => {
+                let c = Command::new(&self.bench_bin)
+                    .arg("poll-relay")
+                    .args(["--pg-port", &self.pg_port.to_string()])
+                    .args(["--brokers", &self.brokers])
+                    .args(["--topic-prefix", prefix])
+                    .stdout(Stdio::null())
+                    .stderr(log("polling")?)
+                    .spawn()
+                    .context("starting the polling relay")?;
+                let pid = c.id() as i32;
+                (Some(c), pid, None)
+            }
+            System::DbzDefault | System::DbzTuned => {
+                let data = self.connect_data(system, prefix);
+                let props = if system == System::DbzDefault {
+                    "connector-default.properties"
+                } else {
+                    "connector-tuned.properties"
+                };
+                let dir = self.repo.join("infra/debezium");
+                let out = Command::new(dir.join("start.sh"))
+                    .arg(dir.join(props))
+                    .env("CONNECT_DATA", &data)
+                    .env("CONNECT_REST_PORT", self.connect_rest_port.to_string())
+                    .env("KAFKA_BOOTSTRAP", &self.brokers)
+                    .env("PGPORT", self.pg_port.to_string())
+                    .env("DBZ_SLOT", slot)
+                    .env("DBZ_PUBLICATION", system.publication().unwrap())
+                    .env("DBZ_TOPIC_PREFIX", prefix)
+                    .stderr(Stdio::inherit())
+                    .output()
+                    .context("running infra/debezium/start.sh")?;
+                if !out.status.success() {
+                    bail!("infra/debezium/start.sh failed (see {})", data.display());
+                }
+                let pid: i32 = String::from_utf8_lossy(&out.stdout)
+                    .trim()
+                    .parse()
+                    .context("pid from start.sh")?;
+                (None, pid, Some((dir.join("stop.sh"), data)))
+            }
+        };
+        Ok(Running {
+            pid,
+            child,
+            connect,
+        })
+    }
+}
+
+impl Running {
+    /// True while the process runs. Does not reap a child, so the CPU time of an exited child
+    /// stays readable (as a zombie) until [`Running::stop`].
+    pub fn alive(&self) -> bool {
+        crate::procstat::state(self.pid).is_some_and(|s| s != 'Z' && s != 'X')
+    }
+
+    pub fn connect_data(&self) -> Option<&Path> {
+        self.connect.as_ref().map(|(_, d)| d.as_path())
+    }
+
+    /// Graceful stop (SIGTERM, SIGKILL after 30 s), then waits for the exit.
+    pub fn stop(mut self) -> Result<()> {
+        if let Some((stop_sh, data)) = self.connect.take() {
+            let st = Command::new(stop_sh).env("CONNECT_DATA", &data).status();
+            if !matches!(st, Ok(s) if s.success()) {
+                // Fall back to a plain SIGTERM of the JVM.
+                // SAFETY: kill with a pid we started.
+                unsafe { libc::kill(self.pid, libc::SIGTERM) };
+            }
+            return Ok(());
+        }
+        if let Some(mut c) = self.child.take() {
+            if matches!(c.try_wait(), Ok(None)) {
+                // SAFETY: kill with the pid of our own child.
+                unsafe { libc::kill(self.pid, libc::SIGTERM) };
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                if matches!(c.try_wait(), Ok(None)) {
+                    let _ = c.kill();
+                }
+            }
+            let _ = c.wait();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Start Kafka Connect standalone (infra/kafka/lib, Kafka 4.3.1) with the Debezium PostgreSQL connector
+# and the Outbox Event Router, detached; wait until the connector task is RUNNING; print the JVM pid.
+# Usage: start.sh [CONNECTOR_PROPERTIES]   (default: connector-default.properties next to this script)
+# Env: CONNECT_DATA (required: offsets, rendered configs, connect.out), CONNECT_REST_PORT (28083),
+#      KAFKA_BOOTSTRAP (127.0.0.1:$KAFKA_PORT, KAFKA_PORT default 19092), PGPORT (55432),
+#      DBZ_SLOT (dbz_outbox), DBZ_PUBLICATION (dbz_outbox_pub), DBZ_TOPIC_PREFIX (outbox.event),
+#      CONNECT_HEAP_OPTS (connect-standalone.sh's default: -Xms256M -Xmx2G), CONNECT_START_TIMEOUT (s, 120).
+# Needs the plugin jars: mvn -B -q -f infra/debezium/pom.xml dependency:unpack
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+INFRA="$(cd "$HERE/.." && pwd)"
+CONNECTOR="${1:-$HERE/connector-default.properties}"
+: "${CONNECT_DATA:?set CONNECT_DATA to a scratch directory}"
+REST_PORT="${CONNECT_REST_PORT:-28083}"
+BOOTSTRAP="${KAFKA_BOOTSTRAP:-127.0.0.1:${KAFKA_PORT:-19092}}"
+PLUGINS="$HERE/plugins"
+log() { printf '[debezium] %s\n' "$*" >&2; }
+
+[ -f "$PLUGINS/debezium-connector-postgres/debezium-connector-postgres-3.6.1.Final.jar" ] \
+  || { log "no plugin jars in $PLUGINS; run: mvn -B -q -f $HERE/pom.xml dependency:unpack"; exit 1; }
+if timeout 1 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$REST_PORT" 2>/dev/null; then
+  log "port $REST_PORT already in use (another Connect worker?)"; exit 1
+fi
+mkdir -p "$CONNECT_DATA"
+CONNECT_DATA="$(cd "$CONNECT_DATA" && pwd)"
+sed -e "s#@BOOTSTRAP@#$BOOTSTRAP#" -e "s#@REST_PORT@#$REST_PORT#" -e "s#@PLUGINS@#$PLUGINS#" \
+    -e "s#@DATA@#$CONNECT_DATA#" "$HERE/worker.properties.in" >"$CONNECT_DATA/worker.properties"
+sed -e "s#@PGPORT@#${PGPORT:-55432}#" -e "s#@SLOT@#${DBZ_SLOT:-dbz_outbox}#" \
+    -e "s#@PUBLICATION@#${DBZ_PUBLICATION:-dbz_outbox_pub}#" \
+    -e "s#@TOPIC_PREFIX@#${DBZ_TOPIC_PREFIX:-outbox.event}#" "$CONNECTOR" >"$CONNECT_DATA/connector.properties"
+name="$(sed -n 's/^name=//p' "$CONNECT_DATA/connector.properties")"
+
+# Detached, own session; the pid file holds the JVM's pid (bash execs kjava, which execs java).
+rm -f "$CONNECT_DATA/connect.pid"
+# shellcheck disable=SC2016  # $$/$0/$@ belong to the inner bash
+KAFKA_HEAP_OPTS="${CONNECT_HEAP_OPTS:--Xms256M -Xmx2G}" \
+KAFKA_LOG4J_OPTS="-Dlog4j2.configurationFile=$INFRA/kafka/config/connect-log4j2.properties" \
+LOG_DIR="$CONNECT_DATA/logs" \
+  setsid -f bash -c 'echo $$ >"$0"; exec "$@"' "$CONNECT_DATA/connect.pid" \
+  "$INFRA/kafka/bin/kjava" org.apache.kafka.connect.cli.ConnectStandalone \
+  "$CONNECT_DATA/worker.properties" "$CONNECT_DATA/connector.properties" \
+  >"$CONNECT_DATA/connect.out" 2>&1 </dev/null
+for _ in $(seq 1 50); do [ -s "$CONNECT_DATA/connect.pid" ] && break; sleep 0.1; done
+pid="$(cat "$CONNECT_DATA/connect.pid")"
+deadline=$(( $(date +%s) + ${CONNECT_START_TIMEOUT:-120} ))
+while [ "$(date +%s)" -lt "$deadline" ]; do
+  if curl -fsS "http://127.0.0.1:$REST_PORT/connectors/$name/status" 2>/dev/null \
+      | grep -q '"tasks":\[{"id":0,"state":"RUNNING"'; then
+    log "connector $name RUNNING (pid $pid, rest $REST_PORT, log $CONNECT_DATA/connect.out)"
+    echo "$pid"
+    exit 0
+  fi
+  if curl -fsS "http://127.0.0.1:$REST_PORT/connectors/$name/status" 2>/dev/null | grep -q '"state":"FAILED"'; then
+    log "connector FAILED:"; curl -fsS "http://127.0.0.1:$REST_PORT/connectors/$name/status" >&2 || true
+    kill -TERM "$pid" 2>/dev/null || true; exit 1
+  fi
+  kill -0 "$pid" 2>/dev/null || { tail -60 "$CONNECT_DATA/connect.out" >&2; log "worker exited"; exit 1; }
+  sleep 0.25
+done
+tail -60 "$CONNECT_DATA/connect.out" >&2; log "not RUNNING in time; killing pid $pid"
+kill -KILL "$pid" 2>/dev/null || true
+exit 1
