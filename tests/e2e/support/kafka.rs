@@ -43,6 +43,7 @@ fn consumer(brokers: &str, props: &[(&str, &str)]) -> BaseConsumer {
         .set("group.id", "relay-tests-unused")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
+        .set("auto.offset.reset", "earliest")
         .set("isolation.level", "read_committed");
     for (k, v) in props {
         c.set(*k, *v);
@@ -80,36 +81,34 @@ pub fn consume_until_with(
 ) -> Vec<Rec> {
     let deadline = Instant::now() + timeout;
     let c = consumer(brokers, props);
-    let mut assigned: Vec<String> = Vec::new();
+    // (topic, partition) pairs assigned so far. Metadata is read again every half second, so
+    // partitions that were not visible yet (a topic being auto-created) are picked up, and new
+    // ones are added incrementally: partitions already assigned keep their position.
+    let mut assigned: std::collections::HashSet<(String, i32)> = Default::default();
+    let mut next_scan = Instant::now();
     let mut out = Vec::new();
     loop {
-        if assigned.len() < topics.len() {
+        if Instant::now() >= next_scan {
+            next_scan = Instant::now() + Duration::from_millis(500);
             let mut tpl = TopicPartitionList::new();
             for t in topics {
-                if assigned.contains(t) {
-                    continue;
-                }
                 if let Ok(md) = c.fetch_metadata(Some(t), Duration::from_secs(2))
                     && let Some(mt) = md.topics().first()
                     && mt.error().is_none()
-                    && !mt.partitions().is_empty()
                 {
                     for p in mt.partitions() {
-                        tpl.add_partition_offset(t, p.id(), rdkafka::Offset::Beginning)
-                            .unwrap();
+                        if assigned.insert((t.clone(), p.id())) {
+                            tpl.add_partition_offset(t, p.id(), rdkafka::Offset::Beginning)
+                                .unwrap();
+                        }
                     }
-                    assigned.push(t.clone());
                 }
             }
             if tpl.count() > 0 {
-                let mut all = c.assignment().unwrap();
-                for e in tpl.elements() {
-                    all.add_partition_offset(e.topic(), e.partition(), e.offset())
-                        .unwrap();
-                }
-                c.assign(&all).unwrap();
+                c.incremental_assign(&tpl).unwrap();
             }
         }
+        let all_topics_seen = topics.iter().all(|t| assigned.iter().any(|(a, _)| a == t));
         if let Some(m) = c.poll(Duration::from_millis(200)) {
             let m = m.expect("consumer error");
             let mut headers = HashMap::new();
@@ -135,7 +134,7 @@ pub fn consume_until_with(
             });
             continue;
         }
-        if (assigned.len() == topics.len() && done(&out)) || Instant::now() > deadline {
+        if (all_topics_seen && done(&out)) || Instant::now() > deadline {
             return out;
         }
     }
