@@ -79,6 +79,9 @@ if [ -n "${BENCH_RELAY_REV:-}" ]; then
   SRC="$STACK_DIR/relay-src"
   rm -rf "$SRC"; mkdir -p "$SRC"
   git archive "$BENCH_RELAY_REV" | tar -x -C "$SRC"
+  # git archive stamps every file with the commit time: without this, cargo would take an older
+  # source for up to date and reuse the previous build (e.g. one with patches applied).
+  find "$SRC" -type f -exec touch {} +
   label="git $(git rev-parse --short "$BENCH_RELAY_REV")"
   for p in ${BENCH_RELAY_PATCHES:-}; do
     (cd "$SRC" && git apply -p1 "$REPO/$p") || { log "patch $p does not apply to $BENCH_RELAY_REV"; exit 1; }
@@ -125,12 +128,18 @@ WORK="$STACK_DIR/work"; rm -rf "$WORK"; mkdir -p "$WORK"
   --pg-port "$PGPORT" --brokers "127.0.0.1:$KAFKA_PORT" --connect-rest-port "$CONNECT_REST_PORT" \
   --relay-bin "$BIN/outbox-relay" --postmaster-pid "$PM_PID" --kafka-pid "$KAFKA_PID" "${ARGS[@]}"
 
+# keep every run's figures (the report is rendered from the latest; older runs stay comparable)
+mkdir -p "$REPO/target/bench-results/history"
+cp "$OUT/results.json" "$REPO/target/bench-results/history/$(date -u +%Y%m%dT%H%M%SZ)-$(basename "$OUT").json"
+
 # 5. report
 if [ "$QUICK" = 1 ] || [ "$OUT" != "$REPO/target/bench-results/full" ]; then
   "$PY" bench/report.py "$OUT/results.json" --md "$OUT/benchmarks.md" --img "$OUT"
   log "report: $OUT/benchmarks.md"
 else
   mkdir -p docs/bench
-  "$PY" bench/report.py "$OUT/results.json" --md docs/benchmarks.md --img docs/bench --notes bench/notes.md
+  # BENCH_COMPARE=<results.json of a run with bench/proposals applied> adds the measured proposals
+  "$PY" bench/report.py "$OUT/results.json" --md docs/benchmarks.md --img docs/bench --notes bench/notes.md \
+    ${BENCH_COMPARE:+--compare "$BENCH_COMPARE"}
   log "report: docs/benchmarks.md, plots in docs/bench/"
 fi

@@ -79,7 +79,11 @@ fn exit_code(e: &RelayError) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log_format);
-    let rt = match tokio::runtime::Builder::new_multi_thread()
+    // One thread for the replication reader, the pipeline and the HTTP server: every hand-off
+    // between them is a task switch, not a cross-thread wake-up (futex + context switch). At a
+    // steady 10k events/s this halves the relay's CPU (docs/benchmarks.md); librdkafka keeps its
+    // own threads.
+    let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
