@@ -5,6 +5,7 @@ mod support;
 
 mod chaos;
 mod delivery;
+mod failover;
 mod kafka_security;
 mod observability;
 mod poison;

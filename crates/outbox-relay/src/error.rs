@@ -39,6 +39,18 @@ pub enum RelayError {
     #[error("replication stream refused: {0}")]
     ReplicationDefinite(String),
 
+    /// After a failover: the server at `target` does not have what this relay published.
+    #[error(
+        "refusing to stream from {target}: {divergence}. Find the events of the lost \
+         transactions in Kafka (header outbox-relay.commit-lsn at or after the fork point) and \
+         reconcile their consumers; then restart outbox-relay, which streams from the slot on \
+         this server (docs/operations.md, \"Failover\")"
+    )]
+    HistoryDiverged {
+        target: String,
+        divergence: relay_core::timeline::Divergence,
+    },
+
     #[error("cannot decode the replication stream: {0}")]
     Decode(#[from] DecodeError),
 
@@ -113,6 +125,7 @@ impl RelayError {
             RelayError::SlotBusy { .. } => "slot_busy",
             RelayError::Replication(_) => "replication_stream",
             RelayError::ReplicationDefinite(_) => "replication_refused",
+            RelayError::HistoryDiverged { .. } => "history_diverged",
             RelayError::Decode(_) => "decode",
             RelayError::Poison { .. } => "poison_event",
             RelayError::DeadLetterPending { .. } => "dead_letter_pending",

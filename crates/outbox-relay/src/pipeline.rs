@@ -21,6 +21,7 @@ use relay_core::{
     deadletter::{self, Refusal, Refusals},
     decode::{Decoded, Decoder},
     route::{Position, Record},
+    timeline,
     watermark::AckTracker,
 };
 use tokio::sync::{mpsc, watch};
@@ -38,26 +39,18 @@ use crate::{
 pub struct Carry {
     /// Events Kafka refused for good (dead-letter policy).
     pub refusals: Refusals,
-    /// The server's system identifier and timeline, as first seen.
+    /// The server's system identifier and the timeline last streamed from.
     pub identity: Option<(String, u32)>,
+    /// Commit LSN of the last transaction with a record handed to Kafka (`ZERO`: none yet);
+    /// a promoted server must have it in its history ([`relay_core::timeline`]).
+    pub published: Lsn,
 }
 
 /// Refuses a server whose WAL is another history: a different system identifier than
 /// configured (`postgres.system_identifier`) or than seen before by this process (a restored
 /// backup, another cluster at the same address), where the same LSNs name other transactions.
-/// A new timeline of the same system (failover to a promoted standby) is logged, not refused:
-/// the slot is then the standby's synchronised copy (PostgreSQL 17 failover slots).
-fn check_identity(
-    cfg: &Config,
-    seen: &mut Option<(String, u32)>,
-    system_id: &str,
-    timeline: u32,
-) -> Result<(), RelayError> {
-    let expected = cfg
-        .postgres
-        .system_identifier
-        .clone()
-        .or_else(|| seen.as_ref().map(|(s, _)| s.clone()));
+fn check_system(cfg: &Config, seen: Option<&str>, system_id: &str) -> Result<(), RelayError> {
+    let expected = cfg.postgres.system_identifier.as_deref().or(seen);
     if let Some(expected) = expected
         && expected != system_id
     {
@@ -70,17 +63,45 @@ fn check_identity(
             cfg.postgres.host, cfg.postgres.port
         )));
     }
-    if let Some((_, old)) = seen
-        && *old != timeline
-    {
-        tracing::warn!(
-            from = *old,
-            to = timeline,
-            "timeline_changed: the server was promoted (failover); streaming continues from the slot on the new primary"
-        );
-    }
-    *seen = Some((system_id.to_string(), timeline));
     Ok(())
+}
+
+/// On a new timeline (failover to a promoted standby), reads its history and follows it only
+/// if it contains every transaction already published ([`relay_core::timeline`]).
+async fn check_timeline(
+    cfg: &Config,
+    client: &mut ReplicationClient,
+    streamed: u32,
+    published: Lsn,
+    server: u32,
+) -> Result<(), RelayError> {
+    if server == streamed {
+        return Ok(());
+    }
+    let history = if server == 1 {
+        timeline::History::root()
+    } else {
+        let file = client
+            .timeline_history(server)
+            .await
+            .map_err(|e| classify(e, cfg))?;
+        timeline::History::parse(server, &String::from_utf8_lossy(&file.content))
+            .map_err(|e| RelayError::ReplicationDefinite(e.to_string()))?
+    };
+    match timeline::follow(streamed, published, &history) {
+        Ok(follow) => {
+            tracing::warn!(
+                from = streamed, to = server, fork = %follow.fork, published = %published,
+                "timeline_changed: the server was promoted (failover) after every published \
+                 transaction; streaming continues from the slot on the new primary"
+            );
+            Ok(())
+        }
+        Err(divergence) => Err(RelayError::HistoryDiverged {
+            target: format!("{}:{}", cfg.postgres.host, cfg.postgres.port),
+            divergence,
+        }),
+    }
 }
 
 /// Microseconds between 1970-01-01 and 2000-01-01 (PostgreSQL's epoch).
@@ -106,6 +127,8 @@ struct State<'a> {
     dead_letter_topic: String,
     /// Events Kafka refused for good, kept by the supervisor across restarts.
     refusals: &'a mut Refusals,
+    /// [`Carry::published`].
+    published: &'a mut Lsn,
 }
 
 /// Largest value kept in a dead-letter record (Kafka's default limit is about 1 MB).
@@ -151,7 +174,14 @@ pub async fn stream(
         .identify_system()
         .await
         .map_err(|e| classify(e, cfg))?;
-    check_identity(cfg, &mut carry.identity, &id.system_id, id.timeline)?;
+    let seen = carry.identity.as_ref().map(|(s, t)| (s.as_str(), *t));
+    check_system(cfg, seen.map(|(s, _)| s), &id.system_id)?;
+    if let Some((_, streamed)) = seen {
+        check_timeline(cfg, &mut client, streamed, carry.published, id.timeline).await?;
+    } else {
+        tracing::info!(system_id = %id.system_id, timeline = id.timeline, "server_identified");
+    }
+    carry.identity = Some((id.system_id.clone(), id.timeline));
     client.start().await.map_err(|e| classify(e, cfg))?;
     client.wait_started().await.map_err(|e| classify(e, cfg))?;
     crate::health::set_streaming(true);
@@ -170,6 +200,7 @@ pub async fn stream(
         policy: cfg.relay.on_poison,
         dead_letter_topic: cfg.relay.dead_letter_topic.clone(),
         refusals: &mut carry.refusals,
+        published: &mut carry.published,
     };
     let result = run_loop(cfg, sink, &mut client, &mut st, &mut reports, shutdown).await;
     crate::health::set_streaming(false);
@@ -272,6 +303,7 @@ async fn produce(
     pos: Position,
 ) -> Result<(), RelayError> {
     let tx = st.tracker.add_record()?;
+    *st.published = pos.commit_lsn;
     let origin = Origin {
         tx,
         commit_lsn: pos.commit_lsn,
@@ -313,6 +345,7 @@ async fn produce_alone(
         on_delivery(st, d)?;
     }
     let tx = st.tracker.add_record()?;
+    *st.published = pos.commit_lsn;
     let origin = Origin {
         tx,
         commit_lsn: pos.commit_lsn,

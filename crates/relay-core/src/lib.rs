@@ -13,6 +13,7 @@ pub mod decode;
 pub mod lsn;
 pub mod pgoutput;
 pub mod route;
+pub mod timeline;
 pub mod watermark;
 
 pub use lsn::Lsn;

@@ -33,6 +33,59 @@ impl PgCluster {
         PgCluster { port }
     }
 
+    /// A streaming standby of `primary` on `port`, cloned from its data directory (slots
+    /// included) while the primary is stopped (infra/pg/standby.sh), then started.
+    pub fn clone_standby(primary: &PgCluster, port: u16) -> PgCluster {
+        let _ = script("stop.sh", port, &["--destroy"], "");
+        let p = primary.port.to_string();
+        for (name, args) in [
+            ("standby.sh", &["clone", p.as_str()][..]),
+            ("start.sh", &[]),
+        ] {
+            let out = script(name, port, args, "");
+            assert!(
+                out.status.success(),
+                "infra/pg/{name} on port {port} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        PgCluster { port }
+    }
+
+    /// Promotes this standby: it starts a new timeline.
+    pub fn promote(&self) {
+        self.run("standby.sh", &["promote"], "");
+    }
+
+    /// Stops the server: `fast` (clean) or `immediate` (a crash).
+    pub fn stop(&self, mode: &str) {
+        let out = Command::new(repo_root().join("infra/pg/stop.sh"))
+            .env("PGPORT", self.port.to_string())
+            .env("PG_STOP_MODE", mode)
+            .output()
+            .expect("run infra/pg/stop.sh");
+        assert!(
+            out.status.success(),
+            "stop.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Starts the server again with its previous settings.
+    pub fn restart(&self) {
+        self.run("start.sh", &[], "");
+    }
+
+    fn run(&self, name: &str, args: &[&str], extra_opts: &str) {
+        let out = script(name, self.port, args, extra_opts);
+        assert!(
+            out.status.success(),
+            "infra/pg/{name} on port {} failed: {}",
+            self.port,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Connection string without `dbname`.
     pub fn base(&self) -> String {
         format!("host=127.0.0.1 port={} user=postgres", self.port)

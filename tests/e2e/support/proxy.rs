@@ -1,9 +1,10 @@
 //! A TCP proxy that can cut the network: `cut()` drops every open connection and refuses new
-//! ones until `heal()`. Used to sever the relay from PostgreSQL or Kafka without touching them.
+//! ones until `heal()`; `retarget()` sends new connections elsewhere (a moved virtual IP). Used
+//! to sever the relay from PostgreSQL or Kafka without touching them.
 
 use std::sync::{
     Arc,
-    atomic::{AtomicBool, Ordering},
+    atomic::{AtomicBool, AtomicU16, Ordering},
 };
 
 use tokio::{
@@ -14,6 +15,7 @@ use tokio::{
 pub struct Proxy {
     pub port: u16,
     cut: Arc<AtomicBool>,
+    target: Arc<AtomicU16>,
     generation: watch::Sender<u64>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -26,9 +28,11 @@ impl Proxy {
             .expect("bind proxy port");
         let port = listener.local_addr().unwrap().port();
         let cut = Arc::new(AtomicBool::new(false));
+        let target = Arc::new(AtomicU16::new(target));
         let (generation, _) = watch::channel(0u64);
         let task = {
             let cut = cut.clone();
+            let target = target.clone();
             let generation = generation.clone();
             tokio::spawn(async move {
                 loop {
@@ -41,6 +45,7 @@ impl Proxy {
                     }
                     let mut gen_rx = generation.subscribe();
                     let born = *gen_rx.borrow_and_update();
+                    let target = target.load(Ordering::SeqCst);
                     tokio::spawn(async move {
                         let Ok(mut upstream) = TcpStream::connect(("127.0.0.1", target)).await
                         else {
@@ -62,6 +67,7 @@ impl Proxy {
         Proxy {
             port,
             cut,
+            target,
             generation,
             task,
         }
@@ -70,6 +76,12 @@ impl Proxy {
     /// Drops every connection and refuses new ones.
     pub fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Drops every connection; new ones go to `port`.
+    pub fn retarget(&self, port: u16) {
+        self.target.store(port, Ordering::SeqCst);
         self.generation.send_modify(|g| *g += 1);
     }
 

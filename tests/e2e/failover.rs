@@ -1,0 +1,203 @@
+//! Failover to a promoted standby, with real PostgreSQL servers (own clusters, own ports).
+//!
+//! The relay reaches PostgreSQL through a TCP proxy that plays the virtual IP: after the
+//! primary crashes and the standby is promoted, the proxy is pointed at the standby. The
+//! standby is a cold copy of the primary's data directory, so it holds the slot (PostgreSQL
+//! 15 has no failover slots; its copy stays where it was at the copy).
+
+use std::time::Duration;
+
+use crate::support::{
+    TestDb, check,
+    cluster::PgCluster,
+    connect, eventually, kafka,
+    proxy::Proxy,
+    relay::Relay,
+    writer::{self, Written},
+};
+
+/// Writes `n` one-event transactions for aggregate `agg`.
+async fn write(db: &TestDb, agg: &str, n: usize) -> Vec<Written> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(
+            writer::insert_event(&db.client, "order", agg, 0)
+                .await
+                .unwrap(),
+        );
+    }
+    out
+}
+
+struct Rehearsal {
+    primary: PgCluster,
+    standby: PgCluster,
+    db: TestDb,
+    proxy: Proxy,
+    relay: Relay,
+    written: Vec<Written>,
+}
+
+/// A primary with a relay streaming through the proxy, events `a` published and confirmed,
+/// and a streaming standby cloned from the primary (slot included).
+async fn rehearsal(primary_port: u16, standby_port: u16) -> Rehearsal {
+    let primary = PgCluster::start(primary_port, "");
+    let mut db = TestDb::new_on(&primary.base(), primary_port, "failover").await;
+    let proxy = Proxy::start(0, primary_port).await;
+    let cfg = db
+        .relay_config(&format!(
+            "{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 500\n",
+            db.outbox_section()
+        ))
+        .replace(
+            &format!("port = {primary_port}"),
+            &format!("port = {}", proxy.port),
+        );
+    let relay = Relay::start(&db.name, &cfg);
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
+    let written = write(&db, "a", 5).await;
+    let end = db.current_wal_lsn().await;
+    db.wait_confirmed(end, Duration::from_secs(30)).await;
+
+    // The relay keeps running (and retrying) while the primary is down for the copy.
+    primary.stop("fast");
+    let standby = PgCluster::clone_standby(&primary, standby_port);
+    primary.restart();
+    db.client = connect(&db.conninfo()).await;
+    eventually(
+        "the relay streaming again",
+        Duration::from_secs(30),
+        || async { db.slot_active_pid().await },
+    )
+    .await;
+    Rehearsal {
+        primary,
+        standby,
+        db,
+        proxy,
+        relay,
+        written,
+    }
+}
+
+/// The same database on the promoted standby.
+async fn on_standby(r: &Rehearsal) -> TestDb {
+    let base = r.standby.base();
+    TestDb {
+        name: r.db.name.clone(),
+        client: connect(&format!("{base} dbname={}", r.db.name)).await,
+        base,
+        port: r.standby.port,
+    }
+}
+
+fn ids(w: &[Written]) -> Vec<&str> {
+    w.iter().map(|w| w.id.as_str()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_standby_that_has_every_published_event_is_followed() {
+    let mut r = rehearsal(55450, 55451).await;
+    let b = write(&r.db, "b", 5).await;
+    // The standby has replayed everything, then the primary crashes.
+    let end = r.db.current_wal_lsn().await;
+    let standby_client = connect(&format!("{} dbname=postgres", r.standby.base())).await;
+    eventually(
+        "the standby replaying the primary's WAL",
+        Duration::from_secs(30),
+        || async {
+            let s: String = standby_client
+                .query_one(
+                    "SELECT coalesce(pg_last_wal_replay_lsn(), '0/0')::text",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            (s.parse::<relay_core::Lsn>().unwrap() >= end).then_some(())
+        },
+    )
+    .await;
+    r.db.wait_confirmed(end, Duration::from_secs(30)).await;
+    r.primary.stop("immediate");
+    r.standby.promote();
+    r.proxy.retarget(r.standby.port);
+
+    r.relay
+        .wait_log("timeline_changed", Duration::from_secs(60))
+        .await;
+    let sdb = on_standby(&r).await;
+    let c = write(&sdb, "c", 5).await;
+    r.written.extend(b);
+    r.written.extend(c);
+    let got = kafka::consume(
+        vec![r.db.topic("order")],
+        Duration::from_secs(60),
+        r.written.len(),
+    )
+    .await;
+    let f = check::check("failover_followed", |t| r.db.topic(t), &r.written, &got);
+    assert_eq!(
+        (f.lost, f.order_violations, f.unexpected),
+        (0, 0, 0),
+        "{f:?}\n{}",
+        r.relay.log_text()
+    );
+    // Sent again, nothing else: PostgreSQL 15 writes a slot's confirmed position to disk only
+    // when the slot is otherwise dirty, so the primary's restart and the copy both rewound it
+    // to where it was created (`a` twice), and the copy never saw `b` confirmed (`b` once).
+    assert!(f.duplicated <= 2 * 5 + 5, "{f:?}\n{}", r.relay.log_text());
+    let end = sdb.current_wal_lsn().await;
+    sdb.wait_confirmed(end, Duration::from_secs(30)).await;
+    r.relay.terminate(Duration::from_secs(30));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_standby_that_lost_published_events_is_refused() {
+    let mut r = rehearsal(55452, 55453).await;
+    // The standby stops receiving; the primary commits `b` and the relay publishes it.
+    r.standby.stop("fast");
+    let b = write(&r.db, "b", 5).await;
+    let end = r.db.current_wal_lsn().await;
+    r.db.wait_confirmed(end, Duration::from_secs(30)).await;
+    // The primary crashes; the standby, which never saw `b`, is promoted and takes writes.
+    r.primary.stop("immediate");
+    r.standby.restart();
+    r.standby.promote();
+    let sdb = on_standby(&r).await;
+    let slot_before = sdb.confirmed_flush().await.expect("the slot was copied");
+    let c = write(&sdb, "c", 5).await;
+    r.proxy.retarget(r.standby.port);
+
+    let status = r
+        .relay
+        .wait(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the relay kept running:\n{}", r.relay.log_text()));
+    let log = r.relay.log_text();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("history_diverged"), "{log}");
+    assert!(log.contains("lost in the failover"), "{log}");
+    // Nothing of the new history was published or confirmed.
+    assert_eq!(sdb.confirmed_flush().await, Some(slot_before));
+    let mut expected = r.written.clone();
+    expected.extend(b);
+    let got = kafka::consume(
+        vec![r.db.topic("order")],
+        Duration::from_secs(5),
+        expected.len() + c.len(),
+    )
+    .await;
+    let c_ids = ids(&c);
+    assert!(
+        got.iter().all(|rec| !c_ids.contains(&rec.header("id"))),
+        "an event of the new timeline was published"
+    );
+    let f = check::check("failover_refused", |t| r.db.topic(t), &expected, &got);
+    assert_eq!(
+        (f.lost, f.order_violations, f.unexpected),
+        (0, 0, 0),
+        "{f:?}"
+    );
+}
