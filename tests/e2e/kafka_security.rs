@@ -4,6 +4,8 @@
 //! password coming from `OUTBOX_RELAY__KAFKA__SASL_PASSWORD` or `sasl_password_file`; an
 //! independent consumer with the same settings reads what it produced. A wrong password and
 //! a wrong CA are refused by `setup` with the reason, and no password ever reaches the log.
+//! The broker runs StandardAuthorizer: the principals above are super users, a third one
+//! (`limited`) gets only the ACLs a test grants it (infra/kafka/acls.sh).
 
 use std::{
     path::{Path, PathBuf},
@@ -26,6 +28,9 @@ const PLAIN_PASSWORD: &str = "plain-Pa55-77d2a1";
 /// The broker's own SCRAM identity on its inter-broker (SASL_SSL) listener.
 const BROKER_PASSWORD: &str = "broker-Pa55-31b9";
 const WRONG_PASSWORD: &str = "wr0ng-Pa55-d00d5e";
+/// A SCRAM-SHA-512 principal that is not a super user: ACLs decide what it may do.
+const LIMITED_USER: &str = "limited";
+const LIMITED_PASSWORD: &str = "limited-Pa55-4e0b9c";
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -167,6 +172,10 @@ fn start_broker(certs: &Path) {
         ),
         "ssl.truststore.type=PEM".into(),
         format!("ssl.truststore.location={}", certs.join("ca.pem").display()),
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer".into(),
+        // ANONYMOUS: the combined node's own controller listener (PLAINTEXT).
+        format!("super.users=User:broker;User:ANONYMOUS;User:{SCRAM_USER};User:{PLAIN_USER}"),
+        "allow.everyone.if.no.acl.found=false".into(),
     ]
     .join("\n");
     let format_args = [
@@ -174,6 +183,8 @@ fn start_broker(certs: &Path) {
         format!("SCRAM-SHA-512=[name=broker,password={BROKER_PASSWORD}]"),
         "--add-scram".into(),
         format!("SCRAM-SHA-512=[name={SCRAM_USER},password={SCRAM_PASSWORD}]"),
+        "--add-scram".into(),
+        format!("SCRAM-SHA-512=[name={LIMITED_USER},password={LIMITED_PASSWORD}]"),
     ]
     .join("\n");
     assert!(
@@ -206,6 +217,32 @@ impl Broker {
         }
         *users += 1;
         Broker { certs }
+    }
+
+    /// Runs AclCommand (infra/kafka/acls.sh) as the super user `plainrelay`.
+    fn acl(&self, args: &[&str]) {
+        let admin = self.certs.join("admin.properties");
+        std::fs::write(
+            &admin,
+            format!(
+                "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n\
+                 sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \
+                 required username=\"{PLAIN_USER}\" password=\"{PLAIN_PASSWORD}\";\n"
+            ),
+        )
+        .unwrap();
+        let out = Command::new(repo_root().join("infra/kafka/acls.sh"))
+            .args(args)
+            .env("KAFKA_BOOTSTRAP", format!("127.0.0.1:{PLAIN_PORT}"))
+            .env("KAFKA_COMMAND_CONFIG", &admin)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "acls.sh {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     fn ca(&self, name: &str) -> String {
@@ -284,6 +321,7 @@ fn final_error(log: &str) -> &str {
 fn assert_no_password(log: &str) {
     for pw in [
         SCRAM_PASSWORD,
+        LIMITED_PASSWORD,
         PLAIN_PASSWORD,
         WRONG_PASSWORD,
         BROKER_PASSWORD,
@@ -417,6 +455,156 @@ async fn sasl_plaintext_plain_with_a_password_file_relays_events() {
         ],
     )
     .await;
+    relay.terminate(Duration::from_secs(30));
+    assert_no_password(&relay.log_text());
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_the_principal_may_not_write_halts_then_is_dead_lettered() {
+    let broker = Broker::get();
+    let db = TestDb::new("kacl").await;
+    let user = format!("User:{LIMITED_USER}");
+    // What a relay needs (docs/security.md), on this test's topics; WRITE denied on one of them.
+    broker.acl(&[
+        "--add",
+        "--allow-principal",
+        &user,
+        "--operation",
+        "IdempotentWrite",
+        "--cluster",
+    ]);
+    let prefix = format!("{}.", db.name);
+    broker.acl(&[
+        "--add",
+        "--allow-principal",
+        &user,
+        "--operation",
+        "Write",
+        "--operation",
+        "Describe",
+        "--operation",
+        "Create",
+        "--topic",
+        &prefix,
+        "--resource-pattern-type",
+        "prefixed",
+    ]);
+    let denied = db.topic("secret");
+    broker.acl(&[
+        "--add",
+        "--deny-principal",
+        &user,
+        "--operation",
+        "Write",
+        "--topic",
+        &denied,
+    ]);
+
+    let brokers = format!("127.0.0.1:{PORT}");
+    let base = relay_config(
+        &db,
+        &brokers,
+        &format!(
+            "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
+             sasl_username = \"{LIMITED_USER}\"\nssl_ca_location = \"{}\"\n",
+            broker.ca("ca.pem")
+        ),
+    );
+    let env = [("OUTBOX_RELAY__KAFKA__SASL_PASSWORD", LIMITED_PASSWORD)];
+    // The slot first: the events below are written while no relay runs.
+    let (status, log) = Relay::once(&db.name, &base, &["setup"], &env);
+    assert_eq!(status.code(), Some(0), "{log}");
+    let c = connect(&db.conninfo()).await;
+    let mut written = Vec::new();
+    for _ in 0..2 {
+        written.push(
+            writer::insert_event(&c, "order", "kacl-0", 0)
+                .await
+                .unwrap(),
+        );
+    }
+    let secret = writer::insert_event(&c, "secret", "kacl-1", 0)
+        .await
+        .unwrap();
+    let after_secret = db.current_wal_lsn().await;
+    for _ in 0..2 {
+        written.push(
+            writer::insert_event(&c, "order", "kacl-0", 0)
+                .await
+                .unwrap(),
+        );
+    }
+
+    // halt (default): stops at the refused event, says what to grant, confirms nothing past it.
+    let mut relay = Relay::start_with(&db.name, &base, &["run"], &env);
+    let status = relay
+        .wait(Duration::from_secs(90))
+        .unwrap_or_else(|| panic!("the relay kept running:\n{}", relay.log_text()));
+    let log = relay.log_text();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains(&format!(
+            "Kafka refused an event for topic \"{denied}\" for good"
+        )) && log.contains("may not write to this topic; grant WRITE on it"),
+        "{log}"
+    );
+    let confirmed = db.confirmed_flush().await.unwrap();
+    assert!(
+        confirmed < after_secret,
+        "confirmed {confirmed} past the refused event ({after_secret})"
+    );
+    assert_no_password(&log);
+
+    // dead-letter: the event goes to the dead-letter topic with the reason; the rest goes on.
+    let dlq = db.topic("dlq");
+    let cfg = format!(
+        "{base}\n[relay]\non_poison = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n\
+         restart_backoff_initial_ms = 100\n"
+    );
+    let mut relay = Relay::start_with(&db.name, &cfg, &["run"], &env);
+    let n = written.len();
+    let topics = vec![db.topic("order"), dlq.clone()];
+    let got = tokio::task::spawn_blocking(move || {
+        let props = [
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanisms", "PLAIN"),
+            ("sasl.username", PLAIN_USER),
+            ("sasl.password", PLAIN_PASSWORD),
+        ];
+        kafka::consume_until_with(
+            &format!("127.0.0.1:{PLAIN_PORT}"),
+            &props,
+            &topics,
+            Duration::from_secs(90),
+            |r| r.len() > n,
+        )
+    })
+    .await
+    .unwrap();
+    let (dead, events): (Vec<_>, Vec<_>) = got.into_iter().partition(|r| r.topic == dlq);
+    assert_eq!(dead.len(), 1, "{dead:?}\n{}", relay.log_text());
+    let d = &dead[0];
+    assert_eq!(
+        d.header("id"),
+        secret.id,
+        "the dead-letter record keeps the event's headers"
+    );
+    assert_eq!(d.header("outbox-relay.dlq.topic"), denied);
+    assert!(
+        d.header("outbox-relay.dlq.reason")
+            .contains("Authorization"),
+        "{:?}",
+        d.headers
+    );
+    let f = check::check("kafka_acl_dead_letter", |t| db.topic(t), &written, &events);
+    assert_eq!(
+        (f.lost, f.order_violations, f.unexpected),
+        (0, 0, 0),
+        "{f:?}"
+    );
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
+        .await;
     relay.terminate(Duration::from_secs(30));
     assert_no_password(&relay.log_text());
     db.cleanup().await;
