@@ -23,9 +23,9 @@ use crate::support::{
     TestDb, check, connect, kafka, proxy::Proxy, relay::Relay, repo_root, writer,
 };
 
-const PG_PORT: u16 = 55440;
-const KAFKA_PORT: u16 = 49092;
-const KAFKA_PROXY_PORT: u16 = 49192;
+const PG_PORT: u16 = 25440;
+const KAFKA_PORT: u16 = 26092;
+const KAFKA_PROXY_PORT: u16 = 26192;
 
 fn infra(script: &str, args: &[&str], env: &[(&str, String)]) {
     let mut cmd = Command::new(repo_root().join("infra").join(script));

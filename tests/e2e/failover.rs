@@ -99,7 +99,7 @@ fn ids(w: &[Written]) -> Vec<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promoted_standby_that_has_every_published_event_is_followed() {
-    let mut r = rehearsal(55450, 55451).await;
+    let mut r = rehearsal(25450, 25451).await;
     let b = write(&r.db, "b", 5).await;
     // The standby has replayed everything, then the primary crashes.
     let end = r.db.current_wal_lsn().await;
@@ -156,7 +156,7 @@ async fn a_promoted_standby_that_has_every_published_event_is_followed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promoted_standby_that_lost_published_events_is_refused() {
-    let mut r = rehearsal(55452, 55453).await;
+    let mut r = rehearsal(25452, 25453).await;
     // The standby stops receiving; the primary commits `b` and the relay publishes it.
     r.standby.stop("fast");
     let b = write(&r.db, "b", 5).await;

@@ -17,9 +17,9 @@ use std::{
 use crate::support::{TestDb, check, connect, kafka, relay::Relay, repo_root, writer};
 
 /// SASL_SSL listener (the port infra/kafka/start.sh waits for); controller on +1.
-const PORT: u16 = 49392;
+const PORT: u16 = 26392;
 /// SASL_PLAINTEXT listener with PLAIN.
-const PLAIN_PORT: u16 = 49394;
+const PLAIN_PORT: u16 = 26394;
 
 const SCRAM_USER: &str = "relay";
 const SCRAM_PASSWORD: &str = "scram-Pa55-8c1f0e";
@@ -563,8 +563,9 @@ async fn a_topic_the_principal_may_not_write_halts_then_is_dead_lettered() {
          restart_backoff_initial_ms = 100\n"
     );
     let mut relay = Relay::start_with(&db.name, &cfg, &["run"], &env);
-    let n = written.len();
     let topics = vec![db.topic("order"), dlq.clone()];
+    let want: std::collections::HashSet<String> = written.iter().map(|w| w.id.clone()).collect();
+    let dlq_topic = dlq.clone();
     let got = tokio::task::spawn_blocking(move || {
         let props = [
             ("security.protocol", "SASL_PLAINTEXT"),
@@ -577,7 +578,12 @@ async fn a_topic_the_principal_may_not_write_halts_then_is_dead_lettered() {
             &props,
             &topics,
             Duration::from_secs(90),
-            |r| r.len() > n,
+            |r| {
+                let ids: std::collections::HashSet<&str> =
+                    r.iter().map(|x| x.header("id")).collect();
+                r.iter().any(|x| x.topic == dlq_topic)
+                    && want.iter().all(|id| ids.contains(id.as_str()))
+            },
         )
     })
     .await

@@ -99,7 +99,7 @@ async fn webhook(hook: &WebhookReceiver, fields: &[(&str, &str)]) -> serde_json:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retained_wal_alert_fires_for_a_stopped_relays_backlog_and_resolves_after_catch_up() {
     // 64 MiB of WAL may be kept for the slot; warning at 25% (16 MiB).
-    let cluster = PgCluster::start(55471, "-c max_slot_wal_keep_size=64MB");
+    let cluster = PgCluster::start(25471, "-c max_slot_wal_keep_size=64MB");
     let db = TestDb::new_on(&cluster.base(), cluster.port, "walalert").await;
     let hook = WebhookReceiver::start().await;
     let cfg = config(
@@ -226,7 +226,7 @@ async fn retained_wal_alert_fires_for_a_stopped_relays_backlog_and_resolves_afte
 async fn lost_slot_is_critical_stops_the_relay_and_is_never_recreated() {
     // max_slot_wal_keep_size below one segment: a checkpoint after a WAL switch invalidates an
     // inactive slot that is behind.
-    let cluster = PgCluster::start(55472, "-c max_slot_wal_keep_size=1MB");
+    let cluster = PgCluster::start(25472, "-c max_slot_wal_keep_size=1MB");
     let db = TestDb::new_on(&cluster.base(), cluster.port, "walost").await;
     let hook = WebhookReceiver::start().await;
     let dead_kafka = format!("127.0.0.1:{}", free_port());

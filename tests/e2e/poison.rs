@@ -289,7 +289,7 @@ async fn dead_letter_policy_records_unroutable_and_refused_events_and_goes_on() 
 /// A broker of its own with `auto.create.topics.enable=false`.
 struct NoAutoCreateKafka;
 
-const NO_AUTO_CREATE_PORT: u16 = 39192;
+const NO_AUTO_CREATE_PORT: u16 = 26292;
 
 impl NoAutoCreateKafka {
     fn start() -> Self {

@@ -146,7 +146,7 @@ async fn unknown_config_keys_and_unreachable_broker_are_explained() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wal_level_replica_is_explained() {
-    const PORT: &str = "55439";
+    const PORT: &str = "25439";
     let run = |script: &str, args: &[&str]| {
         let ok = Command::new(repo_root().join("infra/pg").join(script))
             .args(args)

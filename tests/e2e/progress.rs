@@ -104,7 +104,7 @@ impl Drop for OwnKafka {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_down_longer_than_wal_sender_timeout_confirms_nothing_unacked_then_resumes_in_order()
 {
-    let kafka_node = OwnKafka { port: 39092 };
+    let kafka_node = OwnKafka { port: 26492 };
     kafka_node.start();
     let db = TestDb::new("kdown").await;
     let cfg = db

@@ -5,7 +5,7 @@ use std::{path::Path, process::Command, time::Duration};
 
 use crate::support::{TestDb, check, connect, kafka, relay::Relay, repo_root, writer};
 
-const PORT: u16 = 55441;
+const PORT: u16 = 25441;
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
