@@ -228,6 +228,9 @@ async fn run_loop(
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let coalesce = Duration::from_micros(cfg.relay.read_coalesce_us);
+    // Events handled since the stream last went quiet.
+    let mut since_quiet = 0u32;
     loop {
         let can_read = st.tracker.outstanding_records() < cfg.relay.max_in_flight_records
             && st.in_flight_bytes < cfg.relay.max_in_flight_bytes;
@@ -243,7 +246,10 @@ async fn run_loop(
                 confirm(client, st);
             }
             ev = client.recv(), if can_read => match ev {
-                Ok(Some(ev)) => on_event(sink, client, st, reports, ev).await?,
+                Ok(Some(ev)) => {
+                    since_quiet += 1;
+                    on_event(sink, client, st, reports, ev).await?
+                }
                 Ok(None) => return Err(RelayError::Replication("the server closed the replication stream".into())),
                 Err(e) => return Err(classify(e, cfg)),
             },
@@ -251,9 +257,40 @@ async fn run_loop(
                 if let Some(fatal) = sink.fatal_error() {
                     return Err(RelayError::DeliveryTransient { topic: "*".into(), code: fatal });
                 }
+                // While waiting for Kafka the loop reads nothing, so a dead replication
+                // connection would go unnoticed: the slot may already be another instance's.
+                // Stop now; dropping the producer purges what it still holds.
+                if !can_read && !client.is_running() {
+                    return Err(RelayError::Replication(
+                        "the replication connection closed while the relay waited for Kafka".into(),
+                    ));
+                }
                 report_gauges(st);
             }
+            // Nothing is ready: the stream went quiet (unless the task merely ran out of its
+            // co-operative budget, which a busy catch-up does every ~128 events).
+            _ = std::future::ready(()), if since_quiet > 0 => {
+                if since_quiet < COALESCE_BELOW && tokio::task::coop::has_budget_remaining() {
+                    coalesce_reads(coalesce);
+                }
+                since_quiet = 0;
+            }
         }
+    }
+}
+
+/// A quiet moment after fewer events than this is a trickle worth coalescing.
+const COALESCE_BELOW: u32 = 64;
+
+/// Read-side coalescing (`relay.read_coalesce_us`). At a steady rate the walsender sends every
+/// transaction as it commits, and the relay would wake up for each one: on two cores those
+/// wake-ups cost more CPU than the events (bench/notes.md). Blocking this thread briefly — the
+/// runtime is current-thread, so the replication reader and the pipeline both pause — lets the
+/// next transactions pile up in the socket and arrive in one read. Delivery reports and status
+/// updates wait as long at most; librdkafka's threads are not paused.
+fn coalesce_reads(pause: Duration) {
+    if !pause.is_zero() {
+        std::thread::sleep(pause);
     }
 }
 
