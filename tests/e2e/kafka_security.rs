@@ -270,6 +270,19 @@ fn relay_config(db: &TestDb, brokers: &str, kafka_keys: &str) -> String {
         )
 }
 
+/// The test's relay config for SASL_SSL with SCRAM-SHA-512 as `user`, trusting `ca`; the
+/// password comes from the environment.
+fn scram_ssl_config(db: &TestDb, user: &str, ca: &str) -> String {
+    relay_config(
+        db,
+        &format!("127.0.0.1:{PORT}"),
+        &format!(
+            "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
+             sasl_username = \"{user}\"\nssl_ca_location = \"{ca}\"\n"
+        ),
+    )
+}
+
 /// Writes events for two aggregates, consumes them with `props` and checks them.
 async fn relay_and_check(db: &TestDb, test: &str, brokers: &str, props: &[(&str, &str)]) {
     let c = connect(&db.conninfo()).await;
@@ -335,15 +348,7 @@ async fn sasl_ssl_scram_sha_512_relays_events_and_a_wrong_password_is_refused() 
     let broker = Broker::get();
     let db = TestDb::new("ksasl").await;
     let brokers = format!("127.0.0.1:{PORT}");
-    let cfg = relay_config(
-        &db,
-        &brokers,
-        &format!(
-            "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
-             sasl_username = \"{SCRAM_USER}\"\nssl_ca_location = \"{}\"\n",
-            broker.ca("ca.pem")
-        ),
-    );
+    let cfg = scram_ssl_config(&db, SCRAM_USER, &broker.ca("ca.pem"));
 
     // A wrong password: setup fails with the broker's reason, and the password is not logged.
     let (status, log) = Relay::once(
@@ -394,15 +399,7 @@ async fn sasl_ssl_with_a_ca_that_did_not_sign_the_broker_is_refused() {
     let broker = Broker::get();
     let db = TestDb::new("kwrongca").await;
     let brokers = format!("127.0.0.1:{PORT}");
-    let cfg = relay_config(
-        &db,
-        &brokers,
-        &format!(
-            "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
-             sasl_username = \"{SCRAM_USER}\"\nssl_ca_location = \"{}\"\n",
-            broker.ca("otherca.pem")
-        ),
-    );
+    let cfg = scram_ssl_config(&db, SCRAM_USER, &broker.ca("otherca.pem"));
     let (status, log) = Relay::once(
         &db.name,
         &cfg,
@@ -501,16 +498,7 @@ async fn a_topic_the_principal_may_not_write_halts_then_is_dead_lettered() {
         &denied,
     ]);
 
-    let brokers = format!("127.0.0.1:{PORT}");
-    let base = relay_config(
-        &db,
-        &brokers,
-        &format!(
-            "security_protocol = \"sasl_ssl\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
-             sasl_username = \"{LIMITED_USER}\"\nssl_ca_location = \"{}\"\n",
-            broker.ca("ca.pem")
-        ),
-    );
+    let base = scram_ssl_config(&db, LIMITED_USER, &broker.ca("ca.pem"));
     let env = [("OUTBOX_RELAY__KAFKA__SASL_PASSWORD", LIMITED_PASSWORD)];
     // The slot first: the events below are written while no relay runs.
     let (status, log) = Relay::once(&db.name, &base, &["setup"], &env);
