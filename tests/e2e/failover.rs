@@ -98,7 +98,8 @@ fn ids(w: &[Written]) -> Vec<&str> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_promoted_standby_that_has_every_published_event_is_followed() {
+async fn a_promoted_standby_that_has_every_published_event_is_followed_and_the_old_primary_is_refused()
+ {
     let mut r = rehearsal(25450, 25451).await;
     let b = write(&r.db, "b", 5).await;
     // The standby has replayed everything, then the primary crashes.
@@ -151,7 +152,23 @@ async fn a_promoted_standby_that_has_every_published_event_is_followed() {
     assert!(f.duplicated <= 2 * 5 + 5, "{f:?}\n{}", r.relay.log_text());
     let end = sdb.current_wal_lsn().await;
     sdb.wait_confirmed(end, Duration::from_secs(30)).await;
-    r.relay.terminate(Duration::from_secs(30));
+
+    // Split brain: the old primary comes back (still timeline 1, with its own slot) and the
+    // address points at it again. The relay streamed timeline 2 and must not go back.
+    r.primary.restart();
+    r.proxy.retarget(r.primary.port);
+    let status = r
+        .relay
+        .wait(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("the relay kept running:\n{}", r.relay.log_text()));
+    let log = r.relay.log_text();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("history_diverged")
+            && log
+                .contains("the server is on timeline 1, whose history does not contain timeline 2"),
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
