@@ -35,18 +35,19 @@ struct Rehearsal {
     db: TestDb,
     proxy: Proxy,
     relay: Relay,
+    cfg: String,
     written: Vec<Written>,
 }
 
 /// A primary with a relay streaming through the proxy, events `a` published and confirmed,
 /// and a streaming standby cloned from the primary (slot included).
-async fn rehearsal(primary_port: u16, standby_port: u16) -> Rehearsal {
+async fn rehearsal(primary_port: u16, standby_port: u16, relay_keys: &str) -> Rehearsal {
     let primary = PgCluster::start(primary_port, "");
     let mut db = TestDb::new_on(&primary.base(), primary_port, "failover").await;
     let proxy = Proxy::start(0, primary_port).await;
     let cfg = db
         .relay_config(&format!(
-            "{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 500\n",
+            "{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 500\n{relay_keys}",
             db.outbox_section()
         ))
         .replace(
@@ -78,6 +79,7 @@ async fn rehearsal(primary_port: u16, standby_port: u16) -> Rehearsal {
         db,
         proxy,
         relay,
+        cfg,
         written,
     }
 }
@@ -100,7 +102,7 @@ fn ids(w: &[Written]) -> Vec<&str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promoted_standby_that_has_every_published_event_is_followed_and_the_old_primary_is_refused()
  {
-    let mut r = rehearsal(25450, 25451).await;
+    let mut r = rehearsal(25450, 25451, "").await;
     let b = write(&r.db, "b", 5).await;
     // The standby has replayed everything, then the primary crashes.
     let end = r.db.current_wal_lsn().await;
@@ -173,7 +175,7 @@ async fn a_promoted_standby_that_has_every_published_event_is_followed_and_the_o
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promoted_standby_that_lost_published_events_is_refused() {
-    let mut r = rehearsal(25452, 25453).await;
+    let mut r = rehearsal(25452, 25453, "").await;
     // The standby stops receiving; the primary commits `b` and the relay publishes it.
     r.standby.stop("fast");
     let b = write(&r.db, "b", 5).await;
@@ -217,4 +219,72 @@ async fn a_promoted_standby_that_lost_published_events_is_refused() {
         (0, 0, 0),
         "{f:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_restarted_during_the_failover_refuses_with_its_state_file() {
+    let dir = crate::support::repo_root().join("target/e2e/failover-state");
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join(format!("state-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&state);
+    let mut r = rehearsal(
+        25454,
+        25455,
+        &format!("state_file = \"{}\"\n", state.display()),
+    )
+    .await;
+    r.standby.stop("fast");
+    let b = write(&r.db, "b", 5).await;
+    let end = r.db.current_wal_lsn().await;
+    r.db.wait_confirmed(end, Duration::from_secs(30)).await;
+    // The relay dies with the primary; a new process starts against the promoted standby.
+    r.relay.kill9();
+    r.primary.stop("immediate");
+    r.standby.restart();
+    r.standby.promote();
+    let sdb = on_standby(&r).await;
+    let slot_before = sdb.confirmed_flush().await.expect("the slot was copied");
+    let c = write(&sdb, "c", 5).await;
+    r.proxy.retarget(r.standby.port);
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(saved["timeline"], 1, "{saved}");
+
+    let (status, log) = Relay::once(&r.db.name, &r.cfg, &["run"], &[]);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("state_loaded") && log.contains("history_diverged"),
+        "{log}"
+    );
+    assert_eq!(sdb.confirmed_flush().await, Some(slot_before));
+    let got = kafka::consume(
+        vec![r.db.topic("order")],
+        Duration::from_secs(5),
+        r.written.len() + b.len() + c.len(),
+    )
+    .await;
+    let c_ids = ids(&c);
+    assert!(
+        got.iter().all(|rec| !c_ids.contains(&rec.header("id"))),
+        "an event of the new timeline was published"
+    );
+    // The operator reconciles, deletes the file, and the relay follows the new primary.
+    std::fs::remove_file(&state).unwrap();
+    let mut relay = Relay::start(&r.db.name, &r.cfg);
+    relay
+        .wait_log("streaming_started", Duration::from_secs(60))
+        .await;
+    let got = kafka::consume(
+        vec![r.db.topic("order")],
+        Duration::from_secs(60),
+        r.written.len() + b.len() + c.len(),
+    )
+    .await;
+    assert!(
+        c_ids
+            .iter()
+            .all(|id| got.iter().any(|rec| rec.header("id") == *id)),
+        "the new primary's events after the state file was deleted"
+    );
+    relay.terminate(Duration::from_secs(30));
 }

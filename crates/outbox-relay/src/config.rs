@@ -381,6 +381,13 @@ pub struct RelayConfig {
     /// Topic for dead-lettered rows. Default `outbox-relay.dead-letter`.
     #[serde(default = "d::dead_letter_topic")]
     pub dead_letter_topic: String,
+    /// File in which the relay keeps the server's system identifier, the timeline it streamed
+    /// from and the commit LSN of the last transaction it published, so that the failover
+    /// checks (docs/operations.md, "Failover") also hold across restarts of the relay. Written
+    /// atomically on every connect and every second while streaming. Put it on a volume that
+    /// survives restarts. Default: none (the checks cover one process's lifetime).
+    #[serde(default)]
+    pub state_file: Option<PathBuf>,
 }
 
 /// See [`PostgresConfig::sslmode`].

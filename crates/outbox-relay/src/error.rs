@@ -43,8 +43,9 @@ pub enum RelayError {
     #[error(
         "refusing to stream from {target}: {divergence}. Find the events of the lost \
          transactions in Kafka (header outbox-relay.commit-lsn at or after the fork point) and \
-         reconcile their consumers; then restart outbox-relay, which streams from the slot on \
-         this server (docs/operations.md, \"Failover\")"
+         reconcile their consumers; then delete relay.state_file if set and restart \
+         outbox-relay, which streams from the slot on this server (docs/operations.md, \
+         \"Failover\")"
     )]
     HistoryDiverged {
         target: String,

@@ -19,6 +19,7 @@ pub mod pipeline;
 pub mod run;
 pub mod setup;
 pub mod sink;
+pub mod state;
 pub mod status;
 pub mod tls;
 pub mod webhook;

@@ -58,8 +58,8 @@ fn check_system(cfg: &Config, seen: Option<&str>, system_id: &str) -> Result<(),
             "{}:{} is PostgreSQL system {system_id}, but this relay streams from system \
              {expected}: a restored backup or another cluster answers at that address, and its \
              WAL positions name other transactions. Refusing to stream. If the cluster was \
-             rebuilt on purpose, re-create the slot (docs/operations.md) and set \
-             postgres.system_identifier = \"{system_id}\"",
+             rebuilt on purpose, re-create the slot (docs/operations.md), set \
+             postgres.system_identifier = \"{system_id}\" and delete relay.state_file if set",
             cfg.postgres.host, cfg.postgres.port
         )));
     }
@@ -129,6 +129,60 @@ struct State<'a> {
     refusals: &'a mut Refusals,
     /// [`Carry::published`].
     published: &'a mut Lsn,
+    /// Where [`Carry`]'s failover memory is kept across restarts (`relay.state_file`).
+    memory: Option<Memory>,
+}
+
+struct Memory {
+    path: std::path::PathBuf,
+    system_id: String,
+    timeline: u32,
+    /// The `published` value last written.
+    saved: Option<Lsn>,
+    /// The last write failed (logged once until a write succeeds again).
+    failing: bool,
+}
+
+/// Writes the state file if `published` moved since the last write.
+fn remember(st: &mut State<'_>) -> std::io::Result<()> {
+    let published = *st.published;
+    let Some(m) = st.memory.as_mut() else {
+        return Ok(());
+    };
+    if m.saved == Some(published) {
+        return Ok(());
+    }
+    crate::state::save(
+        &m.path,
+        &crate::state::State {
+            system_id: m.system_id.clone(),
+            timeline: m.timeline,
+            published: published.to_string(),
+        },
+    )?;
+    m.saved = Some(published);
+    Ok(())
+}
+
+fn remember_or_warn(st: &mut State<'_>) {
+    let result = remember(st);
+    let Some(m) = st.memory.as_mut() else {
+        return;
+    };
+    match result {
+        Err(e) if !m.failing => {
+            m.failing = true;
+            tracing::warn!(
+                path = %m.path.display(), error = %e,
+                "state_file_write_failed: the failover memory on disk lags behind until a write succeeds"
+            );
+        }
+        Ok(()) if m.failing => {
+            m.failing = false;
+            tracing::info!(path = %m.path.display(), "state_file_written_again");
+        }
+        _ => {}
+    }
 }
 
 /// Largest value kept in a dead-letter record (Kafka's default limit is about 1 MB).
@@ -182,6 +236,13 @@ pub async fn stream(
         tracing::info!(system_id = %id.system_id, timeline = id.timeline, "server_identified");
     }
     carry.identity = Some((id.system_id.clone(), id.timeline));
+    let memory = cfg.relay.state_file.clone().map(|path| Memory {
+        path,
+        system_id: id.system_id.clone(),
+        timeline: id.timeline,
+        saved: None,
+        failing: false,
+    });
     client.start().await.map_err(|e| classify(e, cfg))?;
     client.wait_started().await.map_err(|e| classify(e, cfg))?;
     crate::health::set_streaming(true);
@@ -201,9 +262,23 @@ pub async fn stream(
         dead_letter_topic: cfg.relay.dead_letter_topic.clone(),
         refusals: &mut carry.refusals,
         published: &mut carry.published,
+        memory,
     };
+    // A state file that cannot be written is found now, not after a failover.
+    remember(&mut st).map_err(|e| {
+        RelayError::Precondition(format!(
+            "cannot write relay.state_file {}: {e}; fix its directory's permissions or space, \
+             or remove the option",
+            cfg.relay
+                .state_file
+                .as_deref()
+                .unwrap_or(std::path::Path::new(""))
+                .display()
+        ))
+    })?;
     let result = run_loop(cfg, sink, &mut client, &mut st, &mut reports, shutdown).await;
     crate::health::set_streaming(false);
+    remember_or_warn(&mut st);
     match result {
         Ok(()) => {
             drain(cfg, &mut client, &mut st, &mut reports, interval).await?;
@@ -265,6 +340,7 @@ async fn run_loop(
                         "the replication connection closed while the relay waited for Kafka".into(),
                     ));
                 }
+                remember_or_warn(st);
                 report_gauges(st);
             }
             // Nothing is ready: the stream went quiet (unless the task merely ran out of its

@@ -1,0 +1,111 @@
+//! `relay.state_file`: what the failover checks must remember across restarts.
+//!
+//! Invariant: the file never claims less than the relay published before the last write. It is
+//! replaced atomically (write a temporary file, fsync, rename), so a crash leaves the previous
+//! or the new version, never a torn one; `published` only grows within one system and timeline
+//! lineage. A crash loses at most the last second of `published` (the write interval).
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+};
+
+use relay_core::Lsn;
+use serde::{Deserialize, Serialize};
+
+use crate::error::RelayError;
+
+/// The remembered identity and progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct State {
+    pub system_id: String,
+    pub timeline: u32,
+    /// Commit LSN (`X/Y`) of the last transaction with a record handed to Kafka.
+    pub published: String,
+}
+
+impl State {
+    pub fn published_lsn(&self) -> Result<Lsn, String> {
+        self.published.parse().map_err(|e| format!("{e}"))
+    }
+}
+
+/// Reads the state file; `None` if it does not exist yet.
+pub fn load(path: &Path) -> Result<Option<State>, RelayError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(unusable(path, &e.to_string())),
+    };
+    let state: State = serde_json::from_str(&text).map_err(|e| unusable(path, &e.to_string()))?;
+    state.published_lsn().map_err(|e| unusable(path, &e))?;
+    Ok(Some(state))
+}
+
+fn unusable(path: &Path, why: &str) -> RelayError {
+    RelayError::Precondition(format!(
+        "relay.state_file {} cannot be read ({why}). It holds what the failover checks must \
+         remember; restore it, or delete it to start without that memory (docs/operations.md, \
+         \"Failover\")",
+        path.display()
+    ))
+}
+
+/// Replaces the state file atomically.
+pub fn save(path: &Path, state: &State) -> std::io::Result<()> {
+    let tmp = temp_path(path);
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(serde_json::to_string(state)?.as_bytes())?;
+        f.write_all(b"\n")?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // The rename itself must survive a power loss.
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saves_atomically_and_loads_back() {
+        let dir = std::env::temp_dir().join(format!("relay-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.json");
+        assert_eq!(load(&path).unwrap(), None);
+        let s = State {
+            system_id: "7713998481682642497".into(),
+            timeline: 2,
+            published: Lsn(0x0193_1E58).to_string(),
+        };
+        save(&path, &s).unwrap();
+        assert_eq!(load(&path).unwrap(), Some(s));
+        assert!(!temp_path(&path).exists());
+
+        std::fs::write(
+            &path,
+            "{\"system_id\":\"1\",\"timeline\":1,\"published\":\"nope\"}",
+        )
+        .unwrap();
+        let e = load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("cannot be read") && e.contains("delete it"),
+            "{e}"
+        );
+        std::fs::write(&path, "{\"system_id\":\"1\"}").unwrap();
+        assert!(load(&path).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
