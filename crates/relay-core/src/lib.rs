@@ -4,6 +4,7 @@
 //! pgoutput bytes ──pgoutput::parse──▶ Message ──decode::Decoder──▶ Change(row of an outbox table)
 //!        ──route::Router──▶ Record { topic, key, value, headers } ──(Kafka, in the binary)
 //! Begin/Commit/keepalive/ack ──▶ watermark::AckTracker ──▶ the one LSN safe to confirm
+//! new timeline's history + last published commit ──timeline::follow──▶ follow or refuse
 //! ```
 //!
 //! Everything here is deterministic so it can be unit-, property- and fuzz-tested.
