@@ -10,6 +10,7 @@
 pub mod alert;
 pub mod config;
 pub mod error;
+pub mod failover;
 pub mod health;
 pub mod heartbeat;
 pub mod http;

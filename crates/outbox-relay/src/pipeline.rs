@@ -21,7 +21,6 @@ use relay_core::{
     deadletter::{self, Refusal, Refusals},
     decode::{Decoded, Decoder},
     route::{Position, Record},
-    timeline,
     watermark::AckTracker,
 };
 use tokio::sync::{mpsc, watch};
@@ -29,6 +28,7 @@ use tokio::sync::{mpsc, watch};
 use crate::{
     config::{Config, PoisonPolicy},
     error::RelayError,
+    failover::{Memory, check_system, check_timeline},
     metrics as m,
     setup::SlotInfo,
     sink::{Delivered, KafkaSink, Origin, delivery_error},
@@ -44,64 +44,6 @@ pub struct Carry {
     /// Commit LSN of the last transaction with a record handed to Kafka (`ZERO`: none yet);
     /// a promoted server must have it in its history ([`relay_core::timeline`]).
     pub published: Lsn,
-}
-
-/// Refuses a server whose WAL is another history: a different system identifier than
-/// configured (`postgres.system_identifier`) or than seen before by this process (a restored
-/// backup, another cluster at the same address), where the same LSNs name other transactions.
-fn check_system(cfg: &Config, seen: Option<&str>, system_id: &str) -> Result<(), RelayError> {
-    let expected = cfg.postgres.system_identifier.as_deref().or(seen);
-    if let Some(expected) = expected
-        && expected != system_id
-    {
-        return Err(RelayError::ReplicationDefinite(format!(
-            "{}:{} is PostgreSQL system {system_id}, but this relay streams from system \
-             {expected}: a restored backup or another cluster answers at that address, and its \
-             WAL positions name other transactions. Refusing to stream. If the cluster was \
-             rebuilt on purpose, re-create the slot (docs/operations.md), set \
-             postgres.system_identifier = \"{system_id}\" and delete relay.state_file if set",
-            cfg.postgres.host, cfg.postgres.port
-        )));
-    }
-    Ok(())
-}
-
-/// On a new timeline (failover to a promoted standby), reads its history and follows it only
-/// if it contains every transaction already published ([`relay_core::timeline`]).
-async fn check_timeline(
-    cfg: &Config,
-    client: &mut ReplicationClient,
-    streamed: u32,
-    published: Lsn,
-    server: u32,
-) -> Result<(), RelayError> {
-    if server == streamed {
-        return Ok(());
-    }
-    let history = if server == 1 {
-        timeline::History::root()
-    } else {
-        let file = client
-            .timeline_history(server)
-            .await
-            .map_err(|e| classify(e, cfg))?;
-        timeline::History::parse(server, &String::from_utf8_lossy(&file.content))
-            .map_err(|e| RelayError::ReplicationDefinite(e.to_string()))?
-    };
-    match timeline::follow(streamed, published, &history) {
-        Ok(follow) => {
-            tracing::warn!(
-                from = streamed, to = server, fork = %follow.fork, published = %published,
-                "timeline_changed: the server was promoted (failover) after every published \
-                 transaction; streaming continues from the slot on the new primary"
-            );
-            Ok(())
-        }
-        Err(divergence) => Err(RelayError::HistoryDiverged {
-            target: format!("{}:{}", cfg.postgres.host, cfg.postgres.port),
-            divergence,
-        }),
-    }
 }
 
 /// Microseconds between 1970-01-01 and 2000-01-01 (PostgreSQL's epoch).
@@ -131,58 +73,6 @@ struct State<'a> {
     published: &'a mut Lsn,
     /// Where [`Carry`]'s failover memory is kept across restarts (`relay.state_file`).
     memory: Option<Memory>,
-}
-
-struct Memory {
-    path: std::path::PathBuf,
-    system_id: String,
-    timeline: u32,
-    /// The `published` value last written.
-    saved: Option<Lsn>,
-    /// The last write failed (logged once until a write succeeds again).
-    failing: bool,
-}
-
-/// Writes the state file if `published` moved since the last write.
-fn remember(st: &mut State<'_>) -> std::io::Result<()> {
-    let published = *st.published;
-    let Some(m) = st.memory.as_mut() else {
-        return Ok(());
-    };
-    if m.saved == Some(published) {
-        return Ok(());
-    }
-    crate::state::save(
-        &m.path,
-        &crate::state::State {
-            system_id: m.system_id.clone(),
-            timeline: m.timeline,
-            published: published.to_string(),
-        },
-    )?;
-    m.saved = Some(published);
-    Ok(())
-}
-
-fn remember_or_warn(st: &mut State<'_>) {
-    let result = remember(st);
-    let Some(m) = st.memory.as_mut() else {
-        return;
-    };
-    match result {
-        Err(e) if !m.failing => {
-            m.failing = true;
-            tracing::warn!(
-                path = %m.path.display(), error = %e,
-                "state_file_write_failed: the failover memory on disk lags behind until a write succeeds"
-            );
-        }
-        Ok(()) if m.failing => {
-            m.failing = false;
-            tracing::info!(path = %m.path.display(), "state_file_written_again");
-        }
-        _ => {}
-    }
 }
 
 /// Largest value kept in a dead-letter record (Kafka's default limit is about 1 MB).
@@ -236,13 +126,11 @@ pub async fn stream(
         tracing::info!(system_id = %id.system_id, timeline = id.timeline, "server_identified");
     }
     carry.identity = Some((id.system_id.clone(), id.timeline));
-    let memory = cfg.relay.state_file.clone().map(|path| Memory {
-        path,
-        system_id: id.system_id.clone(),
-        timeline: id.timeline,
-        saved: None,
-        failing: false,
-    });
+    let memory = cfg
+        .relay
+        .state_file
+        .clone()
+        .map(|path| Memory::new(path, &id.system_id, id.timeline));
     client.start().await.map_err(|e| classify(e, cfg))?;
     client.wait_started().await.map_err(|e| classify(e, cfg))?;
     crate::health::set_streaming(true);
@@ -265,20 +153,24 @@ pub async fn stream(
         memory,
     };
     // A state file that cannot be written is found now, not after a failover.
-    remember(&mut st).map_err(|e| {
-        RelayError::Precondition(format!(
-            "cannot write relay.state_file {}: {e}; fix its directory's permissions or space, \
+    let published = *st.published;
+    st.memory
+        .as_mut()
+        .map_or(Ok(()), |m| m.save(published))
+        .map_err(|e| {
+            RelayError::Precondition(format!(
+                "cannot write relay.state_file {}: {e}; fix its directory's permissions or space, \
              or remove the option",
-            cfg.relay
-                .state_file
-                .as_deref()
-                .unwrap_or(std::path::Path::new(""))
-                .display()
-        ))
-    })?;
+                cfg.relay
+                    .state_file
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(""))
+                    .display()
+            ))
+        })?;
     let result = run_loop(cfg, sink, &mut client, &mut st, &mut reports, shutdown).await;
     crate::health::set_streaming(false);
-    remember_or_warn(&mut st);
+    remember(&mut st);
     match result {
         Ok(()) => {
             drain(cfg, &mut client, &mut st, &mut reports, interval).await?;
@@ -340,7 +232,7 @@ async fn run_loop(
                         "the replication connection closed while the relay waited for Kafka".into(),
                     ));
                 }
-                remember_or_warn(st);
+                remember(st);
                 report_gauges(st);
             }
             // Nothing is ready: the stream went quiet (unless the task merely ran out of its
@@ -668,7 +560,15 @@ fn now_unix_us() -> i64 {
 }
 
 /// Sorts replication errors into "wait and retry" and "tell the operator".
-fn classify(e: PgWireError, cfg: &Config) -> RelayError {
+/// Writes the failover memory if `relay.state_file` is set; failures are logged.
+fn remember(st: &mut State<'_>) {
+    let published = *st.published;
+    if let Some(m) = st.memory.as_mut() {
+        m.save_or_warn(published);
+    }
+}
+
+pub(crate) fn classify(e: PgWireError, cfg: &Config) -> RelayError {
     let pg = &cfg.postgres;
     let text = e.to_string();
     let sqlstate = text

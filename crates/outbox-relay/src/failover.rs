@@ -1,0 +1,127 @@
+//! Failover safety on every connect: the server must be the same system, and a new timeline
+//! must contain every transaction already published (rule: [`relay_core::timeline`]). What was
+//! published is remembered in memory ([`crate::pipeline::Carry`]) and, with
+//! `relay.state_file`, on disk ([`crate::state`]) so that it survives restarts.
+
+use std::path::PathBuf;
+
+use pgwire_replication::ReplicationClient;
+use relay_core::{Lsn, timeline};
+
+use crate::{config::Config, error::RelayError, pipeline::classify};
+
+/// Refuses a server whose WAL is another history: a different system identifier than
+/// configured (`postgres.system_identifier`) or than seen before by this process (a restored
+/// backup, another cluster at the same address), where the same LSNs name other transactions.
+pub fn check_system(cfg: &Config, seen: Option<&str>, system_id: &str) -> Result<(), RelayError> {
+    let expected = cfg.postgres.system_identifier.as_deref().or(seen);
+    if let Some(expected) = expected
+        && expected != system_id
+    {
+        return Err(RelayError::ReplicationDefinite(format!(
+            "{}:{} is PostgreSQL system {system_id}, but this relay streams from system \
+             {expected}: a restored backup or another cluster answers at that address, and its \
+             WAL positions name other transactions. Refusing to stream. If the cluster was \
+             rebuilt on purpose, re-create the slot (docs/operations.md), set \
+             postgres.system_identifier = \"{system_id}\" and delete relay.state_file if set",
+            cfg.postgres.host, cfg.postgres.port
+        )));
+    }
+    Ok(())
+}
+
+/// On a new timeline (failover to a promoted standby), reads its history and follows it only
+/// if it contains every transaction already published ([`relay_core::timeline`]).
+pub async fn check_timeline(
+    cfg: &Config,
+    client: &mut ReplicationClient,
+    streamed: u32,
+    published: Lsn,
+    server: u32,
+) -> Result<(), RelayError> {
+    if server == streamed {
+        return Ok(());
+    }
+    let history = if server == 1 {
+        timeline::History::root()
+    } else {
+        let file = client
+            .timeline_history(server)
+            .await
+            .map_err(|e| classify(e, cfg))?;
+        timeline::History::parse(server, &String::from_utf8_lossy(&file.content))
+            .map_err(|e| RelayError::ReplicationDefinite(e.to_string()))?
+    };
+    match timeline::follow(streamed, published, &history) {
+        Ok(follow) => {
+            tracing::warn!(
+                from = streamed, to = server, fork = %follow.fork, published = %published,
+                "timeline_changed: the server was promoted (failover) after every published \
+                 transaction; streaming continues from the slot on the new primary"
+            );
+            Ok(())
+        }
+        Err(divergence) => Err(RelayError::HistoryDiverged {
+            target: format!("{}:{}", cfg.postgres.host, cfg.postgres.port),
+            divergence,
+        }),
+    }
+}
+
+/// The state file of `relay.state_file` for the server the pipeline streams from.
+pub struct Memory {
+    path: PathBuf,
+    system_id: String,
+    timeline: u32,
+    /// The `published` value last written.
+    saved: Option<Lsn>,
+    /// The last write failed (logged once until a write succeeds again).
+    failing: bool,
+}
+
+impl Memory {
+    pub fn new(path: PathBuf, system_id: &str, timeline: u32) -> Memory {
+        Memory {
+            path,
+            system_id: system_id.to_string(),
+            timeline,
+            saved: None,
+            failing: false,
+        }
+    }
+
+    /// Writes the state file if `published` moved since the last write.
+    pub fn save(&mut self, published: Lsn) -> std::io::Result<()> {
+        if self.saved == Some(published) {
+            return Ok(());
+        }
+        crate::state::save(
+            &self.path,
+            &crate::state::State {
+                system_id: self.system_id.clone(),
+                timeline: self.timeline,
+                published: published.to_string(),
+            },
+        )?;
+        self.saved = Some(published);
+        Ok(())
+    }
+
+    /// [`save`](Self::save), logging a failure once until a write succeeds again.
+    pub fn save_or_warn(&mut self, published: Lsn) {
+        match self.save(published) {
+            Err(e) if !self.failing => {
+                self.failing = true;
+                tracing::warn!(
+                    path = %self.path.display(), error = %e,
+                    "state_file_write_failed: the failover memory on disk lags behind until a write succeeds"
+                );
+            }
+            Ok(()) if self.failing => {
+                self.failing = false;
+                tracing::info!(path = %self.path.display(), "state_file_written_again");
+            }
+            _ => {}
+        }
+    }
+}
