@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use crate::support::{TestDb, check, connect, kafka, relay::Relay, repo_root, writer};
+use crate::support::{TestDb, certs, check, connect, kafka, relay::Relay, repo_root, writer};
 
 /// SASL_SSL listener (the port infra/kafka/start.sh waits for); controller on +1.
 const PORT: u16 = 26392;
@@ -32,87 +32,10 @@ const WRONG_PASSWORD: &str = "wr0ng-Pa55-d00d5e";
 const LIMITED_USER: &str = "limited";
 const LIMITED_PASSWORD: &str = "limited-Pa55-4e0b9c";
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn self_signed_ca(dir: &Path, name: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN={name}"),
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.pem"),
-        ],
-    );
-}
-
-/// `ca.pem`, a broker certificate for localhost / 127.0.0.1 signed by it, as the PEM keystore
-/// `server.pem` (unencrypted PKCS#8 key + certificate), and an unrelated `otherca.pem`.
+/// The test certificates (support/certs.rs) plus `server.pem`, the broker's PEM keystore
+/// (unencrypted PKCS#8 key + certificate).
 fn make_certs(dir: &Path) {
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).unwrap();
-    self_signed_ca(dir, "ca");
-    self_signed_ca(dir, "otherca");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ],
-    );
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            "server.crt",
-        ],
-    );
+    certs::make(dir);
     let key = std::fs::read_to_string(dir.join("server.key")).unwrap();
     let crt = std::fs::read_to_string(dir.join("server.crt")).unwrap();
     std::fs::write(dir.join("server.pem"), format!("{key}{crt}")).unwrap();
@@ -526,10 +449,7 @@ async fn a_topic_the_principal_may_not_write_halts_then_is_dead_lettered() {
 
     // halt (default): stops at the refused event, says what to grant, confirms nothing past it.
     let mut relay = Relay::start_with(&db.name, &base, &["run"], &env);
-    let status = relay
-        .wait(Duration::from_secs(90))
-        .unwrap_or_else(|| panic!("the relay kept running:\n{}", relay.log_text()));
-    let log = relay.log_text();
+    let (status, log) = relay.wait_exit(Duration::from_secs(90));
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(
         log.contains(&format!(

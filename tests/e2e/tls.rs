@@ -3,89 +3,13 @@
 
 use std::{path::Path, process::Command, time::Duration};
 
-use crate::support::{TestDb, check, connect, kafka, relay::Relay, repo_root, writer};
+use crate::support::{TestDb, certs, check, connect, kafka, relay::Relay, repo_root, writer};
 
 const PORT: u16 = 25441;
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA and a server certificate for localhost / 127.0.0.1 signed by it.
-fn make_certs(dir: &Path, ca: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    let ca_key = format!("{ca}.key");
-    let ca_pem = format!("{ca}.pem");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN={ca}"),
-            "-keyout",
-            &ca_key,
-            "-out",
-            &ca_pem,
-        ],
-    );
-    if ca != "ca" {
-        return;
-    }
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ],
-    );
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            "server.crt",
-        ],
-    );
+/// The test certificates (support/certs.rs), with the key made readable for PostgreSQL only.
+fn make_certs(dir: &Path) {
+    certs::make(dir);
     // PostgreSQL reads the key as its own user and insists on mode 0600.
     for f in ["server.key", "server.crt"] {
         assert!(
@@ -118,9 +42,7 @@ impl Drop for Cluster {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_full_encrypts_both_connections_and_refuses_a_wrong_ca() {
     let dir = repo_root().join("target/e2e/tls-certs");
-    let _ = std::fs::remove_dir_all(&dir);
-    make_certs(&dir, "ca");
-    make_certs(&dir, "otherca");
+    make_certs(&dir);
     let _cluster = Cluster;
     let opts = format!(
         "-c ssl=on -c ssl_cert_file={d}/server.crt -c ssl_key_file={d}/server.key",

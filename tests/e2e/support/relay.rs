@@ -143,6 +143,15 @@ impl Relay {
         }
     }
 
+    /// Waits for the process to exit on its own (panics with its log if it is still running
+    /// after `timeout`); returns the exit status and the log.
+    pub fn wait_exit(&mut self, timeout: Duration) -> (ExitStatus, String) {
+        let status = self
+            .wait(timeout)
+            .unwrap_or_else(|| panic!("the relay kept running:\n{}", self.log_text()));
+        (status, self.log_text())
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child
             .as_mut()
