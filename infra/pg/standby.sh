@@ -32,7 +32,8 @@ case "${1:-}" in
     as_pg cp -a "$SRC" "$BASE/data"
     as_pg rm -f "$BASE/data/postmaster.pid" "$BASE/data/postmaster.opts"
     as_pg touch "$BASE/data/standby.signal"
-    echo "primary_conninfo = 'host=127.0.0.1 port=$PRIMARY user=postgres application_name=standby_$PGPORT'" \
+    # dbname: PostgreSQL 17's slot synchronisation (sync_replication_slots) connects to a database
+    echo "primary_conninfo = 'host=127.0.0.1 port=$PRIMARY user=postgres dbname=postgres application_name=standby_$PGPORT'" \
       | as_pg tee -a "$BASE/data/postgresql.auto.conf" >/dev/null
     log "standby of port $PRIMARY prepared in $BASE/data; start it with PGPORT=$PGPORT infra/pg/start.sh"
     ;;

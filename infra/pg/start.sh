@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start a throw-away PostgreSQL 15 cluster with logical decoding on 127.0.0.1:$PGPORT (idempotent).
-# Env: STACK_DIR (default <repo>/.stack), PGPORT (default 55432), PGBIN (default /usr/lib/postgresql/15/bin),
+# Env: STACK_DIR (default <repo>/.stack), PGPORT (default 55432), PGBIN (default /usr/lib/postgresql/15/bin;
+#      infra/pg/17/bin for PostgreSQL 17, which has no psql: Debian's psql 15 checks the TCP path then),
 #      PG_EXTRA_OPTS extra server options, e.g. "-c max_slot_wal_keep_size=64MB" (used on (re)start only).
 # Data: $STACK_DIR/pg-$PGPORT/{data,pg.log,.s.PGSQL.<port>}. Prints the libpq connection string on success.
 set -euo pipefail
@@ -15,6 +16,8 @@ PGDATA_DIR="$BASE/data"
 CONN="host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres"
 
 [ -x "$PGBIN/pg_ctl" ] || die "no $PGBIN/pg_ctl; run infra/install-deps.sh (Debian package postgresql-15)"
+PSQL="$PGBIN/psql"
+[ -x "$PSQL" ] || PSQL=/usr/lib/postgresql/15/bin/psql
 
 # initdb/pg_ctl refuse to run as root: run them as the postgres OS user when we are root.
 if [ "$(id -u)" = 0 ]; then
@@ -68,9 +71,9 @@ if ! as_pg "$PGBIN/pg_ctl" -D "$PGDATA_DIR" -l "$BASE/pg.log" -w -t 60 -o "$OPTS
 fi
 # Check the TCP path the tests use (not just the unix socket pg_ctl waited on).
 for _ in $(seq 1 50); do
-  "$PGBIN/psql" -X -Atq -c 'SELECT 1' "$CONN" >/dev/null 2>&1 && break
+  "$PSQL" -X -Atq -c 'SELECT 1' "$CONN" >/dev/null 2>&1 && break
   sleep 0.2
 done
-"$PGBIN/psql" -X -Atq -c 'SELECT 1' "$CONN" >/dev/null || die "started, but no TCP connection: $CONN"
+"$PSQL" -X -Atq -c 'SELECT 1' "$CONN" >/dev/null || die "started, but no TCP connection: $CONN"
 log "started in $(( $(now_ms) - t0 )) ms ($PGDATA_DIR, log $BASE/pg.log)"
 echo "$CONN"

@@ -17,7 +17,7 @@ use crate::support::{
 };
 
 /// Writes `n` one-event transactions for aggregate `agg`.
-async fn write(db: &TestDb, agg: &str, n: usize) -> Vec<Written> {
+pub(crate) async fn write(db: &TestDb, agg: &str, n: usize) -> Vec<Written> {
     let mut out = Vec::new();
     for _ in 0..n {
         out.push(
@@ -64,7 +64,7 @@ async fn rehearsal(primary_port: u16, standby_port: u16, relay_keys: &str) -> Re
 
     // The relay keeps running (and retrying) while the primary is down for the copy.
     primary.stop("fast");
-    let standby = PgCluster::clone_standby(&primary, standby_port);
+    let standby = PgCluster::clone_standby(&primary, standby_port, "");
     primary.restart();
     db.client = connect(&db.conninfo()).await;
     eventually(
@@ -85,13 +85,13 @@ async fn rehearsal(primary_port: u16, standby_port: u16, relay_keys: &str) -> Re
 }
 
 /// The same database on the promoted standby.
-async fn on_standby(r: &Rehearsal) -> TestDb {
-    let base = r.standby.base();
+pub(crate) async fn on_standby(db: &TestDb, standby: &PgCluster) -> TestDb {
+    let base = standby.base();
     TestDb {
-        name: r.db.name.clone(),
-        client: connect(&format!("{base} dbname={}", r.db.name)).await,
+        name: db.name.clone(),
+        client: connect(&format!("{base} dbname={}", db.name)).await,
         base,
-        port: r.standby.port,
+        port: standby.port,
     }
 }
 
@@ -131,7 +131,7 @@ async fn a_promoted_standby_that_has_every_published_event_is_followed_and_the_o
     r.relay
         .wait_log("timeline_changed", Duration::from_secs(60))
         .await;
-    let sdb = on_standby(&r).await;
+    let sdb = on_standby(&r.db, &r.standby).await;
     let c = write(&sdb, "c", 5).await;
     r.written.extend(b);
     r.written.extend(c);
@@ -181,7 +181,7 @@ async fn a_promoted_standby_that_lost_published_events_is_refused() {
     r.primary.stop("immediate");
     r.standby.restart();
     r.standby.promote();
-    let sdb = on_standby(&r).await;
+    let sdb = on_standby(&r.db, &r.standby).await;
     let slot_before = sdb.confirmed_flush().await.expect("the slot was copied");
     let c = write(&sdb, "c", 5).await;
     r.proxy.retarget(r.standby.port);
@@ -234,7 +234,7 @@ async fn a_relay_restarted_during_the_failover_refuses_with_its_state_file() {
     r.primary.stop("immediate");
     r.standby.restart();
     r.standby.promote();
-    let sdb = on_standby(&r).await;
+    let sdb = on_standby(&r.db, &r.standby).await;
     let slot_before = sdb.confirmed_flush().await.expect("the slot was copied");
     let c = write(&sdb, "c", 5).await;
     r.proxy.retarget(r.standby.port);

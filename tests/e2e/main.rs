@@ -6,6 +6,7 @@ mod support;
 mod chaos;
 mod delivery;
 mod failover;
+mod failover_slot;
 mod kafka_security;
 mod observability;
 mod poison;

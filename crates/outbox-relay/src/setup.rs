@@ -327,6 +327,18 @@ async fn ensure_slot(
         .map_err(query_err("read wal_sender_timeout"))?
         .get(0);
     let wal_sender_timeout = Duration::from_millis(wal_sender_timeout_ms.max(0) as u64);
+    if pg.failover_slot {
+        let version = crate::monitor::server_version(client)
+            .await
+            .map_err(query_err("read server_version_num"))?;
+        if version < 170_000 {
+            return Err(RelayError::Precondition(format!(
+                "postgres.failover_slot = true needs PostgreSQL 17 or later, and this server is \
+                 {version}: set it to false (docs/operations.md, \"Failover\", says how to keep \
+                 the slot on a promoted standby without it)"
+            )));
+        }
+    }
 
     let slot = client
         .query_opt(
@@ -403,6 +415,27 @@ async fn ensure_slot(
              --recreate-slot` and re-publish the gap from the outbox table (docs/operations.md)",
             pg.slot
         )));
+    }
+    if pg.failover_slot {
+        let failover: bool = client
+            .query_one(
+                "SELECT failover FROM pg_replication_slots WHERE slot_name = $1",
+                &[&pg.slot],
+            )
+            .await
+            .map_err(query_err("read the slot's failover flag"))?
+            .get(0);
+        if !failover {
+            return Err(RelayError::Precondition(format!(
+                "postgres.failover_slot = true, but replication slot {:?} was created without \
+                 failover, so standbys do not keep a copy of it: while no relay streams from it, \
+                 run psql \"dbname={} replication=database\" -c 'ALTER_REPLICATION_SLOT {} \
+                 (FAILOVER true)' (its position is kept), or set postgres.failover_slot = false",
+                pg.slot,
+                pg.database,
+                quote_ident(&pg.slot)
+            )));
+        }
     }
     if let Some(pid) = active_pid {
         tracing::info!(slot = %pg.slot, active_pid = pid, "slot_in_use: another connection holds the slot; will wait for it");

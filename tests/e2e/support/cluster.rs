@@ -2,54 +2,54 @@
 //! settings the shared cluster must not have (a tiny `max_slot_wal_keep_size`, say). Started
 //! fresh, stopped and deleted on drop.
 
-use std::process::Command;
+use std::{path::PathBuf, process::Command};
 
 use super::repo_root;
 
 pub struct PgCluster {
     pub port: u16,
+    /// `PGBIN` for the scripts; `None` is their default, Debian's PostgreSQL 15.
+    pgbin: Option<PathBuf>,
 }
 
-fn script(name: &str, port: u16, args: &[&str], extra_opts: &str) -> std::process::Output {
-    Command::new(repo_root().join("infra/pg").join(name))
-        .args(args)
-        .env("PGPORT", port.to_string())
-        .env("PG_EXTRA_OPTS", extra_opts)
-        .output()
-        .unwrap_or_else(|e| panic!("run infra/pg/{name}: {e}"))
+/// The PostgreSQL 17 server binaries that infra/install-deps.sh unpacks (infra/pg/pom.xml).
+pub fn pg17_bin() -> PathBuf {
+    let bin = repo_root().join("infra/pg/17/bin");
+    assert!(
+        bin.join("postgres").exists(),
+        "no PostgreSQL 17 in {}: run infra/install-deps.sh",
+        bin.display()
+    );
+    bin
 }
 
 impl PgCluster {
     /// Starts a new cluster on `port` with `extra_opts` (`-c key=value ...`); a leftover
     /// cluster from an aborted run on that port is destroyed first.
     pub fn start(port: u16, extra_opts: &str) -> PgCluster {
-        let _ = script("stop.sh", port, &["--destroy"], "");
-        let out = script("start.sh", port, &[], extra_opts);
-        assert!(
-            out.status.success(),
-            "infra/pg/start.sh on port {port} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PgCluster { port }
+        PgCluster::start_with(None, port, extra_opts)
+    }
+
+    /// [`start`](Self::start) with the server binaries in `pgbin` ([`pg17_bin`]).
+    pub fn start_with(pgbin: Option<PathBuf>, port: u16, extra_opts: &str) -> PgCluster {
+        let cluster = PgCluster { port, pgbin };
+        let _ = cluster.script("stop.sh", &["--destroy"], "");
+        cluster.run("start.sh", &[], extra_opts);
+        cluster
     }
 
     /// A streaming standby of `primary` on `port`, cloned from its data directory (slots
-    /// included) while the primary is stopped (infra/pg/standby.sh), then started.
-    pub fn clone_standby(primary: &PgCluster, port: u16) -> PgCluster {
-        let _ = script("stop.sh", port, &["--destroy"], "");
-        let p = primary.port.to_string();
-        for (name, args) in [
-            ("standby.sh", &["clone", p.as_str()][..]),
-            ("start.sh", &[]),
-        ] {
-            let out = script(name, port, args, "");
-            assert!(
-                out.status.success(),
-                "infra/pg/{name} on port {port} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        PgCluster { port }
+    /// included) while the primary is stopped (infra/pg/standby.sh), then started with
+    /// `extra_opts`.
+    pub fn clone_standby(primary: &PgCluster, port: u16, extra_opts: &str) -> PgCluster {
+        let standby = PgCluster {
+            port,
+            pgbin: primary.pgbin.clone(),
+        };
+        let _ = standby.script("stop.sh", &["--destroy"], "");
+        standby.run("standby.sh", &["clone", &primary.port.to_string()], "");
+        standby.run("start.sh", &[], extra_opts);
+        standby
     }
 
     /// Promotes this standby: it starts a new timeline.
@@ -59,8 +59,8 @@ impl PgCluster {
 
     /// Stops the server: `fast` (clean) or `immediate` (a crash).
     pub fn stop(&self, mode: &str) {
-        let out = Command::new(repo_root().join("infra/pg/stop.sh"))
-            .env("PGPORT", self.port.to_string())
+        let out = self
+            .command("stop.sh", &[], "")
             .env("PG_STOP_MODE", mode)
             .output()
             .expect("run infra/pg/stop.sh");
@@ -76,8 +76,26 @@ impl PgCluster {
         self.run("start.sh", &[], "");
     }
 
+    /// infra/pg/`name` for this cluster's port and binaries.
+    fn command(&self, name: &str, args: &[&str], extra_opts: &str) -> Command {
+        let mut cmd = Command::new(repo_root().join("infra/pg").join(name));
+        cmd.args(args)
+            .env("PGPORT", self.port.to_string())
+            .env("PG_EXTRA_OPTS", extra_opts);
+        if let Some(bin) = &self.pgbin {
+            cmd.env("PGBIN", bin);
+        }
+        cmd
+    }
+
+    fn script(&self, name: &str, args: &[&str], extra_opts: &str) -> std::process::Output {
+        self.command(name, args, extra_opts)
+            .output()
+            .unwrap_or_else(|e| panic!("run infra/pg/{name}: {e}"))
+    }
+
     fn run(&self, name: &str, args: &[&str], extra_opts: &str) {
-        let out = script(name, self.port, args, extra_opts);
+        let out = self.script(name, args, extra_opts);
         assert!(
             out.status.success(),
             "infra/pg/{name} on port {} failed: {}",
@@ -94,6 +112,6 @@ impl PgCluster {
 
 impl Drop for PgCluster {
     fn drop(&mut self) {
-        let _ = script("stop.sh", self.port, &["--destroy"], "");
+        let _ = self.script("stop.sh", &["--destroy"], "");
     }
 }
