@@ -214,7 +214,7 @@ async fn a_promoted_standby_that_lost_published_events_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relay_restarted_during_the_failover_refuses_with_its_state_file() {
+async fn a_passive_or_restarted_relay_refuses_the_failover_with_the_shared_state_file() {
     let dir = crate::support::repo_root().join("target/e2e/failover-state");
     std::fs::create_dir_all(&dir).unwrap();
     let state = dir.join(format!("state-{}.json", std::process::id()));
@@ -225,11 +225,31 @@ async fn a_relay_restarted_during_the_failover_refuses_with_its_state_file() {
         &format!("state_file = \"{}\"\n", state.display()),
     )
     .await;
+    // A passive instance sharing the state file (a shared volume) waits for the slot.
+    let mut passive = Relay::start(&r.db.name, &r.cfg);
+    passive.wait_log("slot_busy", Duration::from_secs(30)).await;
+    let saved_published = || {
+        let saved: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+        saved["published"]
+            .as_str()
+            .unwrap()
+            .parse::<relay_core::Lsn>()
+            .unwrap()
+    };
+    let before_b = saved_published();
     r.standby.stop("fast");
     let b = write(&r.db, "b", 5).await;
     let end = r.db.current_wal_lsn().await;
     r.db.wait_confirmed(end, Duration::from_secs(30)).await;
-    // The relay dies with the primary; a new process starts against the promoted standby.
+    eventually(
+        "the active instance recording `b` in the state file",
+        Duration::from_secs(10),
+        || async { (saved_published() > before_b).then_some(()) },
+    )
+    .await;
+    // The active relay dies with the primary; the passive one finds the promoted standby, and
+    // so does a new process.
     r.relay.kill9();
     r.primary.stop("immediate");
     r.standby.restart();
@@ -242,6 +262,11 @@ async fn a_relay_restarted_during_the_failover_refuses_with_its_state_file() {
         serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
     assert_eq!(saved["timeline"], 1, "{saved}");
 
+    // The passive instance started before `b` was published; it refuses with what the active
+    // one wrote since.
+    let (status, log) = passive.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("history_diverged"), "{log}");
     let (status, log) = Relay::once(&r.db.name, &r.cfg, &["run"], &[]);
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(

@@ -384,8 +384,9 @@ pub struct RelayConfig {
     /// File in which the relay keeps the server's system identifier, the timeline it streamed
     /// from and the commit LSN of the last transaction it published, so that the failover
     /// checks (docs/operations.md, "Failover") also hold across restarts of the relay. Written
-    /// atomically on every connect and every second while streaming. Put it on a volume that
-    /// survives restarts. Default: none (the checks cover one process's lifetime).
+    /// atomically every second by the instance that streams; read at start and before every
+    /// connect by all, so instances of an active/passive group share one file on a shared
+    /// volume that survives restarts. Default: none (the checks cover one process's lifetime).
     #[serde(default)]
     pub state_file: Option<PathBuf>,
 }

@@ -8,7 +8,11 @@ use std::path::PathBuf;
 use pgwire_replication::ReplicationClient;
 use relay_core::{Lsn, timeline};
 
-use crate::{config::Config, error::RelayError, pipeline::classify};
+use crate::{
+    config::Config,
+    error::RelayError,
+    pipeline::{Carry, classify},
+};
 
 /// Refuses a server whose WAL is another history: a different system identifier than
 /// configured (`postgres.system_identifier`) or than seen before by this process (a restored
@@ -66,6 +70,28 @@ pub async fn check_timeline(
             divergence,
         }),
     }
+}
+
+/// Takes over what `relay.state_file` knows if it knows more than `carry`: at start, and on
+/// every connect, so that instances sharing one file (active/passive on a shared volume) check
+/// a failover against what *any* of them published ([`crate::state::State::supersedes`]).
+pub fn recall(cfg: &Config, carry: &mut Carry) -> Result<(), RelayError> {
+    let Some(path) = &cfg.relay.state_file else {
+        return Ok(());
+    };
+    let Some(saved) = crate::state::load(path)? else {
+        return Ok(());
+    };
+    let identity = carry.identity.as_ref().map(|(s, t)| (s.as_str(), *t));
+    if saved.supersedes(identity, carry.published) {
+        tracing::info!(
+            system_id = %saved.system_id, timeline = saved.timeline, published = %saved.published,
+            path = %path.display(), "state_loaded: failover checks continue from the state file"
+        );
+        carry.published = saved.published_lsn().unwrap_or_default();
+        carry.identity = Some((saved.system_id, saved.timeline));
+    }
+    Ok(())
 }
 
 /// The state file of `relay.state_file` for the server the pipeline streams from.

@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, watch};
 use crate::{
     config::{Config, PoisonPolicy},
     error::RelayError,
-    failover::{Memory, check_system, check_timeline},
+    failover::{Memory, check_system, check_timeline, recall},
     metrics as m,
     setup::SlotInfo,
     sink::{Delivered, KafkaSink, Origin, delivery_error},
@@ -118,6 +118,7 @@ pub async fn stream(
         .identify_system()
         .await
         .map_err(|e| classify(e, cfg))?;
+    recall(cfg, carry)?;
     let seen = carry.identity.as_ref().map(|(s, t)| (s.as_str(), *t));
     check_system(cfg, seen.map(|(s, _)| s), &id.system_id)?;
     if let Some((_, streamed)) = seen {

@@ -105,16 +105,8 @@ async fn supervise(cfg: &Config, mut shutdown: watch::Receiver<bool>) -> Result<
     let mut backoff = initial;
     // Refused events and the server's identity, remembered across restarts.
     let mut carry = pipeline::Carry::default();
-    if let Some(path) = &cfg.relay.state_file
-        && let Some(saved) = crate::state::load(path)?
-    {
-        tracing::info!(
-            system_id = %saved.system_id, timeline = saved.timeline, published = %saved.published,
-            path = %path.display(), "state_loaded: failover checks continue from the state file"
-        );
-        carry.published = saved.published_lsn().unwrap_or_default();
-        carry.identity = Some((saved.system_id, saved.timeline));
-    }
+    // A broken state file stops the relay before it connects anywhere.
+    crate::failover::recall(cfg, &mut carry)?;
     let mut last_reason: Option<String> = None;
     loop {
         let started = Instant::now();

@@ -29,6 +29,23 @@ impl State {
     pub fn published_lsn(&self) -> Result<Lsn, String> {
         self.published.parse().map_err(|e| format!("{e}"))
     }
+
+    /// Whether this saved state knows more than the memory `(identity, published)`, so that
+    /// the memory must take it over. Instances that share the file each write it only while
+    /// they stream, so a newer file means another instance streamed since this one last did:
+    /// a later timeline or a later publication of the same system, or another system (the
+    /// only way one gets into the file is an instance that passed the checks after the operator
+    /// deleted the file or set `postgres.system_identifier`). A file that knows less (this
+    /// instance followed a promotion the file has not seen) never rewinds the memory.
+    pub fn supersedes(&self, identity: Option<(&str, u32)>, published: Lsn) -> bool {
+        let Some((system_id, timeline)) = identity else {
+            return true;
+        };
+        let saved = self.published_lsn().unwrap_or_default();
+        self.system_id != system_id
+            || self.timeline > timeline
+            || (self.timeline == timeline && saved > published)
+    }
 }
 
 /// Reads the state file; `None` if it does not exist yet.
@@ -107,5 +124,24 @@ mod tests {
         std::fs::write(&path, "{\"system_id\":\"1\"}").unwrap();
         assert!(load(&path).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_supersedes_memory_only_when_it_knows_more() {
+        let file = State {
+            system_id: "7".into(),
+            timeline: 2,
+            published: "0/500".into(),
+        };
+        // Nothing in memory yet (a fresh process).
+        assert!(file.supersedes(None, Lsn::ZERO));
+        // Same lineage: the later timeline or the later publication wins.
+        assert!(file.supersedes(Some(("7", 2)), Lsn(0x4FF)));
+        assert!(!file.supersedes(Some(("7", 2)), Lsn(0x500)));
+        assert!(!file.supersedes(Some(("7", 2)), Lsn(0x600)));
+        assert!(file.supersedes(Some(("7", 1)), Lsn(0x900)));
+        assert!(!file.supersedes(Some(("7", 3)), Lsn(0x100)));
+        // Another system got into the file only through an instance that passed the checks.
+        assert!(file.supersedes(Some(("8", 5)), Lsn(0x900)));
     }
 }
