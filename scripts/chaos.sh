@@ -3,6 +3,7 @@
 # Kafka stop, PostgreSQL crash, network cuts to either side) under concurrent writers, then a
 # full check of lost / duplicated / out-of-order events. Prints the figures; docs/reliability.md
 # records a run. Usage: scripts/chaos.sh [ROUNDS=60] [SEED=42]
+# With CHAOS_TRANSACTIONAL_ID=<id> in the environment the relay runs with kafka.transactional_id.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$HOME/.cargo/bin:$PATH"

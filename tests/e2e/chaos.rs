@@ -132,9 +132,13 @@ async fn chaos_no_event_is_lost_or_reordered() {
 
     let base = format!("host=127.0.0.1 port={PG_PORT} user=postgres");
     let db = TestDb::new_on(&base, PG_PORT, "chaos").await;
+    // CHAOS_TRANSACTIONAL_ID=<id> runs the relay with kafka.transactional_id (zombie fencing).
+    let fencing = std::env::var("CHAOS_TRANSACTIONAL_ID")
+        .map(|id| format!("transactional_id = \"{id}\"\n"))
+        .unwrap_or_default();
     let cfg = db
         .relay_config(&format!(
-            "{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 1000\n",
+            "{fencing}{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 1000\n",
             db.outbox_section()
         ))
         .replace(

@@ -7,6 +7,7 @@ mod chaos;
 mod delivery;
 mod failover;
 mod failover_slot;
+mod fencing;
 mod kafka_security;
 mod observability;
 mod poison;

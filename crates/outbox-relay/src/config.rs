@@ -161,12 +161,30 @@ pub struct KafkaConfig {
     /// certificate must also name the host in `brokers` (librdkafka checks it).
     #[serde(default)]
     pub ssl_ca_location: Option<PathBuf>,
+    /// Zombie fencing: a Kafka `transactional.id` shared by every instance that streams from
+    /// this slot (e.g. `"outbox-relay-<slot>"`). The instance that acquires the slot calls
+    /// `InitProducerId`, which fences every earlier producer with that id: an instance that
+    /// lost the slot without noticing (cut off from PostgreSQL and Kafka, then back on Kafka
+    /// only) can no longer write a record, and its unfinished transaction is aborted. Records
+    /// are written in Kafka transactions committed every `transaction_interval_ms`, and an
+    /// LSN is confirmed only after the transaction holding its records committed. Consumers
+    /// must read with `isolation.level=read_committed` (librdkafka's default; the Java
+    /// client's default is `read_uncommitted`) to skip aborted records. Delivery stays
+    /// at-least-once. The principal needs WRITE and DESCRIBE on the transactional id
+    /// (docs/security.md). Default: none (idempotent producer, no transactions).
+    #[serde(default)]
+    pub transactional_id: Option<String>,
+    /// With `transactional_id`: milliseconds between commits of the open Kafka transaction,
+    /// 10..=10000. Read-committed consumers see a record up to this much later; shorter costs
+    /// more commits. Default 100.
+    #[serde(default = "d::transaction_interval_ms", deserialize_with = "flex")]
+    pub transaction_interval_ms: u64,
     /// Extra librdkafka producer properties (ssl.* for client certificates, batch.size...).
     /// Properties that would break ordering or durability (`enable.idempotence`, `acks`,
     /// `partitioner`, `max.in.flight.requests.per.connection`, `retries`,
-    /// `queuing.strategy`, `transactional.id`) are rejected; so are keys with a first-class
+    /// `queuing.strategy`) are rejected; so are keys with a first-class
     /// option above (`security.protocol`, `sasl.mechanism(s)`, `sasl.username`,
-    /// `sasl.password`, `ssl.ca.location`, ...).
+    /// `sasl.password`, `ssl.ca.location`, `transactional.id`, ...).
     #[serde(default)]
     pub properties: BTreeMap<String, Secret>,
 }
@@ -318,6 +336,20 @@ impl KafkaConfig {
                     if set.len() == 1 { "it" } else { "them" },
                 ));
             }
+        }
+        if self.transactional_id.as_deref() == Some("") {
+            return Err(
+                "kafka.transactional_id is empty: set an id shared by the instances of \
+                 this slot, e.g. \"outbox-relay-<slot>\", or remove it"
+                    .into(),
+            );
+        }
+        if !(10..=10_000).contains(&self.transaction_interval_ms) {
+            return Err(format!(
+                "kafka.transaction_interval_ms = {} is out of range: use 10..=10000 (below \
+                 Kafka's transaction.timeout.ms)",
+                self.transaction_interval_ms
+            ));
         }
         if self.ssl_ca_location.is_some() && !protocol.is_tls() {
             return Err(format!(
@@ -611,6 +643,9 @@ mod d {
     }
     pub fn connect_timeout_ms() -> u64 {
         10_000
+    }
+    pub fn transaction_interval_ms() -> u64 {
+        100
     }
     pub fn brokers() -> String {
         "127.0.0.1:9092".into()
@@ -959,12 +994,12 @@ const FORBIDDEN_KAFKA_PROPERTIES: &[&str] = &[
     "retries",
     "message.send.max.retries",
     "queuing.strategy",
-    "transactional.id",
     "enable.gapless.guarantee",
 ];
 
 const FIRST_CLASS_KAFKA_PROPERTIES: &[(&str, &str)] = &[
     ("bootstrap.servers", "brokers"),
+    ("transactional.id", "transactional_id"),
     ("metadata.broker.list", "brokers"),
     ("linger.ms", "linger_ms"),
     ("queue.buffering.max.ms", "linger_ms"),
@@ -1065,6 +1100,27 @@ mod tests {
         assert!(e.contains("broker"), "{e}");
         let e = load("[[outbox]]\ntable = \"public.o\"\nkey = \"k\"\n", &[]).unwrap_err();
         assert!(e.to_string().contains("key"), "{e}");
+    }
+
+    #[test]
+    fn transactional_id_is_first_class_and_checked() {
+        let c = load("[kafka]\ntransactional_id = \"outbox-relay-s\"\n", &[]).unwrap();
+        assert_eq!(c.kafka.transactional_id.as_deref(), Some("outbox-relay-s"));
+        assert_eq!(c.kafka.transaction_interval_ms, 100);
+        for (toml, needle) in [
+            (
+                "[kafka]\ntransactional_id = \"\"\n",
+                "transactional_id is empty",
+            ),
+            ("[kafka]\ntransaction_interval_ms = 5\n", "10..=10000"),
+            (
+                "[kafka.properties]\n\"transactional.id\" = \"x\"\n",
+                "transactional_id",
+            ),
+        ] {
+            let e = load(toml, &[]).unwrap_err().to_string();
+            assert!(e.contains(needle), "{toml}: {e}");
+        }
     }
 
     #[test]

@@ -90,6 +90,22 @@ pub enum RelayError {
     )]
     DeliveryTransient { topic: String, code: String },
 
+    /// `kafka.transactional_id`: another instance acquired the slot and fenced this producer.
+    #[error(
+        "another outbox-relay instance with the same kafka.transactional_id took over ({0}): \
+         it holds the slot now, so this instance writes nothing more to Kafka; its unfinished \
+         Kafka transaction is aborted and nothing of it was confirmed. Waiting for the slot again"
+    )]
+    ProducerFenced(String),
+
+    /// `kafka.transactional_id`: a Kafka transaction could not be started or committed.
+    #[error(
+        "a Kafka transaction failed ({0}); nothing of it was confirmed and the relay restarts \
+         from the last confirmed LSN. If it repeats, check that the principal may WRITE and \
+         DESCRIBE the transactional id and that the brokers' transaction state log is healthy"
+    )]
+    KafkaTransaction(String),
+
     #[error(
         "Kafka refused an event for topic {topic:?} for good ({code}): {hint}. Nothing after it \
          was confirmed; fix the cause and restart outbox-relay, the event will be sent again"
@@ -113,6 +129,8 @@ impl RelayError {
                 | RelayError::KafkaUnreachable { .. }
                 | RelayError::DeliveryTransient { .. }
                 | RelayError::DeadLetterPending { .. }
+                | RelayError::ProducerFenced(_)
+                | RelayError::KafkaTransaction(_)
         )
     }
 
@@ -134,6 +152,8 @@ impl RelayError {
             RelayError::KafkaUnreachable { .. } => "kafka_unreachable",
             RelayError::KafkaSetup(_) => "kafka_setup",
             RelayError::DeliveryTransient { .. } => "kafka_delivery",
+            RelayError::ProducerFenced(_) => "producer_fenced",
+            RelayError::KafkaTransaction(_) => "kafka_transaction",
             RelayError::DeliveryDefinite { .. } => "kafka_delivery_refused",
         }
     }

@@ -14,6 +14,7 @@ pub const EVENTS_PRODUCED: &str = "outbox_relay_events_produced_total";
 pub const BYTES_PRODUCED: &str = "outbox_relay_produced_bytes_total";
 pub const DELIVERY_ERRORS: &str = "outbox_relay_delivery_errors_total";
 pub const DEAD_LETTERED: &str = "outbox_relay_dead_lettered_total";
+pub const KAFKA_TRANSACTIONS: &str = "outbox_relay_kafka_transactions_total";
 pub const INFLIGHT_EVENTS: &str = "outbox_relay_inflight_events";
 pub const INFLIGHT_TRANSACTIONS: &str = "outbox_relay_inflight_transactions";
 pub const RECEIVED_LSN: &str = "outbox_relay_received_lsn";
@@ -56,6 +57,7 @@ pub const ALL: &[&str] = &[
     BYTES_PRODUCED,
     DELIVERY_ERRORS,
     DEAD_LETTERED,
+    KAFKA_TRANSACTIONS,
     INFLIGHT_EVENTS,
     INFLIGHT_TRANSACTIONS,
     RECEIVED_LSN,
@@ -97,6 +99,9 @@ pub const RESTART_REASONS: &[&str] = &[
     "replication_stream",
     "kafka_unreachable",
     "kafka_delivery",
+    "dead_letter_pending",
+    "producer_fenced",
+    "kafka_transaction",
 ];
 
 /// `status` label values of [`SLOT_WAL_STATUS`] (PostgreSQL's `wal_status`).
@@ -172,6 +177,10 @@ pub fn describe() {
     describe_counter!(
         DEAD_LETTERED,
         "Events published to the dead-letter topic instead of their own (on_poison = dead-letter)."
+    );
+    describe_counter!(
+        KAFKA_TRANSACTIONS,
+        "Kafka transactions ended with kafka.transactional_id set, by result (committed, failed)."
     );
     describe_gauge!(
         INFLIGHT_EVENTS,

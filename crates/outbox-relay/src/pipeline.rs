@@ -73,6 +73,13 @@ struct State<'a> {
     published: &'a mut Lsn,
     /// Where [`Carry`]'s failover memory is kept across restarts (`relay.state_file`).
     memory: Option<Memory>,
+    /// `kafka.transactional_id` is set: records go out in Kafka transactions.
+    transactional: bool,
+    /// With transactions, while the open Kafka transaction holds records: the watermark when
+    /// it got its first one. Every transaction below it had its records in committed Kafka
+    /// transactions; nothing beyond it may be confirmed before the next commit, because an
+    /// aborted transaction's records are invisible to read-committed consumers.
+    confirm_cap: Option<Lsn>,
 }
 
 /// Largest value kept in a dead-letter record (Kafka's default limit is about 1 MB).
@@ -134,6 +141,12 @@ pub async fn stream(
         .map(|path| Memory::new(path, &id.system_id, id.timeline));
     client.start().await.map_err(|e| classify(e, cfg))?;
     client.wait_started().await.map_err(|e| classify(e, cfg))?;
+    // The slot is ours: only now fence the producers of earlier holders (never the active
+    // instance's while this one merely waits for the slot).
+    if let Some(id) = &cfg.kafka.transactional_id {
+        sink.fence_and_begin(transaction_timeout(cfg)).await?;
+        tracing::info!(transactional_id = %id, "kafka_producer_fenced_others: earlier producers with this transactional id can no longer write");
+    }
     crate::health::set_streaming(true);
     tracing::info!(
         slot = %pg.slot, confirmed_flush = %slot.confirmed_flush,
@@ -152,6 +165,8 @@ pub async fn stream(
         refusals: &mut carry.refusals,
         published: &mut carry.published,
         memory,
+        transactional: cfg.kafka.transactional_id.is_some(),
+        confirm_cap: None,
     };
     // A state file that cannot be written is found now, not after a failover.
     let published = *st.published;
@@ -174,7 +189,7 @@ pub async fn stream(
     remember(&mut st);
     match result {
         Ok(()) => {
-            drain(cfg, &mut client, &mut st, &mut reports, interval).await?;
+            drain(cfg, sink, &mut client, &mut st, &mut reports, interval).await?;
             let _ = client.shutdown().await;
             tracing::info!(confirmed = %st.confirmed, "shutdown_complete");
             Ok(())
@@ -196,6 +211,9 @@ async fn run_loop(
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), RelayError> {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut commit_tick =
+        tokio::time::interval(Duration::from_millis(cfg.kafka.transaction_interval_ms));
+    commit_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let coalesce = Duration::from_micros(cfg.relay.read_coalesce_us);
     // Events handled since the stream last went quiet.
     let mut since_quiet = 0u32;
@@ -221,9 +239,12 @@ async fn run_loop(
                 Ok(None) => return Err(RelayError::Replication("the server closed the replication stream".into())),
                 Err(e) => return Err(classify(e, cfg)),
             },
+            _ = commit_tick.tick(), if st.confirm_cap.is_some() => {
+                commit(cfg, sink, client, st, reports).await?;
+            }
             _ = tick.tick() => {
                 if let Some(fatal) = sink.fatal_error() {
-                    return Err(RelayError::DeliveryTransient { topic: "*".into(), code: fatal });
+                    return Err(fatal);
                 }
                 // While waiting for Kafka the loop reads nothing, so a dead replication
                 // connection would go unnoticed: the slot may already be another instance's.
@@ -330,10 +351,45 @@ async fn produce(
         }
     };
     st.in_flight_bytes += record_bytes(&sent);
+    handed_over(st);
+    Ok(())
+}
+
+/// A record of the open source transaction is in Kafka's hands.
+fn handed_over(st: &mut State<'_>) {
+    if st.transactional && st.confirm_cap.is_none() {
+        st.confirm_cap = Some(st.tracker.watermark());
+    }
     if let Some(p) = st.txn.as_mut() {
         p.seq += 1;
     }
+}
+
+/// With `kafka.transactional_id`: commits the open Kafka transaction, after which its
+/// records' LSNs may be confirmed.
+async fn commit(
+    cfg: &Config,
+    sink: &KafkaSink,
+    client: &ReplicationClient,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+) -> Result<(), RelayError> {
+    let result = sink.commit_and_begin(transaction_timeout(cfg)).await;
+    metrics::counter!(m::KAFKA_TRANSACTIONS, "result" => if result.is_ok() { "committed" } else { "failed" })
+        .increment(1);
+    result?;
+    st.confirm_cap = None;
+    while let Ok(d) = reports.try_recv() {
+        on_delivery(st, d)?;
+    }
+    confirm(client, st);
     Ok(())
+}
+
+/// How long a transaction call may block: Kafka's own transaction timeout (60 s by default)
+/// bounds how long an open transaction can live anyway.
+fn transaction_timeout(cfg: &Config) -> Duration {
+    Duration::from_millis(cfg.kafka.connect_timeout_ms.max(30_000))
 }
 
 /// Sends a record Kafka refused in a batch on its own: waits until nothing else is in flight,
@@ -385,9 +441,7 @@ async fn produce_alone(
         }
         Err(_) => on_delivery(st, d)?,
     }
-    if let Some(p) = st.txn.as_mut() {
-        p.seq += 1;
-    }
+    handed_over(st);
     Ok(())
 }
 
@@ -499,7 +553,10 @@ async fn on_event(
 
 /// Hands the watermark to the replication client, which sends it with its next status update.
 fn confirm(client: &ReplicationClient, st: &mut State<'_>) {
-    let w = st.tracker.watermark();
+    let w = match st.confirm_cap {
+        Some(limit) => st.tracker.watermark().min(limit),
+        None => st.tracker.watermark(),
+    };
     if w > st.confirmed {
         client.update_applied_lsn(pgwire_replication::Lsn::from_u64(w.0));
         st.confirmed = w;
@@ -523,6 +580,7 @@ fn report_gauges(st: &State<'_>) {
 /// the final status update left before closing.
 async fn drain(
     cfg: &Config,
+    sink: &KafkaSink,
     client: &mut ReplicationClient,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
@@ -543,6 +601,12 @@ async fn drain(
                 );
                 break;
             }
+        }
+    }
+    if st.confirm_cap.is_some() {
+        // Commit what was acknowledged; if that fails it stays unconfirmed and is sent again.
+        if let Err(e) = commit(cfg, sink, client, st, reports).await {
+            tracing::warn!(error = %e, "shutdown_commit_failed: the last Kafka transaction's events stay unconfirmed and will be sent again");
         }
     }
     confirm(client, st);

@@ -121,6 +121,9 @@ impl KafkaSink {
             .set("compression.type", &cfg.compression)
             .set("message.timeout.ms", cfg.message_timeout_ms.to_string())
             .set("client.id", "outbox-relay");
+        if let Some(id) = &cfg.transactional_id {
+            c.set("transactional.id", id);
+        }
         let producer: ThreadedProducer<SinkContext> = c
             .create_with_context(SinkContext {
                 reports,
@@ -210,12 +213,67 @@ impl KafkaSink {
     }
 
     /// The fatal error librdkafka raised, if any (the producer must then be rebuilt).
-    pub fn fatal_error(&self) -> Option<String> {
+    pub fn fatal_error(&self) -> Option<RelayError> {
         self.producer
             .client()
             .fatal_error()
-            .map(|(code, reason)| format!("{code:?}: {reason}"))
+            .map(|(code, reason)| match code {
+                c if is_fenced(c) => RelayError::ProducerFenced(format!("{code:?}: {reason}")),
+                _ => RelayError::DeliveryTransient {
+                    topic: "*".into(),
+                    code: format!("{code:?}: {reason}"),
+                },
+            })
     }
+
+    /// `kafka.transactional_id`, once the slot is ours: registers the id with the transaction
+    /// coordinator, which fences every earlier producer with it and aborts its unfinished
+    /// transaction, then opens the first transaction.
+    pub async fn fence_and_begin(&self, timeout: Duration) -> Result<(), RelayError> {
+        self.transaction(move |p| {
+            p.init_transactions(timeout)?;
+            p.begin_transaction()
+        })
+        .await
+    }
+
+    /// Commits the open transaction (after every record in it was acknowledged) and opens the
+    /// next one.
+    pub async fn commit_and_begin(&self, timeout: Duration) -> Result<(), RelayError> {
+        self.transaction(move |p| {
+            p.commit_transaction(timeout)?;
+            p.begin_transaction()
+        })
+        .await
+    }
+
+    /// Runs a blocking transaction call off the runtime's thread.
+    async fn transaction(
+        &self,
+        call: impl FnOnce(&ThreadedProducer<SinkContext>) -> rdkafka::error::KafkaResult<()>
+        + Send
+        + 'static,
+    ) -> Result<(), RelayError> {
+        let producer = self.producer.clone();
+        tokio::task::spawn_blocking(move || call(&producer))
+            .await
+            .map_err(|e| RelayError::KafkaTransaction(e.to_string()))?
+            .map_err(|e| match e.rdkafka_error_code() {
+                Some(c) if is_fenced(c) => RelayError::ProducerFenced(e.to_string()),
+                _ => RelayError::KafkaTransaction(e.to_string()),
+            })
+    }
+}
+
+/// The codes with which Kafka tells a producer that a newer one with its transactional id
+/// exists.
+fn is_fenced(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::Fenced
+            | RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch
+    )
 }
 
 /// The first-class security options as librdkafka properties (validated by the config).
@@ -239,6 +297,9 @@ fn security_properties(cfg: &KafkaConfig, c: &mut ClientConfig) -> Result<(), Re
 /// Classifies a failed delivery: errors retrying cannot fix stop the relay with a hint.
 pub fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
     let code = e.rdkafka_error_code();
+    if code.is_some_and(is_fenced) {
+        return RelayError::ProducerFenced(format!("{e}"));
+    }
     let hint = match code {
         Some(RDKafkaErrorCode::MessageSizeTooLarge)
         | Some(RDKafkaErrorCode::InvalidMessageSize) => Some(

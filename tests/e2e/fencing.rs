@@ -1,0 +1,145 @@
+//! Zombie fencing with `kafka.transactional_id`, on a real broker of its own and the shared
+//! PostgreSQL.
+//!
+//! The zombie: the active instance A is cut off from PostgreSQL *and* Kafka by a silent
+//! partition (no connection is closed, so A cannot tell), PostgreSQL ends A's walsender after
+//! `wal_sender_timeout`, and the passive instance B takes the slot and re-sends what A had not
+//! confirmed. Then A gets Kafka back while its PostgreSQL connection still looks alive, with
+//! records it received before the partition still queued. Without fencing A delivers them
+//! (duplicates written after B's newer records); with it, B's `InitProducerId` has fenced A's
+//! producer and the broker refuses them. The broker has a listener whose advertised address is
+//! a proxy (A's path) and one reached directly (B and the checking consumer).
+
+use std::time::{Duration, Instant};
+
+use crate::{
+    failover::write,
+    support::{TestDb, broker::OwnBroker, check, eventually, kafka, proxy::Proxy, relay::Relay},
+};
+
+const KAFKA_PORT: u16 = 26592;
+const KAFKA_DIRECT_PORT: u16 = 26594;
+const KAFKA_PROXY_PORT: u16 = 26692;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_instance_is_fenced_and_writes_nothing_after_the_takeover() {
+    let _broker = OwnBroker::start(
+        KAFKA_PORT,
+        &[
+            format!(
+                "listeners=PLAINTEXT://127.0.0.1:{KAFKA_PORT},DIRECT://127.0.0.1:{KAFKA_DIRECT_PORT},CONTROLLER://127.0.0.1:{}",
+                KAFKA_PORT + 1
+            ),
+            format!(
+                "advertised.listeners=PLAINTEXT://127.0.0.1:{KAFKA_PROXY_PORT},DIRECT://127.0.0.1:{KAFKA_DIRECT_PORT}"
+            ),
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,DIRECT:PLAINTEXT"
+                .into(),
+            "inter.broker.listener.name=DIRECT".into(),
+        ]
+        .join("\n"),
+    );
+    let kafka_proxy = Proxy::start(KAFKA_PROXY_PORT, KAFKA_PORT).await;
+    let db = TestDb::new("fence").await;
+    let pg_proxy = Proxy::start(0, db.port).await;
+    let shared = db.relay_config(&format!(
+        "transactional_id = \"outbox-relay-{}\"\n{}\n[relay]\nrestart_backoff_initial_ms = 100\n\
+         restart_backoff_max_ms = 500\n",
+        db.name,
+        db.outbox_section()
+    ));
+    let direct_brokers = format!("127.0.0.1:{KAFKA_DIRECT_PORT}");
+    let brokers_line = format!("brokers = \"{}\"", crate::support::kafka_brokers());
+    let cfg_a = shared
+        .replace(
+            &brokers_line,
+            &format!("brokers = \"127.0.0.1:{KAFKA_PROXY_PORT}\""),
+        )
+        .replace(
+            &format!("port = {}", db.port),
+            &format!("port = {}", pg_proxy.port),
+        );
+    let cfg_b = shared.replace(&brokers_line, &format!("brokers = \"{direct_brokers}\""));
+
+    let mut a = Relay::start(&db.name, &cfg_a);
+    a.wait_log("streaming_started", Duration::from_secs(60))
+        .await;
+    let mut b = Relay::start(&db.name, &cfg_b);
+    b.wait_log("slot_busy", Duration::from_secs(30)).await;
+    let mut written = write(&db, "a", 5).await;
+    let end_a = db.current_wal_lsn().await;
+    db.wait_confirmed(end_a, Duration::from_secs(30)).await;
+
+    // A loses Kafka, then receives `b` from PostgreSQL and queues it; then it loses PostgreSQL.
+    kafka_proxy.freeze();
+    let queued = write(&db, "b", 5).await;
+    let end_b = db.current_wal_lsn().await;
+    eventually(
+        "A's walsender sending `b`",
+        Duration::from_secs(10),
+        || async {
+            let sent: Option<String> = db
+                .client
+                .query_one(
+                    "SELECT (SELECT sent_lsn::text FROM pg_stat_replication WHERE pid = \
+                     s.active_pid) FROM pg_replication_slots s WHERE slot_name = $1",
+                    &[&db.name],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            sent.and_then(|s| s.parse::<relay_core::Lsn>().ok())
+                .filter(|s| *s >= end_b)
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    pg_proxy.freeze();
+
+    // PostgreSQL ends A's walsender after wal_sender_timeout; B takes the slot, fences A's
+    // producer, and publishes `b` and then `c`.
+    b.wait_log("kafka_producer_fenced_others", Duration::from_secs(60))
+        .await;
+    db.wait_confirmed(end_b, Duration::from_secs(30)).await;
+    let c = write(&db, "c", 5).await;
+    let end_c = db.current_wal_lsn().await;
+    db.wait_confirmed(end_c, Duration::from_secs(30)).await;
+
+    // A gets Kafka back (PostgreSQL still silent): its queued `b` must not be written.
+    kafka_proxy.thaw();
+    a.wait_log("producer_fenced", Duration::from_secs(60)).await;
+    written.extend(queued);
+    written.extend(c);
+    let ids: Vec<String> = written.iter().map(|w| w.id.clone()).collect();
+    let topic = db.topic("order");
+    // Read uncommitted: every record written to the log, aborted ones included. A few more
+    // seconds after the last expected id, for late records of A to show.
+    let settle = Instant::now() + Duration::from_secs(3);
+    let got = tokio::task::spawn_blocking(move || {
+        kafka::consume_until_with(
+            &direct_brokers,
+            &[("isolation.level", "read_uncommitted")],
+            &[topic],
+            Duration::from_secs(60),
+            |recs| {
+                Instant::now() > settle
+                    && ids
+                        .iter()
+                        .all(|id| recs.iter().any(|r| r.header("id") == id))
+            },
+        )
+    })
+    .await
+    .unwrap();
+    let f = check::check("zombie_fenced", |t| db.topic(t), &written, &got);
+    assert_eq!(
+        (f.lost, f.order_violations, f.unexpected, f.duplicated),
+        (0, 0, 0, 0),
+        "{f:?}\nA:\n{}\nB:\n{}",
+        a.log_text(),
+        b.log_text()
+    );
+    a.kill9();
+    assert_eq!(b.terminate(Duration::from_secs(30)).code(), Some(0));
+    db.cleanup().await;
+}

@@ -1,0 +1,41 @@
+//! A Kafka broker of its own (infra/kafka/start.sh), for tests that need listeners or settings
+//! the shared broker must not have. Started fresh, stopped and deleted on drop.
+
+use std::process::Command;
+
+use super::repo_root;
+
+pub struct OwnBroker {
+    pub port: u16,
+}
+
+fn script(name: &str, port: u16, args: &[&str], extra_props: &str) -> std::process::Output {
+    Command::new(repo_root().join("infra/kafka").join(name))
+        .args(args)
+        .env("KAFKA_PORT", port.to_string())
+        .env("KAFKA_EXTRA_PROPS", extra_props)
+        .output()
+        .unwrap_or_else(|e| panic!("run infra/kafka/{name}: {e}"))
+}
+
+impl OwnBroker {
+    /// Starts a broker whose PLAINTEXT listener is `port` (controller `port + 1`) with
+    /// `extra_props` (server properties, one per line, applied last); a leftover from an
+    /// aborted run is destroyed first.
+    pub fn start(port: u16, extra_props: &str) -> OwnBroker {
+        let _ = script("stop.sh", port, &["--destroy"], "");
+        let out = script("start.sh", port, &[], extra_props);
+        assert!(
+            out.status.success(),
+            "infra/kafka/start.sh on port {port} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        OwnBroker { port }
+    }
+}
+
+impl Drop for OwnBroker {
+    fn drop(&mut self) {
+        let _ = script("stop.sh", self.port, &["--destroy"], "");
+    }
+}
