@@ -104,6 +104,9 @@ pub const RESTART_REASONS: &[&str] = &[
     "kafka_transaction",
 ];
 
+/// `result` label values of [`KAFKA_TRANSACTIONS`].
+pub const TRANSACTION_RESULTS: &[&str] = &["committed", "failed"];
+
 /// `status` label values of [`SLOT_WAL_STATUS`] (PostgreSQL's `wal_status`).
 pub const WAL_STATUSES: &[&str] = &["reserved", "extended", "unreserved", "lost"];
 
@@ -145,6 +148,9 @@ pub fn init() {
     }
     for r in RESTART_REASONS {
         metrics::counter!(RESTARTS, "reason" => *r).increment(0);
+    }
+    for r in TRANSACTION_RESULTS {
+        metrics::counter!(KAFKA_TRANSACTIONS, "result" => *r).increment(0);
     }
     for alert in crate::alert::AlertKind::ALL {
         metrics::gauge!(ALERT_LEVEL, "alert" => alert.as_str()).set(0.0);

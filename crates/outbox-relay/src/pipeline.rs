@@ -375,8 +375,12 @@ async fn commit(
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
 ) -> Result<(), RelayError> {
     let result = sink.commit_and_begin(transaction_timeout(cfg)).await;
-    metrics::counter!(m::KAFKA_TRANSACTIONS, "result" => if result.is_ok() { "committed" } else { "failed" })
-        .increment(1);
+    let outcome = if result.is_ok() {
+        "committed"
+    } else {
+        "failed"
+    };
+    metrics::counter!(m::KAFKA_TRANSACTIONS, "result" => outcome).increment(1);
     result?;
     st.confirm_cap = None;
     while let Ok(d) = reports.try_recv() {
