@@ -271,10 +271,6 @@ async fn chaos_no_event_is_lost_or_reordered() {
         started.elapsed().as_secs_f64(),
         faults.join(","),
     ));
-    assert_eq!(
-        (f.lost, f.order_violations, f.unexpected),
-        (0, 0, 0),
-        "{f:?} after {faults:?}"
-    );
+    f.assert_nothing_lost_or_reordered(&format!("after {faults:?}"));
     relay.terminate(Duration::from_secs(30));
 }

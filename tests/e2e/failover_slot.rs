@@ -16,9 +16,9 @@ use tokio_postgres::Client;
 use crate::{
     failover::{on_standby, write},
     support::{
-        TestDb, check,
+        TestDb,
         cluster::{PgCluster, pg17_bin},
-        connect, eventually, kafka,
+        connect, eventually,
         proxy::Proxy,
         relay::Relay,
     },
@@ -149,19 +149,10 @@ async fn a_failover_slot_is_synchronised_to_the_standby_and_followed_after_promo
     let c = write(&sdb, "c", 5).await;
     written.extend(b);
     written.extend(c);
-    let got = kafka::consume(
-        vec![db.topic("order")],
-        Duration::from_secs(60),
-        written.len(),
-    )
-    .await;
-    let f = check::check("failover_slot_followed", |t| db.topic(t), &written, &got);
-    assert_eq!(
-        (f.lost, f.order_violations, f.unexpected),
-        (0, 0, 0),
-        "{f:?}\n{}",
-        relay.log_text()
-    );
+    let f = db
+        .check_order_topic("failover_slot_followed", &written, Duration::from_secs(60))
+        .await;
+    f.assert_nothing_lost_or_reordered(&relay.log_text());
     // The copy was synchronised past `a`, not since: `b` may be sent again.
     assert!(f.duplicated <= 5, "{f:?}\n{}", relay.log_text());
     let end_c = sdb.current_wal_lsn().await;

@@ -80,11 +80,7 @@ async fn graceful_and_kill9_restarts_mid_stream_lose_nothing() {
         &got,
     );
     check::assert_absent(&stats.discarded, &got);
-    assert_eq!(
-        (f.lost, f.order_violations, f.unexpected),
-        (0, 0, 0),
-        "{f:?}"
-    );
+    f.assert_nothing_lost_or_reordered("");
     assert_only_unconfirmed_repeat(&got, &restarts);
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
@@ -135,18 +131,10 @@ async fn interleaved_long_and_short_transactions_survive_a_restart_between_them(
     written.extend([a3, a4]);
     relay = Relay::start(&db.name, &cfg);
 
-    let got = kafka::consume(
-        vec![db.topic("order")],
-        Duration::from_secs(60),
-        written.len(),
-    )
-    .await;
-    let f = check::check("interleaved_long_short", |t| db.topic(t), &written, &got);
-    assert_eq!(
-        (f.lost, f.order_violations, f.unexpected),
-        (0, 0, 0),
-        "{f:?}"
-    );
+    let f = db
+        .check_order_topic("interleaved_long_short", &written, Duration::from_secs(60))
+        .await;
+    f.assert_nothing_lost_or_reordered("");
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }
@@ -230,11 +218,7 @@ async fn multi_row_insert_and_copy_with_kill9_in_the_middle_lose_nothing() {
         &written,
         &got,
     );
-    assert_eq!(
-        (f.lost, f.order_violations, f.unexpected),
-        (0, 0, 0),
-        "{f:?}"
-    );
+    f.assert_nothing_lost_or_reordered("");
     assert!(seen > 0);
     // Per partition, what was delivered twice is a re-sent suffix of the interrupted transaction.
     let mut per_id: HashMap<&str, usize> = HashMap::new();

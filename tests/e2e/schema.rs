@@ -38,18 +38,10 @@ async fn alter_table_add_column_mid_stream_keeps_every_event() {
                 .unwrap(),
         );
     }
-    let got = kafka::consume(
-        vec![db.topic("order")],
-        Duration::from_secs(60),
-        written.len(),
-    )
-    .await;
-    let f = check::check("alter_table_mid_stream", |t| db.topic(t), &written, &got);
-    assert_eq!(
-        (f.lost, f.duplicated, f.order_violations),
-        (0, 0, 0),
-        "{f:?}"
-    );
+    let f = db
+        .check_order_topic("alter_table_mid_stream", &written, Duration::from_secs(60))
+        .await;
+    f.assert_exactly_once("");
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }
@@ -110,11 +102,7 @@ async fn a_one_megabyte_jsonb_payload_arrives_whole() {
     let written = vec![w, big_event];
     let got = kafka::consume(vec![topic], Duration::from_secs(60), 2).await;
     let f = check::check("one_megabyte_payload", |t| db.topic(t), &written, &got);
-    assert_eq!(
-        (f.lost, f.duplicated, f.order_violations),
-        (0, 0, 0),
-        "{f:?}"
-    );
+    f.assert_exactly_once("");
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }
@@ -167,18 +155,10 @@ async fn a_partitioned_outbox_is_published_through_its_root() {
                 .unwrap(),
         );
     }
-    let got = kafka::consume(
-        vec![db.topic("order")],
-        Duration::from_secs(60),
-        written.len(),
-    )
-    .await;
-    let f = check::check("partitioned_outbox", |t| db.topic(t), &written, &got);
-    assert_eq!(
-        (f.lost, f.duplicated, f.order_violations),
-        (0, 0, 0),
-        "{f:?}"
-    );
+    let f = db
+        .check_order_topic("partitioned_outbox", &written, Duration::from_secs(60))
+        .await;
+    f.assert_exactly_once("");
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }

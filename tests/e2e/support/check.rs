@@ -72,6 +72,32 @@ pub fn check(
     f
 }
 
+impl Figures {
+    /// Every event delivered exactly once, in order, and nothing else.
+    pub fn assert_exactly_once(&self, context: &str) {
+        assert_eq!(
+            (
+                self.lost,
+                self.duplicated,
+                self.order_violations,
+                self.unexpected
+            ),
+            (0, 0, 0, 0),
+            "{self:?}\n{context}"
+        );
+    }
+
+    /// At-least-once: nothing lost, out of order or unexpected; duplicates are the caller's to
+    /// bound.
+    pub fn assert_nothing_lost_or_reordered(&self, context: &str) {
+        assert_eq!(
+            (self.lost, self.order_violations, self.unexpected),
+            (0, 0, 0),
+            "{self:?}\n{context}"
+        );
+    }
+}
+
 /// Appends the figures of a test to `target/test-figures.log` (printed by scripts/test.sh).
 pub fn record(test: &str, f: &Figures) {
     note(&format!(

@@ -184,6 +184,18 @@ impl TestDb {
         }
     }
 
+    /// Reads this test's `order` topic until every `written` event is there (or `timeout`
+    /// passes) and checks it, recording the figures under `test` ([`check::check`]).
+    pub async fn check_order_topic(
+        &self,
+        test: &str,
+        written: &[writer::Written],
+        timeout: Duration,
+    ) -> check::Figures {
+        let got = kafka::consume(vec![self.topic("order")], timeout, written.len()).await;
+        check::check(test, |t| self.topic(t), written, &got)
+    }
+
     /// Drops the slot (after the relay stopped) and the database.
     pub async fn cleanup(self) {
         let admin = connect(&format!("{} dbname=postgres", self.base)).await;
