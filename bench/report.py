@@ -13,10 +13,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ORDER = ["pg_recvlogical", "outbox-relay", "debezium-default", "debezium-tuned", "polling"]
+ORDER = ["pg_recvlogical", "outbox-relay", "outbox-relay-fenced", "debezium-default", "debezium-tuned", "polling"]
 COLORS = {
     "pg_recvlogical": "#888888",
     "outbox-relay": "#1f77b4",
+    "outbox-relay-fenced": "#17becf",
     "debezium-default": "#d62728",
     "debezium-tuned": "#ff7f0e",
     "polling": "#2ca02c",

@@ -98,7 +98,8 @@ struct SuiteArgs {
     /// Pid of the Kafka broker (measured).
     #[arg(long)]
     kafka_pid: Option<i32>,
-    /// Systems, comma-separated: pg_recvlogical,outbox-relay,debezium-default,debezium-tuned,polling.
+    /// Systems, comma-separated: pg_recvlogical,outbox-relay,debezium-default,debezium-tuned,polling
+    /// (the default set), and outbox-relay-fenced (outbox-relay with kafka.transactional_id).
     #[arg(long, value_delimiter = ',')]
     systems: Option<Vec<String>>,
     /// Workloads, comma-separated: catchup,steady,saturation.
@@ -213,7 +214,7 @@ fn plan(a: &SuiteArgs) -> Result<Plan> {
     };
     // Keep the canonical order: the polling relay last (its UPDATEs would otherwise be WAL that
     // the log-based systems have to decode and skip).
-    let ordered: Vec<System> = System::ALL
+    let ordered: Vec<System> = System::CANONICAL
         .iter()
         .copied()
         .filter(|s| all_systems.contains(s))

@@ -316,7 +316,7 @@ impl Suite {
         let mut runs: Vec<(System, usize, String, Option<String>)> = Vec::new();
         for rep in 1..=repeat.max(1) {
             for &s in systems.iter().filter(|s| !spec.skip.contains(s)) {
-                let repeated = matches!(s, System::RecvLogical | System::Relay);
+                let repeated = s == System::RecvLogical || s.is_relay();
                 if rep > 1 && !repeated {
                     continue;
                 }
@@ -333,7 +333,7 @@ impl Suite {
         }
         // Debezium and the polling relay after the repeated ones; polling last.
         runs.sort_by_key(|(s, rep, _, _)| match s {
-            System::RecvLogical | System::Relay => (0, *rep),
+            System::RecvLogical | System::Relay | System::RelayFenced => (0, *rep),
             System::DbzDefault | System::DbzTuned => (1, 0),
             System::Polling => (2, 0),
         });
@@ -349,7 +349,9 @@ impl Suite {
                     }
                     pg::create_slot(&self.ctl, slot.as_deref().unwrap()).await?;
                 }
-                System::Relay => self.env.relay_setup(prefix, slot.as_deref().unwrap())?,
+                System::Relay | System::RelayFenced => {
+                    self.env.relay_setup(prefix, slot.as_deref().unwrap())?
+                }
                 System::DbzDefault | System::DbzTuned => {
                     self.prime_debezium(*s, prefix, spec).await?
                 }
@@ -582,7 +584,7 @@ impl Suite {
         let prefix = self.next_prefix(s);
         let topic = format!("{prefix}.order");
         kafka::create_topics(&self.env.brokers, std::slice::from_ref(&topic)).await?;
-        if s == System::Relay {
+        if s.is_relay() {
             self.env.relay_setup(&prefix, &s.slot().unwrap())?;
         }
         let sampler = self.sampler();
@@ -735,7 +737,7 @@ impl Suite {
             kafka::create_topics(&self.env.brokers, std::slice::from_ref(&topic)).await?;
         }
         match s {
-            System::Relay => self.env.relay_setup(&prefix, &slot)?,
+            System::Relay | System::RelayFenced => self.env.relay_setup(&prefix, &slot)?,
             System::RecvLogical => {
                 pg::create_publication(&self.ctl, &s.publication().unwrap()).await?;
                 pg::create_slot(&self.ctl, &slot).await?;

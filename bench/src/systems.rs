@@ -15,6 +15,9 @@ pub enum System {
     RecvLogical,
     #[serde(rename = "outbox-relay")]
     Relay,
+    /// outbox-relay with `kafka.transactional_id` (zombie fencing, Kafka transactions).
+    #[serde(rename = "outbox-relay-fenced")]
+    RelayFenced,
     #[serde(rename = "polling")]
     Polling,
     #[serde(rename = "debezium-default")]
@@ -24,6 +27,17 @@ pub enum System {
 }
 
 impl System {
+    /// Every system, in the order a run takes them.
+    pub const CANONICAL: [System; 6] = [
+        System::RecvLogical,
+        System::Relay,
+        System::RelayFenced,
+        System::DbzDefault,
+        System::DbzTuned,
+        System::Polling,
+    ];
+
+    /// The default selection.
     pub const ALL: [System; 5] = [
         System::RecvLogical,
         System::Relay,
@@ -36,6 +50,7 @@ impl System {
         match self {
             System::RecvLogical => "pg_recvlogical",
             System::Relay => "outbox-relay",
+            System::RelayFenced => "outbox-relay-fenced",
             System::Polling => "polling",
             System::DbzDefault => "debezium-default",
             System::DbzTuned => "debezium-tuned",
@@ -46,6 +61,7 @@ impl System {
         Ok(match s {
             "pg_recvlogical" | "recvlogical" | "recv" => System::RecvLogical,
             "outbox-relay" | "relay" => System::Relay,
+            "outbox-relay-fenced" | "relay-fenced" => System::RelayFenced,
             "polling" | "poll" => System::Polling,
             "debezium-default" | "dbz-default" | "dbzd" => System::DbzDefault,
             "debezium-tuned" | "dbz-tuned" | "dbzt" => System::DbzTuned,
@@ -57,6 +73,7 @@ impl System {
         match self {
             System::RecvLogical => "recv",
             System::Relay => "relay",
+            System::RelayFenced => "relayf",
             System::Polling => "poll",
             System::DbzDefault => "dbzd",
             System::DbzTuned => "dbzt",
@@ -70,6 +87,11 @@ impl System {
 
     pub fn publication(self) -> Option<String> {
         self.slot().map(|s| format!("{s}_pub"))
+    }
+
+    /// outbox-relay, with or without fencing.
+    pub fn is_relay(self) -> bool {
+        matches!(self, System::Relay | System::RelayFenced)
     }
 
     /// Whether it produces to Kafka (pg_recvlogical writes to /dev/null).
@@ -120,7 +142,7 @@ pub struct Running {
 }
 
 impl Env {
-    fn relay_config(&self, prefix: &str, slot: &str) -> Result<PathBuf> {
+    fn relay_config(&self, prefix: &str, slot: &str, fenced: bool) -> Result<PathBuf> {
         let path = self.work.join(format!("{prefix}-relay.toml"));
         let publ = System::Relay.publication().unwrap();
         let base = format!(
@@ -137,6 +159,10 @@ impl Env {
                 "http".into(),
                 toml::Value::Table(toml::toml! { listen = "127.0.0.1:0" }),
             );
+        }
+        if fenced {
+            let id = format!("kafka.transactional_id = \"bench-{prefix}\"");
+            merge(&mut table, id.parse()?);
         }
         if let Some(extra) = &self.relay_extra_toml {
             let extra: toml::Table = extra.parse().context("--relay-extra-toml")?;
@@ -168,7 +194,7 @@ impl Env {
 
     /// `outbox-relay setup`: creates the relay's publication and slot.
     pub fn relay_setup(&self, prefix: &str, slot: &str) -> Result<()> {
-        let cfg = self.relay_config(prefix, slot)?;
+        let cfg = self.relay_config(prefix, slot, false)?;
         let out = Command::new(&self.relay_bin)
             .args(["setup", "-c"])
             .arg(&cfg)
@@ -232,8 +258,8 @@ impl Env {
                 let pid = c.id() as i32;
                 (Some(c), pid, None)
             }
-            System::Relay => {
-                let cfg = self.relay_config(prefix, slot)?;
+            System::Relay | System::RelayFenced => {
+                let cfg = self.relay_config(prefix, slot, system == System::RelayFenced)?;
                 let c = Command::new(&self.relay_bin)
                     .args(["run", "-c"])
                     .arg(&cfg)

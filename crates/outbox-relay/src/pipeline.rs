@@ -320,6 +320,19 @@ fn on_delivery(st: &mut State<'_>, d: Delivered) -> Result<(), RelayError> {
     }
 }
 
+/// Counts one more record of the open transaction in the tracker and the failover memory;
+/// what travels with it through the producer.
+fn next_record(st: &mut State<'_>, pos: Position) -> Result<Origin, RelayError> {
+    let tx = st.tracker.add_record()?;
+    *st.published = pos.commit_lsn;
+    Ok(Origin {
+        tx,
+        commit_lsn: pos.commit_lsn,
+        seq: pos.seq,
+        commit_time_unix_us: pos.commit_time_unix_us,
+    })
+}
+
 /// Hands one record of the open transaction to Kafka. Under the dead-letter policy a record
 /// Kafka refuses at once (larger than `message.max.bytes`, say) is replaced by its
 /// dead-letter record.
@@ -329,14 +342,7 @@ async fn produce(
     rec: Record,
     pos: Position,
 ) -> Result<(), RelayError> {
-    let tx = st.tracker.add_record()?;
-    *st.published = pos.commit_lsn;
-    let origin = Origin {
-        tx,
-        commit_lsn: pos.commit_lsn,
-        seq: pos.seq,
-        commit_time_unix_us: pos.commit_time_unix_us,
-    };
+    let origin = next_record(st, pos)?;
     let sent = match sink.send(&rec, origin).await {
         Err(e @ RelayError::DeliveryDefinite { .. })
             if st.policy == PoisonPolicy::DeadLetter && rec.topic != st.dead_letter_topic =>
@@ -374,7 +380,13 @@ async fn commit(
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
 ) -> Result<(), RelayError> {
+    let started = Instant::now();
     let result = sink.commit_and_begin(transaction_timeout(cfg)).await;
+    tracing::debug!(
+        elapsed_us = started.elapsed().as_micros() as u64,
+        ok = result.is_ok(),
+        "kafka_transaction_ended"
+    );
     let outcome = if result.is_ok() {
         "committed"
     } else {
@@ -410,14 +422,7 @@ async fn produce_alone(
         let d = reports.recv().await.ok_or_else(producer_gone)?;
         on_delivery(st, d)?;
     }
-    let tx = st.tracker.add_record()?;
-    *st.published = pos.commit_lsn;
-    let origin = Origin {
-        tx,
-        commit_lsn: pos.commit_lsn,
-        seq: pos.seq,
-        commit_time_unix_us: pos.commit_time_unix_us,
-    };
+    let origin = next_record(st, pos)?;
     st.in_flight_bytes += record_bytes(&rec);
     sink.send(&rec, origin).await?;
     let d = reports.recv().await.ok_or_else(producer_gone)?;

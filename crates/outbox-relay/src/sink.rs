@@ -240,6 +240,13 @@ impl KafkaSink {
     /// Commits the open transaction (after every record in it was acknowledged) and opens the
     /// next one.
     pub async fn commit_and_begin(&self, timeout: Duration) -> Result<(), RelayError> {
+        // rdkafka's commit_transaction first flushes, polling for reports in 100 ms steps; with
+        // the producer's own thread serving them, every commit took 100 ms. Wait here for the
+        // queue to drain (reports served), so that flush returns at once.
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.producer.in_flight_count() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         self.transaction(move |p| {
             p.commit_transaction(timeout)?;
             p.begin_transaction()
