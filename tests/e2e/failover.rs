@@ -95,6 +95,30 @@ pub(crate) async fn on_standby(db: &TestDb, standby: &PgCluster) -> TestDb {
     }
 }
 
+/// The standby stops receiving; the primary commits `b` (5 events) and the relay publishes
+/// and confirms them.
+async fn publish_while_the_standby_is_down(r: &Rehearsal) -> Vec<Written> {
+    r.standby.stop("fast");
+    let b = write(&r.db, "b", 5).await;
+    let end = r.db.current_wal_lsn().await;
+    r.db.wait_confirmed(end, Duration::from_secs(30)).await;
+    b
+}
+
+/// The primary crashes; the standby, which never saw what was written while it was down, is
+/// promoted, takes writes (`c`, 5 events) and gets the address. Returns the database there, its
+/// copy of the slot's confirmed position, and `c`.
+async fn promote_the_stale_standby(r: &Rehearsal) -> (TestDb, relay_core::Lsn, Vec<Written>) {
+    r.primary.stop("immediate");
+    r.standby.restart();
+    r.standby.promote();
+    let sdb = on_standby(&r.db, &r.standby).await;
+    let slot_before = sdb.confirmed_flush().await.expect("the slot was copied");
+    let c = write(&sdb, "c", 5).await;
+    r.proxy.retarget(r.standby.port);
+    (sdb, slot_before, c)
+}
+
 fn ids(w: &[Written]) -> Vec<&str> {
     w.iter().map(|w| w.id.as_str()).collect()
 }
@@ -163,19 +187,9 @@ async fn a_promoted_standby_that_has_every_published_event_is_followed_and_the_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promoted_standby_that_lost_published_events_is_refused() {
     let mut r = rehearsal(25452, 25453, "").await;
-    // The standby stops receiving; the primary commits `b` and the relay publishes it.
-    r.standby.stop("fast");
-    let b = write(&r.db, "b", 5).await;
-    let end = r.db.current_wal_lsn().await;
-    r.db.wait_confirmed(end, Duration::from_secs(30)).await;
+    let b = publish_while_the_standby_is_down(&r).await;
     // The primary crashes; the standby, which never saw `b`, is promoted and takes writes.
-    r.primary.stop("immediate");
-    r.standby.restart();
-    r.standby.promote();
-    let sdb = on_standby(&r.db, &r.standby).await;
-    let slot_before = sdb.confirmed_flush().await.expect("the slot was copied");
-    let c = write(&sdb, "c", 5).await;
-    r.proxy.retarget(r.standby.port);
+    let (sdb, slot_before, c) = promote_the_stale_standby(&r).await;
 
     let (status, log) = r.relay.wait_exit(Duration::from_secs(60));
     assert_eq!(status.code(), Some(1), "{log}");
@@ -225,10 +239,7 @@ async fn a_passive_or_restarted_relay_refuses_the_failover_with_the_shared_state
             .unwrap()
     };
     let before_b = saved_published();
-    r.standby.stop("fast");
-    let b = write(&r.db, "b", 5).await;
-    let end = r.db.current_wal_lsn().await;
-    r.db.wait_confirmed(end, Duration::from_secs(30)).await;
+    let b = publish_while_the_standby_is_down(&r).await;
     eventually(
         "the active instance recording `b` in the state file",
         Duration::from_secs(10),
@@ -238,13 +249,7 @@ async fn a_passive_or_restarted_relay_refuses_the_failover_with_the_shared_state
     // The active relay dies with the primary; the passive one finds the promoted standby, and
     // so does a new process.
     r.relay.kill9();
-    r.primary.stop("immediate");
-    r.standby.restart();
-    r.standby.promote();
-    let sdb = on_standby(&r.db, &r.standby).await;
-    let slot_before = sdb.confirmed_flush().await.expect("the slot was copied");
-    let c = write(&sdb, "c", 5).await;
-    r.proxy.retarget(r.standby.port);
+    let (sdb, slot_before, c) = promote_the_stale_standby(&r).await;
     let saved: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
     assert_eq!(saved["timeline"], 1, "{saved}");
