@@ -410,6 +410,18 @@ async fn a_topic_the_principal_may_not_write_halts_then_is_dead_lettered() {
         "--resource-pattern-type",
         "prefixed",
     ]);
+    // For RELAY_TEST_FENCED=1 runs (kafka.transactional_id = "outbox-relay-<db>").
+    broker.acl(&[
+        "--add",
+        "--allow-principal",
+        &user,
+        "--operation",
+        "Write",
+        "--operation",
+        "Describe",
+        "--transactional-id",
+        &format!("outbox-relay-{}", db.name),
+    ]);
     let denied = db.topic("secret");
     broker.acl(&[
         "--add",
@@ -517,5 +529,111 @@ async fn a_topic_the_principal_may_not_write_halts_then_is_dead_lettered() {
         .await;
     relay.terminate(Duration::from_secs(30));
     assert_no_password(&relay.log_text());
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactional_id_the_principal_may_not_use_stops_the_relay_until_granted() {
+    let broker = Broker::get();
+    let db = TestDb::new("ktxn").await;
+    let user = format!("User:{LIMITED_USER}");
+    // Everything docs/security.md lists for topics, but nothing for the transactional id.
+    broker.acl(&[
+        "--add",
+        "--allow-principal",
+        &user,
+        "--operation",
+        "IdempotentWrite",
+        "--cluster",
+    ]);
+    broker.acl(&[
+        "--add",
+        "--allow-principal",
+        &user,
+        "--operation",
+        "Write",
+        "--operation",
+        "Describe",
+        "--operation",
+        "Create",
+        "--topic",
+        &format!("{}.", db.name),
+        "--resource-pattern-type",
+        "prefixed",
+    ]);
+    let id = format!("outbox-relay-{}", db.name);
+    let mut cfg = scram_ssl_config(&db, LIMITED_USER, &broker.ca("ca.pem"));
+    if !cfg.contains("transactional_id") {
+        cfg = cfg.replace(
+            "[kafka]\n",
+            &format!("[kafka]\ntransactional_id = \"{id}\"\n"),
+        );
+    }
+    let env = [("OUTBOX_RELAY__KAFKA__SASL_PASSWORD", LIMITED_PASSWORD)];
+    let (status, log) = Relay::once(&db.name, &cfg, &["setup"], &env);
+    assert_eq!(status.code(), Some(0), "{log}");
+    let slot_before = db.confirmed_flush().await;
+    let c = connect(&db.conninfo()).await;
+    let mut written = Vec::new();
+    for _ in 0..3 {
+        written.push(
+            writer::insert_event(&c, "order", "ktxn-0", 0)
+                .await
+                .unwrap(),
+        );
+    }
+
+    // Refused: a definite error naming what to grant, not an endless retry; nothing confirmed.
+    let (status, log) = Relay::once(&db.name, &cfg, &["run"], &env);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains(&format!("Kafka refused kafka.transactional_id \"{id}\""))
+            && log.contains(
+                "grant the relay's principal WRITE and DESCRIBE on that transactional id"
+            ),
+        "{log}"
+    );
+    assert_eq!(db.confirmed_flush().await, slot_before);
+    assert_no_password(&log);
+
+    // docs/security.md's grant, then the relay streams.
+    broker.acl(&[
+        "--add",
+        "--allow-principal",
+        &user,
+        "--operation",
+        "Write",
+        "--operation",
+        "Describe",
+        "--transactional-id",
+        &id,
+    ]);
+    let mut relay = Relay::start_with(&db.name, &cfg, &["run"], &env);
+    relay
+        .wait_log("kafka_producer_fenced_others", Duration::from_secs(60))
+        .await;
+    let topics = vec![db.topic("order")];
+    let got = tokio::task::spawn_blocking(move || {
+        let props = [
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanisms", "PLAIN"),
+            ("sasl.username", PLAIN_USER),
+            ("sasl.password", PLAIN_PASSWORD),
+        ];
+        kafka::consume_until_with(
+            &format!("127.0.0.1:{PLAIN_PORT}"),
+            &props,
+            &topics,
+            Duration::from_secs(60),
+            |r| r.len() >= 3,
+        )
+    })
+    .await
+    .unwrap();
+    let f = check::check("kafka_txn_acl", |t| db.topic(t), &written, &got);
+    f.assert_exactly_once(&relay.log_text());
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
+        .await;
+    relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }

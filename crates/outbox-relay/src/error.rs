@@ -98,6 +98,14 @@ pub enum RelayError {
     )]
     ProducerFenced(String),
 
+    /// `kafka.transactional_id`: the brokers do not let the relay's principal use the id.
+    #[error(
+        "Kafka refused kafka.transactional_id {id:?} ({detail}): grant the relay's principal \
+         WRITE and DESCRIBE on that transactional id (docs/security.md), or remove \
+         kafka.transactional_id"
+    )]
+    KafkaTransactionRefused { id: String, detail: String },
+
     /// `kafka.transactional_id`: a Kafka transaction could not be started or committed.
     #[error(
         "a Kafka transaction failed ({0}); nothing of it was confirmed and the relay restarts \
@@ -154,6 +162,7 @@ impl RelayError {
             RelayError::DeliveryTransient { .. } => "kafka_delivery",
             RelayError::ProducerFenced(_) => "producer_fenced",
             RelayError::KafkaTransaction(_) => "kafka_transaction",
+            RelayError::KafkaTransactionRefused { .. } => "kafka_transaction_refused",
             RelayError::DeliveryDefinite { .. } => "kafka_delivery_refused",
         }
     }

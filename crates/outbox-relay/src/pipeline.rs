@@ -224,10 +224,10 @@ async fn run_loop(
             biased;
             _ = shutdown.changed() => return Ok(()),
             Some(d) = reports.recv() => {
-                on_delivery(st, d)?;
+                delivered(sink, st, reports, d).await?;
                 // Drain whatever else is ready before confirming once.
                 while let Ok(d) = reports.try_recv() {
-                    on_delivery(st, d)?;
+                    delivered(sink, st, reports, d).await?;
                 }
                 confirm(client, st);
             }
@@ -282,6 +282,36 @@ fn coalesce_reads(pause: Duration) {
     if !pause.is_zero() {
         std::thread::sleep(pause);
     }
+}
+
+/// One delivery report. With transactions a failed transaction purges every record it held:
+/// their reports all say "purged", and the one that explains the failure (a record of the topic
+/// the coordinator refused) may come later. It is looked for among the rest before the
+/// pipeline stops, so that the poison policy acts on the record at fault.
+async fn delivered(
+    sink: &KafkaSink,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    d: Delivered,
+) -> Result<(), RelayError> {
+    let d = sink.attribute(d);
+    if !(st.transactional && d.is_purged()) {
+        return on_delivery(st, d);
+    }
+    let consequence = on_delivery(st, d);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while sink.in_flight() > 0 || !reports.is_empty() {
+        match tokio::time::timeout_at(deadline, reports.recv()).await {
+            Ok(Some(d)) => {
+                let d = sink.attribute(d);
+                if !d.is_purged() {
+                    on_delivery(st, d)?;
+                }
+            }
+            _ => break,
+        }
+    }
+    consequence
 }
 
 fn on_delivery(st: &mut State<'_>, d: Delivered) -> Result<(), RelayError> {
@@ -393,11 +423,13 @@ async fn commit(
         "failed"
     };
     metrics::counter!(m::KAFKA_TRANSACTIONS, "result" => outcome).increment(1);
+    // The reports of the transaction's records first: a record Kafka refused is why a commit
+    // fails, and it decides what happens next (the poison policy, a fenced producer).
+    while let Ok(d) = reports.try_recv() {
+        delivered(sink, st, reports, d).await?;
+    }
     result?;
     st.confirm_cap = None;
-    while let Ok(d) = reports.try_recv() {
-        on_delivery(st, d)?;
-    }
     confirm(client, st);
     Ok(())
 }
@@ -420,12 +452,12 @@ async fn produce_alone(
 ) -> Result<(), RelayError> {
     while st.tracker.outstanding_records() > 0 {
         let d = reports.recv().await.ok_or_else(producer_gone)?;
-        on_delivery(st, d)?;
+        delivered(sink, st, reports, d).await?;
     }
     let origin = next_record(st, pos)?;
     st.in_flight_bytes += record_bytes(&rec);
     sink.send(&rec, origin).await?;
-    let d = reports.recv().await.ok_or_else(producer_gone)?;
+    let d = sink.attribute(reports.recv().await.ok_or_else(producer_gone)?);
     debug_assert_eq!(
         (d.origin.commit_lsn, d.origin.seq),
         (pos.commit_lsn, pos.seq)

@@ -40,6 +40,19 @@ pub struct Delivered {
     pub outcome: Result<(), KafkaError>,
 }
 
+impl Delivered {
+    /// Purged by librdkafka (a failed transaction, a producer being dropped), not refused.
+    pub fn is_purged(&self) -> bool {
+        matches!(
+            self.outcome
+                .as_ref()
+                .err()
+                .and_then(KafkaError::rdkafka_error_code),
+            Some(RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight)
+        )
+    }
+}
+
 /// What travels with each record through librdkafka.
 pub struct Pending {
     origin: Origin,
@@ -50,10 +63,29 @@ pub struct SinkContext {
     reports: mpsc::UnboundedSender<Delivered>,
     /// The last client-level error (authentication, TLS handshake, ...), for the startup check.
     last_error: std::sync::Mutex<Option<String>>,
+    /// With transactions: a topic the transaction coordinator refused to add to the
+    /// transaction because the principal may not write it ([`KafkaSink::refused_topic`]).
+    refused_topic: std::sync::Mutex<Option<String>>,
+}
+
+/// The topic in librdkafka's `Failed to add partition "<topic>" [<p>] to transaction: Broker:
+/// Topic authorization failed` (facility ADDPARTS); the only place that names it.
+fn refused_topic_in(log_message: &str) -> Option<&str> {
+    if !log_message.contains("Topic authorization failed") {
+        return None;
+    }
+    let (_, rest) = log_message.split_once("Failed to add partition \"")?;
+    rest.split_once('"').map(|(topic, _)| topic)
 }
 
 impl ClientContext for SinkContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if fac == "ADDPARTS"
+            && let Some(topic) = refused_topic_in(log_message)
+            && let Ok(mut refused) = self.refused_topic.lock()
+        {
+            refused.get_or_insert_with(|| topic.to_string());
+        }
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
@@ -100,6 +132,7 @@ impl ProducerContext for SinkContext {
 pub struct KafkaSink {
     producer: std::sync::Arc<ThreadedProducer<SinkContext>>,
     brokers: String,
+    transactional_id: Option<String>,
 }
 
 impl KafkaSink {
@@ -128,12 +161,14 @@ impl KafkaSink {
             .create_with_context(SinkContext {
                 reports,
                 last_error: Default::default(),
+                refused_topic: Default::default(),
             })
             .map_err(|e| RelayError::KafkaSetup(e.to_string()))?;
         Ok((
             Self {
                 producer: std::sync::Arc::new(producer),
                 brokers: cfg.brokers.clone(),
+                transactional_id: cfg.transactional_id.clone(),
             },
             rx,
         ))
@@ -212,6 +247,37 @@ impl KafkaSink {
         }
     }
 
+    /// With transactions: the topic whose partition the transaction coordinator refused
+    /// (authorisation). librdkafka then fails the transaction and purges every record, so the
+    /// reports alone do not say which record was at fault.
+    pub fn refused_topic(&self) -> Option<String> {
+        self.producer
+            .context()
+            .refused_topic
+            .lock()
+            .ok()
+            .and_then(|t| t.clone())
+    }
+
+    /// With transactions: the report of a purged record of the topic the coordinator refused
+    /// gets that refusal as its outcome ([`refused_topic`](Self::refused_topic)).
+    pub fn attribute(&self, mut d: Delivered) -> Delivered {
+        if self.transactional_id.is_some()
+            && d.is_purged()
+            && self.refused_topic().as_deref() == Some(d.topic.as_str())
+        {
+            d.outcome = Err(KafkaError::MessageProduction(
+                RDKafkaErrorCode::TopicAuthorizationFailed,
+            ));
+        }
+        d
+    }
+
+    /// Records handed to librdkafka whose reports have not been served yet.
+    pub fn in_flight(&self) -> i32 {
+        self.producer.in_flight_count()
+    }
+
     /// The fatal error librdkafka raised, if any (the producer must then be rebuilt).
     pub fn fatal_error(&self) -> Option<RelayError> {
         self.producer
@@ -267,6 +333,13 @@ impl KafkaSink {
             .map_err(|e| RelayError::KafkaTransaction(e.to_string()))?
             .map_err(|e| match e.rdkafka_error_code() {
                 Some(c) if is_fenced(c) => RelayError::ProducerFenced(e.to_string()),
+                Some(
+                    RDKafkaErrorCode::TransactionalIdAuthorizationFailed
+                    | RDKafkaErrorCode::ClusterAuthorizationFailed,
+                ) => RelayError::KafkaTransactionRefused {
+                    id: self.transactional_id.clone().unwrap_or_default(),
+                    detail: e.to_string(),
+                },
                 _ => RelayError::KafkaTransaction(e.to_string()),
             })
     }
@@ -342,5 +415,18 @@ pub fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
             topic: topic.to_string(),
             code,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_refused_topic_is_read_from_librdkafkas_message() {
+        let m = "TxnCoordinator/1: Failed to add partition \"t_kacl.secret\" [0] to transaction: \
+                 Broker: Topic authorization failed";
+        assert_eq!(super::refused_topic_in(m), Some("t_kacl.secret"));
+        let collateral = "TxnCoordinator/1: Failed to add partition \"t_kacl.order\" [0] to \
+                          transaction: Broker: Operation not attempted";
+        assert_eq!(super::refused_topic_in(collateral), None);
     }
 }

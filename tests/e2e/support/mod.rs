@@ -112,13 +112,22 @@ impl TestDb {
     }
 
     /// Relay config for this test; `extra` is appended verbatim (more sections or keys).
+    /// With `RELAY_TEST_FENCED=1` in the environment every relay runs with
+    /// `kafka.transactional_id` (unless the test sets one itself): the whole suite in fenced mode.
     pub fn relay_config(&self, extra: &str) -> String {
+        let fenced = std::env::var("RELAY_TEST_FENCED").is_ok_and(|v| v == "1")
+            && !extra.contains("transactional_id");
         format!(
             "[postgres]\nport = {port}\ndatabase = \"{db}\"\nslot = \"{db}\"\npublication = \"{db}\"\n\
-             create_slot = true\n\n[kafka]\nbrokers = \"{brokers}\"\n\n{extra}\n",
+             create_slot = true\n\n[kafka]\nbrokers = \"{brokers}\"\n{txn}\n{extra}\n",
             port = self.port,
             db = self.name,
             brokers = kafka_brokers(),
+            txn = if fenced {
+                format!("transactional_id = \"outbox-relay-{}\"\n", self.name)
+            } else {
+                String::new()
+            },
         )
     }
 
