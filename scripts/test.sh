@@ -2,8 +2,9 @@
 # Runs every test of outbox-relay on a fresh Debian machine or a warm dev box:
 #   installs what is missing (infra/install-deps.sh), starts the local PostgreSQL 15 and Kafka
 #   KRaft stack (infra/stack.sh), checks formatting and lints, runs unit, property and
-#   end-to-end tests against the real servers, prints the delivery figures, and stops the
-#   stack again if this script started it.
+#   end-to-end tests against the real servers (twice: as configured, then with a Kafka
+#   transactional id on every relay), prints the delivery figures, and stops the stack again
+#   if this script started it.
 # Env: TEST_THREADS (default 3) for the end-to-end tests; extra args go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -34,5 +35,8 @@ echo "== end-to-end tests (real PostgreSQL, real Kafka)"
 mkdir -p target && rm -f target/test-figures.log
 cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}"
 
-echo "== delivery figures (target/test-figures.log)"
+echo "== end-to-end tests again, fenced (every relay with kafka.transactional_id, read-committed)"
+RELAY_TEST_FENCED=1 cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}"
+
+echo "== delivery figures (target/test-figures.log; fenced/ = the fenced pass)"
 cat target/test-figures.log 2>/dev/null || true

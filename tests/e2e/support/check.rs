@@ -100,8 +100,13 @@ impl Figures {
 
 /// Appends the figures of a test to `target/test-figures.log` (printed by scripts/test.sh).
 pub fn record(test: &str, f: &Figures) {
+    let pass = if std::env::var("RELAY_TEST_FENCED").is_ok_and(|v| v == "1") {
+        "fenced/"
+    } else {
+        ""
+    };
     note(&format!(
-        "{test}: written={} delivered={} lost={} duplicated={} order_violations={} unexpected={}",
+        "{pass}{test}: written={} delivered={} lost={} duplicated={} order_violations={} unexpected={}",
         f.written, f.delivered, f.lost, f.duplicated, f.order_violations, f.unexpected
     ));
 }
