@@ -140,7 +140,12 @@ impl LatencyConsumer {
             .set("bootstrap.servers", brokers)
             .set("group.id", "bench-latency")
             .set("enable.auto.commit", "false")
-            .set("fetch.wait.max.ms", "100")
+            // BENCH_FETCH_WAIT_MS: how long the broker may hold a fetch with nothing new
+            // (a read-committed fetch waits for transaction commits this way).
+            .set(
+                "fetch.wait.max.ms",
+                std::env::var("BENCH_FETCH_WAIT_MS").unwrap_or_else(|_| "100".into()),
+            )
             .set("fetch.min.bytes", "1")
             .create()?;
         let mut tpl = TopicPartitionList::new();
