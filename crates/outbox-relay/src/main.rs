@@ -140,6 +140,9 @@ fn main() -> ExitCode {
             }
         }
     });
+    // A call into librdkafka that a stop cut short (a transaction waiting for Kafka) may still
+    // be running on a blocking thread: do not wait for it.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -144,7 +144,15 @@ pub async fn stream(
     // The slot is ours: only now fence the producers of earlier holders (never the active
     // instance's while this one merely waits for the slot).
     if let Some(id) = &cfg.kafka.transactional_id {
-        sink.fence_and_begin(transaction_timeout(cfg)).await?;
+        // This waits for Kafka's transaction coordinator; a stop must not wait for it.
+        tokio::select! {
+            r = sink.fence_and_begin(transaction_timeout(cfg)) => r?,
+            _ = shutdown.changed() => {
+                client.abort();
+                tracing::info!("shutdown_complete: stopped before streaming (Kafka did not answer)");
+                return Ok(());
+            }
+        }
         tracing::info!(transactional_id = %id, "kafka_producer_fenced_others: earlier producers with this transactional id can no longer write");
     }
     crate::health::set_streaming(true);
@@ -223,24 +231,15 @@ async fn run_loop(
         tokio::select! {
             biased;
             _ = shutdown.changed() => return Ok(()),
-            Some(d) = reports.recv() => {
-                delivered(sink, st, reports, d).await?;
-                // Drain whatever else is ready before confirming once.
-                while let Ok(d) = reports.try_recv() {
-                    delivered(sink, st, reports, d).await?;
-                }
-                confirm(client, st);
-            }
-            ev = client.recv(), if can_read => match ev {
-                Ok(Some(ev)) => {
-                    since_quiet += 1;
-                    on_event(sink, client, st, reports, ev).await?
-                }
-                Ok(None) => return Err(RelayError::Replication("the server closed the replication stream".into())),
-                Err(e) => return Err(classify(e, cfg)),
-            },
+            // Timers before data: they are ready only when due, and during a catch-up the
+            // stream and the reports are always ready, so after them the timers would starve
+            // (no commit, no state-file write for as long as the backlog lasts).
             _ = commit_tick.tick(), if st.confirm_cap.is_some() => {
-                commit(cfg, sink, client, st, reports).await?;
+                // A commit waits for Kafka, which may be away: a stop must not wait for it.
+                tokio::select! {
+                    r = commit(cfg, sink, client, st, reports) => r?,
+                    _ = shutdown.changed() => return Ok(()),
+                }
             }
             _ = tick.tick() => {
                 if let Some(fatal) = sink.fatal_error() {
@@ -257,6 +256,22 @@ async fn run_loop(
                 remember(st);
                 report_gauges(st);
             }
+            Some(d) = reports.recv() => {
+                delivered(sink, st, reports, d).await?;
+                // Drain whatever else is ready before confirming once.
+                while let Ok(d) = reports.try_recv() {
+                    delivered(sink, st, reports, d).await?;
+                }
+                confirm(client, st);
+            }
+            ev = client.recv(), if can_read => match ev {
+                Ok(Some(ev)) => {
+                    since_quiet += 1;
+                    on_event(sink, client, st, reports, ev).await?
+                }
+                Ok(None) => return Err(RelayError::Replication("the server closed the replication stream".into())),
+                Err(e) => return Err(classify(e, cfg)),
+            },
             // Nothing is ready: the stream went quiet (unless the task merely ran out of its
             // co-operative budget, which a busy catch-up does every ~128 events).
             _ = std::future::ready(()), if since_quiet > 0 => {
@@ -645,8 +660,14 @@ async fn drain(
         }
     }
     if st.confirm_cap.is_some() {
-        // Commit what was acknowledged; if that fails it stays unconfirmed and is sent again.
-        if let Err(e) = commit(cfg, sink, client, st, reports).await {
+        // Commit what was acknowledged, within the shutdown timeout; if that fails it stays
+        // unconfirmed and is sent again.
+        let committed =
+            tokio::time::timeout_at(deadline, commit(cfg, sink, client, st, reports)).await;
+        if let Err(e) = committed
+            .map_err(|_| RelayError::KafkaTransaction("shutdown timeout".into()))
+            .and_then(|r| r)
+        {
             tracing::warn!(error = %e, "shutdown_commit_failed: the last Kafka transaction's events stay unconfirmed and will be sent again");
         }
     }
