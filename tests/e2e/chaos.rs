@@ -149,10 +149,7 @@ async fn chaos_no_event_is_lost_or_reordered() {
             &crate::support::kafka_brokers(),
             &format!("127.0.0.1:{KAFKA_PROXY_PORT}"),
         );
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..2)

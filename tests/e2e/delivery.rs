@@ -8,10 +8,7 @@ use crate::support::{TestDb, check, kafka, relay::Relay, writer};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_with_rollbacks_and_savepoints_arrive_complete_and_in_commit_order() {
     let db = TestDb::new("concurrent").await;
-    let mut relay = Relay::start(&db.name, &db.relay_config(&db.outbox_section()));
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &db.relay_config(&db.outbox_section())).await;
 
     let stats = writer::run_writers(&db.conninfo(), 4, 60, 20).await;
     assert!(
@@ -44,10 +41,7 @@ async fn concurrent_writers_with_rollbacks_and_savepoints_arrive_complete_and_in
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insert_then_delete_in_one_transaction_is_relayed_and_updates_are_not() {
     let db = TestDb::new("insdel").await;
-    let mut relay = Relay::start(&db.name, &db.relay_config(&db.outbox_section()));
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &db.relay_config(&db.outbox_section())).await;
 
     let mut c = crate::support::connect(&db.conninfo()).await;
     let tx = c.transaction().await.unwrap();
@@ -108,10 +102,7 @@ async fn two_outbox_tables_with_different_layouts_are_routed_by_their_own_mappin
          key_column = \"aggregate_id\"\nheaders = {{ id = \"id\", eventType = \"event_type\" }}\n",
         db.outbox_section()
     ));
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
 
     let mut c = crate::support::connect(&db.conninfo()).await;
     let mut written = Vec::new();

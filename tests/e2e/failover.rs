@@ -54,10 +54,7 @@ async fn rehearsal(primary_port: u16, standby_port: u16, relay_keys: &str) -> Re
             &format!("port = {primary_port}"),
             &format!("port = {}", proxy.port),
         );
-    let relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let relay = Relay::streaming(&db.name, &cfg).await;
     let written = write(&db, "a", 5).await;
     let end = db.current_wal_lsn().await;
     db.wait_confirmed(end, Duration::from_secs(30)).await;
@@ -279,10 +276,7 @@ async fn a_passive_or_restarted_relay_refuses_the_failover_with_the_shared_state
     );
     // The operator reconciles, deletes the file, and the relay follows the new primary.
     std::fs::remove_file(&state).unwrap();
-    let mut relay = Relay::start(&r.db.name, &r.cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&r.db.name, &r.cfg).await;
     let got = kafka::consume(
         vec![r.db.topic("order")],
         Duration::from_secs(60),

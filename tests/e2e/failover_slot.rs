@@ -109,10 +109,7 @@ async fn a_failover_slot_is_synchronised_to_the_standby_and_followed_after_promo
         .unwrap();
 
     // The relay creates its slot with failover; the standby keeps a synchronised copy.
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
     let (failover, synced, _) = slot_row(&db.client, &db.name).await.unwrap();
     assert!(failover && !synced);
     let mut written = write(&db, "a", 5).await;

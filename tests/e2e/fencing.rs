@@ -61,9 +61,7 @@ async fn a_zombie_instance_is_fenced_and_writes_nothing_after_the_takeover() {
         );
     let cfg_b = shared.replace(&brokers_line, &format!("brokers = \"{direct_brokers}\""));
 
-    let mut a = Relay::start(&db.name, &cfg_a);
-    a.wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut a = Relay::streaming(&db.name, &cfg_a).await;
     let mut b = Relay::start(&db.name, &cfg_b);
     b.wait_log("slot_busy", Duration::from_secs(30)).await;
     let mut written = write(&db, "a", 5).await;

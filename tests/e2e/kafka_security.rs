@@ -171,6 +171,49 @@ impl Broker {
     fn ca(&self, name: &str) -> String {
         self.certs.join(name).display().to_string()
     }
+
+    /// What docs/security.md grants a relay's principal `user` for topics starting with
+    /// `prefix`: IDEMPOTENT_WRITE on the cluster, WRITE, DESCRIBE and CREATE on the topics.
+    fn grant_relay_topics(&self, user: &str, prefix: &str) {
+        self.acl(&[
+            "--add",
+            "--allow-principal",
+            user,
+            "--operation",
+            "IdempotentWrite",
+            "--cluster",
+        ]);
+        self.acl(&[
+            "--add",
+            "--allow-principal",
+            user,
+            "--operation",
+            "Write",
+            "--operation",
+            "Describe",
+            "--operation",
+            "Create",
+            "--topic",
+            prefix,
+            "--resource-pattern-type",
+            "prefixed",
+        ]);
+    }
+
+    /// What docs/security.md grants for `kafka.transactional_id`: WRITE and DESCRIBE on `id`.
+    fn grant_transactional_id(&self, user: &str, id: &str) {
+        self.acl(&[
+            "--add",
+            "--allow-principal",
+            user,
+            "--operation",
+            "Write",
+            "--operation",
+            "Describe",
+            "--transactional-id",
+            id,
+        ]);
+    }
 }
 
 impl Drop for Broker {
@@ -181,6 +224,31 @@ impl Drop for Broker {
             kafka_script("stop.sh", &["--destroy"], &[]);
         }
     }
+}
+
+/// Reads `topics` as the super user on the PLAIN listener until `done` holds or `timeout`.
+async fn consume_as_admin(
+    topics: Vec<String>,
+    timeout: Duration,
+    done: impl Fn(&[kafka::Rec]) -> bool + Send + 'static,
+) -> Vec<kafka::Rec> {
+    tokio::task::spawn_blocking(move || {
+        let props = [
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanisms", "PLAIN"),
+            ("sasl.username", PLAIN_USER),
+            ("sasl.password", PLAIN_PASSWORD),
+        ];
+        kafka::consume_until_with(
+            &format!("127.0.0.1:{PLAIN_PORT}"),
+            &props,
+            &topics,
+            timeout,
+            done,
+        )
+    })
+    .await
+    .unwrap()
 }
 
 /// The test's relay config with `kafka_keys` added to `[kafka]` and the brokers replaced.
@@ -359,10 +427,7 @@ async fn sasl_plaintext_plain_with_a_password_file_relays_events() {
             pw_file.display()
         ),
     );
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
     relay_and_check(
         &db,
         "kafka_sasl_plaintext_plain",
@@ -386,42 +451,9 @@ async fn a_topic_the_principal_may_not_write_halts_then_is_dead_lettered() {
     let db = TestDb::new("kacl").await;
     let user = format!("User:{LIMITED_USER}");
     // What a relay needs (docs/security.md), on this test's topics; WRITE denied on one of them.
-    broker.acl(&[
-        "--add",
-        "--allow-principal",
-        &user,
-        "--operation",
-        "IdempotentWrite",
-        "--cluster",
-    ]);
-    let prefix = format!("{}.", db.name);
-    broker.acl(&[
-        "--add",
-        "--allow-principal",
-        &user,
-        "--operation",
-        "Write",
-        "--operation",
-        "Describe",
-        "--operation",
-        "Create",
-        "--topic",
-        &prefix,
-        "--resource-pattern-type",
-        "prefixed",
-    ]);
+    broker.grant_relay_topics(&user, &format!("{}.", db.name));
     // For RELAY_TEST_FENCED=1 runs (kafka.transactional_id = "outbox-relay-<db>").
-    broker.acl(&[
-        "--add",
-        "--allow-principal",
-        &user,
-        "--operation",
-        "Write",
-        "--operation",
-        "Describe",
-        "--transactional-id",
-        &format!("outbox-relay-{}", db.name),
-    ]);
+    broker.grant_transactional_id(&user, &format!("outbox-relay-{}", db.name));
     let denied = db.topic("secret");
     broker.acl(&[
         "--add",
@@ -486,28 +518,11 @@ async fn a_topic_the_principal_may_not_write_halts_then_is_dead_lettered() {
     let topics = vec![db.topic("order"), dlq.clone()];
     let want: std::collections::HashSet<String> = written.iter().map(|w| w.id.clone()).collect();
     let dlq_topic = dlq.clone();
-    let got = tokio::task::spawn_blocking(move || {
-        let props = [
-            ("security.protocol", "SASL_PLAINTEXT"),
-            ("sasl.mechanisms", "PLAIN"),
-            ("sasl.username", PLAIN_USER),
-            ("sasl.password", PLAIN_PASSWORD),
-        ];
-        kafka::consume_until_with(
-            &format!("127.0.0.1:{PLAIN_PORT}"),
-            &props,
-            &topics,
-            Duration::from_secs(90),
-            |r| {
-                let ids: std::collections::HashSet<&str> =
-                    r.iter().map(|x| x.header("id")).collect();
-                r.iter().any(|x| x.topic == dlq_topic)
-                    && want.iter().all(|id| ids.contains(id.as_str()))
-            },
-        )
+    let got = consume_as_admin(topics, Duration::from_secs(90), move |r| {
+        let ids: std::collections::HashSet<&str> = r.iter().map(|x| x.header("id")).collect();
+        r.iter().any(|x| x.topic == dlq_topic) && want.iter().all(|id| ids.contains(id.as_str()))
     })
-    .await
-    .unwrap();
+    .await;
     let (dead, events): (Vec<_>, Vec<_>) = got.into_iter().partition(|r| r.topic == dlq);
     assert_eq!(dead.len(), 1, "{dead:?}\n{}", relay.log_text());
     let d = &dead[0];
@@ -538,29 +553,7 @@ async fn a_transactional_id_the_principal_may_not_use_stops_the_relay_until_gran
     let db = TestDb::new("ktxn").await;
     let user = format!("User:{LIMITED_USER}");
     // Everything docs/security.md lists for topics, but nothing for the transactional id.
-    broker.acl(&[
-        "--add",
-        "--allow-principal",
-        &user,
-        "--operation",
-        "IdempotentWrite",
-        "--cluster",
-    ]);
-    broker.acl(&[
-        "--add",
-        "--allow-principal",
-        &user,
-        "--operation",
-        "Write",
-        "--operation",
-        "Describe",
-        "--operation",
-        "Create",
-        "--topic",
-        &format!("{}.", db.name),
-        "--resource-pattern-type",
-        "prefixed",
-    ]);
+    broker.grant_relay_topics(&user, &format!("{}.", db.name));
     let id = format!("outbox-relay-{}", db.name);
     let mut cfg = scram_ssl_config(&db, LIMITED_USER, &broker.ca("ca.pem"));
     if !cfg.contains("transactional_id") {
@@ -597,39 +590,13 @@ async fn a_transactional_id_the_principal_may_not_use_stops_the_relay_until_gran
     assert_no_password(&log);
 
     // docs/security.md's grant, then the relay streams.
-    broker.acl(&[
-        "--add",
-        "--allow-principal",
-        &user,
-        "--operation",
-        "Write",
-        "--operation",
-        "Describe",
-        "--transactional-id",
-        &id,
-    ]);
+    broker.grant_transactional_id(&user, &id);
     let mut relay = Relay::start_with(&db.name, &cfg, &["run"], &env);
     relay
         .wait_log("kafka_producer_fenced_others", Duration::from_secs(60))
         .await;
     let topics = vec![db.topic("order")];
-    let got = tokio::task::spawn_blocking(move || {
-        let props = [
-            ("security.protocol", "SASL_PLAINTEXT"),
-            ("sasl.mechanisms", "PLAIN"),
-            ("sasl.username", PLAIN_USER),
-            ("sasl.password", PLAIN_PASSWORD),
-        ];
-        kafka::consume_until_with(
-            &format!("127.0.0.1:{PLAIN_PORT}"),
-            &props,
-            &topics,
-            Duration::from_secs(60),
-            |r| r.len() >= 3,
-        )
-    })
-    .await
-    .unwrap();
+    let got = consume_as_admin(topics, Duration::from_secs(60), |r| r.len() >= 3).await;
     let f = check::check("kafka_txn_acl", |t| db.topic(t), &written, &got);
     f.assert_exactly_once(&relay.log_text());
     db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))

@@ -114,10 +114,7 @@ async fn retained_wal_alert_fires_for_a_stopped_relays_backlog_and_resolves_afte
         ),
     );
 
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
     assert!(relay.terminate(Duration::from_secs(30)).success());
     assert!(
         !relay.log_text().contains("alert_firing"),

@@ -20,10 +20,7 @@ async fn a_null_key_halts_with_the_reason_and_confirms_nothing_past_it() {
         .await
         .unwrap();
     let cfg = db.relay_config(&db.outbox_section());
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
     let c = connect(&db.conninfo()).await;
     let good = writer::insert_event(&c, "order", "k-1", 0).await.unwrap();
     db.wait_confirmed(commit_lsn_after(&db).await, Duration::from_secs(30))
@@ -68,10 +65,7 @@ async fn a_record_larger_than_the_topic_accepts_halts_with_a_hint() {
     let cfg = db
         .relay_config(&db.outbox_section())
         .replace("[kafka]\n", "[kafka]\ncompression = \"none\"\n");
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
     let c = connect(&db.conninfo()).await;
     let good = writer::insert_event(&c, "order", "k-1", 0).await.unwrap();
     db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
@@ -108,10 +102,7 @@ async fn a_record_larger_than_the_topic_accepts_halts_with_a_hint() {
 async fn a_mapped_column_dropped_mid_stream_halts_with_its_name() {
     let db = TestDb::new("dropcol").await;
     let cfg = db.relay_config(&db.outbox_section());
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
     let c = connect(&db.conninfo()).await;
     writer::insert_event(&c, "order", "k-1", 0).await.unwrap();
     db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
@@ -154,10 +145,7 @@ async fn dead_letter_policy_records_unroutable_and_refused_events_and_goes_on() 
         .unwrap();
     let topic = db.topic("order");
     kafka::create_topic_with_max_bytes(&topic, 20_000).await;
-    let mut relay = Relay::start(&db.name, &dead_letter_cfg(&db));
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &dead_letter_cfg(&db)).await;
     let c = connect(&db.conninfo()).await;
     let mut written = vec![writer::insert_event(&c, "order", "k-1", 0).await.unwrap()];
     // 1. A NULL key: cannot be routed.
@@ -359,10 +347,7 @@ async fn a_topic_that_does_not_exist_with_auto_creation_off_halts_or_is_dead_let
     // dead-letter: the event goes to the dead-letter topic, the next one to its own.
     let cfg =
         format!("{base}\n[relay]\non_poison = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n");
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
     let next = writer::insert_event(&c, "present", "p-1", 0).await.unwrap();
     let b = broker.brokers();
     let (p, d) = (present.clone(), dlq.clone());

@@ -206,10 +206,7 @@ async fn a_second_instance_waits_for_the_slot_and_takes_over_after_kill9() {
         "{}\n[relay]\nrestart_backoff_max_ms = 2000\n",
         db.outbox_section()
     ));
-    let mut active = Relay::start(&db.name, &cfg);
-    active
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut active = Relay::streaming(&db.name, &cfg).await;
     let mut passive = Relay::start(&db.name, &cfg);
     passive.wait_log("slot_busy", Duration::from_secs(30)).await;
     assert!(passive.is_running());
@@ -268,10 +265,7 @@ async fn another_system_identifier_is_refused_and_failover_slots_need_pg17() {
         "{log}"
     );
     // The right identifier streams.
-    let mut relay = Relay::start(&db.name, &pinned(&actual));
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &pinned(&actual)).await;
     assert_eq!(code(relay.terminate(Duration::from_secs(30))), 0);
 
     // failover slots exist from PostgreSQL 17 on; on this server the request is explained.

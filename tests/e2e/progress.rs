@@ -10,10 +10,7 @@ use crate::support::{TestDb, check, connect, kafka, relay::Relay, repo_root, wri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_outbox_with_writes_to_other_tables_keeps_confirming() {
     let db = TestDb::new("idle").await;
-    let mut relay = Relay::start(&db.name, &db.relay_config(&db.outbox_section()));
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &db.relay_config(&db.outbox_section())).await;
     let start = db.confirmed_flush().await.unwrap();
 
     // 500 transactions on a table outside the publication: PostgreSQL 15 sends nothing for them.
@@ -113,10 +110,7 @@ async fn kafka_down_longer_than_wal_sender_timeout_confirms_nothing_unacked_then
             db.outbox_section()
         ))
         .replace(&crate::support::kafka_brokers(), &kafka_node.brokers());
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
 
     let topics = vec![db.topic("order")];
     let conninfo = db.conninfo();

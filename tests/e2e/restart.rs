@@ -38,10 +38,7 @@ fn now_ms() -> i64 {
 async fn graceful_and_kill9_restarts_mid_stream_lose_nothing() {
     let db = TestDb::new("restart").await;
     let cfg = db.relay_config(&db.outbox_section());
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
 
     let conninfo = db.conninfo();
     let writers = tokio::spawn(async move { writer::run_writers(&conninfo, 3, 150, 15).await });
@@ -61,10 +58,7 @@ async fn graceful_and_kill9_restarts_mid_stream_lose_nothing() {
         // The relay is down: the slot stays where the relay last confirmed.
         let from = db.confirmed_flush().await.unwrap();
         restarts.push((now_ms(), from));
-        relay = Relay::start(&db.name, &cfg);
-        relay
-            .wait_log("streaming_started", Duration::from_secs(60))
-            .await;
+        relay = Relay::streaming(&db.name, &cfg).await;
     }
     let stats = writers.await.unwrap();
     let got = kafka::consume(
@@ -90,10 +84,7 @@ async fn graceful_and_kill9_restarts_mid_stream_lose_nothing() {
 async fn interleaved_long_and_short_transactions_survive_a_restart_between_them() {
     let db = TestDb::new("interleave").await;
     let cfg = db.relay_config(&db.outbox_section());
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
 
     let mut long_c = connect(&db.conninfo()).await;
     let mut short_c = connect(&db.conninfo()).await;
@@ -116,10 +107,7 @@ async fn interleaved_long_and_short_transactions_survive_a_restart_between_them(
     // Another short transaction, then the same with a graceful restart in between.
     let a = long_c.transaction().await.unwrap();
     let a3 = writer::insert_event(&a, "order", "long", 0).await.unwrap();
-    relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    relay = Relay::streaming(&db.name, &cfg).await;
     let b = short_c.transaction().await.unwrap();
     written.push(writer::insert_event(&b, "order", "short", 1).await.unwrap());
     b.commit().await.unwrap();
@@ -148,10 +136,7 @@ async fn multi_row_insert_and_copy_with_kill9_in_the_middle_lose_nothing() {
         "{}\n[relay]\nmax_in_flight_records = 200\n",
         db.outbox_section()
     ));
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
     let c = connect(&db.conninfo()).await;
 
     // One multi-row INSERT: every row shares one WAL-record-per-row stream in one transaction.

@@ -7,10 +7,7 @@ use crate::support::{TestDb, check, connect, kafka, relay::Relay, writer};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alter_table_add_column_mid_stream_keeps_every_event() {
     let db = TestDb::new("alter").await;
-    let mut relay = Relay::start(&db.name, &db.relay_config(&db.outbox_section()));
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &db.relay_config(&db.outbox_section())).await;
     let mut c = connect(&db.conninfo()).await;
     let mut written = Vec::new();
     for i in 0..5 {
@@ -56,10 +53,7 @@ async fn a_one_megabyte_jsonb_payload_arrives_whole() {
         "{}\n[kafka.properties]\n\"message.max.bytes\" = \"4000000\"\n",
         db.outbox_section()
     ));
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
 
     // ~1.2 MB of incompressible text: TOASTed on disk, must arrive in full.
     let big: String = (0..150_000)
@@ -142,10 +136,7 @@ async fn a_partitioned_outbox_is_published_through_its_root() {
         .unwrap();
 
     // The relay creates it through the root; rows in any partition arrive under `outbox`.
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
     let c = connect(&db.conninfo()).await;
     let mut written = Vec::new();
     for i in 0..6 {
@@ -193,10 +184,7 @@ async fn an_outbox_dropped_and_recreated_while_running_stops_the_relay() {
         "{}\n[monitor]\npoll_interval_ms = 300\n",
         db.outbox_section()
     ));
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
     let migration =
         std::fs::read_to_string(crate::support::repo_root().join("migrations/0001_outbox.sql"))
             .unwrap();

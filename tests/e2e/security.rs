@@ -34,10 +34,7 @@ async fn the_relay_runs_as_a_non_superuser_replication_role() {
     );
     let (status, log) = Relay::once(&db.name, &cfg, &["setup"], &[]);
     assert_eq!(status.code(), Some(0), "{log}");
-    let mut relay = Relay::start(&db.name, &cfg);
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
     let c = connect(&db.conninfo()).await;
     let written = vec![
         writer::insert_event(&c, "order", "lp-1", 0).await.unwrap(),

@@ -79,10 +79,7 @@ async fn verify_full_encrypts_both_connections_and_refuses_a_wrong_ca() {
         "{log}"
     );
 
-    let mut relay = Relay::start(&db.name, &tls_cfg("ca.pem"));
-    relay
-        .wait_log("streaming_started", Duration::from_secs(60))
-        .await;
+    let mut relay = Relay::streaming(&db.name, &tls_cfg("ca.pem")).await;
     let c = connect(&db.conninfo()).await;
     let written = vec![
         writer::insert_event(&c, "order", "tls-1", 0).await.unwrap(),

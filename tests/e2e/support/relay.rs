@@ -44,6 +44,15 @@ impl Relay {
         Self::start_with(name, config_toml, &["run"], &[])
     }
 
+    /// [`start`](Self::start), then waits (60 s at most) until it logs `streaming_started`.
+    pub async fn streaming(name: &str, config_toml: &str) -> Relay {
+        let relay = Self::start(name, config_toml);
+        relay
+            .wait_log("streaming_started", Duration::from_secs(60))
+            .await;
+        relay
+    }
+
     pub fn start_with(name: &str, config_toml: &str, args: &[&str], env: &[(&str, &str)]) -> Relay {
         let dir = repo_root().join("target/e2e").join(name);
         std::fs::create_dir_all(&dir).unwrap();
