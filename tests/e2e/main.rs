@@ -13,6 +13,7 @@ mod observability;
 mod poison;
 mod preflight;
 mod progress;
+mod refused_order;
 mod restart;
 mod schema;
 mod security;

@@ -488,12 +488,17 @@ async fn produce_alone(
                 RelayError::DeliveryDefinite { .. }
             ) =>
         {
+            // Refused again: it is poison. The gapless guarantee made the producer's error
+            // fatal, so the dead-letter record goes out after a restart, with a new producer,
+            // in the refused record's place.
             let reason = e.to_string();
             st.refusals.confirm(pos.commit_lsn, pos.seq, reason.clone());
-            st.in_flight_bytes -= d.bytes;
-            let dlq = dead_letter_for(st, &rec, &reason, pos);
-            sink.send(&dlq, origin).await?;
-            st.in_flight_bytes += record_bytes(&dlq);
+            st.tracker.fail();
+            return Err(RelayError::DeadLetterPending {
+                commit_lsn: pos.commit_lsn,
+                seq: pos.seq,
+                reason,
+            });
         }
         Err(_) => on_delivery(st, d)?,
     }

@@ -78,6 +78,15 @@ fn refused_topic_in(log_message: &str) -> Option<&str> {
     rest.split_once('"').map(|(topic, _)| topic)
 }
 
+/// librdkafka warnings that every healthy start prints: the transaction coordinator still
+/// loading on a fresh broker (retried by librdkafka), and the notice that
+/// `enable.gapless.guarantee`, which the relay sets on purpose, is marked experimental. Logged
+/// at debug so that the first lines a new user sees are the relay's own.
+fn is_benign(log_message: &str) -> bool {
+    log_message.contains("Coordinator load in progress")
+        || log_message.contains("enable.gapless.guarantee is experimental")
+}
+
 impl ClientContext for SinkContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         if fac == "ADDPARTS"
@@ -85,6 +94,10 @@ impl ClientContext for SinkContext {
             && let Ok(mut refused) = self.refused_topic.lock()
         {
             refused.get_or_insert_with(|| topic.to_string());
+        }
+        if is_benign(log_message) {
+            tracing::debug!(facility = fac, "librdkafka: {log_message}");
+            return;
         }
         match level {
             RDKafkaLogLevel::Emerg
@@ -148,6 +161,10 @@ impl KafkaSink {
         security_properties(cfg, &mut c)?;
         c.set("bootstrap.servers", &cfg.brokers)
             .set("enable.idempotence", "true")
+            // A batch the broker refuses for good (too large, not authorised) must not leave a
+            // gap that later batches of the same partition close: librdkafka then raises a
+            // fatal error instead of writing them, and per-key order holds (K4).
+            .set("enable.gapless.guarantee", "true")
             .set("acks", "all")
             .set("partitioner", "murmur2_random")
             .set("linger.ms", cfg.linger_ms.to_string())
@@ -428,5 +445,18 @@ mod tests {
         let collateral = "TxnCoordinator/1: Failed to add partition \"t_kacl.order\" [0] to \
                           transaction: Broker: Operation not attempted";
         assert_eq!(super::refused_topic_in(collateral), None);
+    }
+
+    #[test]
+    fn startup_notices_are_not_warnings() {
+        assert!(super::is_benign(
+            "[thrd:app]: Configuration property enable.gapless.guarantee is experimental: ..."
+        ));
+        assert!(super::is_benign(
+            "TxnCoordinator/1: FindCoordinator: Coordinator load in progress: retrying"
+        ));
+        assert!(!super::is_benign(
+            "ProduceRequest failed: Broker: Message size too large"
+        ));
     }
 }

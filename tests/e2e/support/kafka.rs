@@ -198,3 +198,23 @@ pub async fn create_topic_with_max_bytes(topic: &str, max_message_bytes: u32) {
         r.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
     }
 }
+
+/// Sets one topic config (incremental: other settings keep their values).
+pub async fn set_topic_config(topic: &str, key: &str, value: &str) {
+    use rdkafka::{
+        admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier},
+        client::DefaultClientContext,
+    };
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .create()
+        .expect("admin client");
+    let change = AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value);
+    let res = admin
+        .alter_configs(&[change], &AdminOptions::new())
+        .await
+        .expect("alter topic config");
+    for r in res {
+        r.unwrap_or_else(|(t, e)| panic!("cannot alter topic {t:?}: {e}"));
+    }
+}

@@ -1,0 +1,114 @@
+//! Per-key order around a record Kafka refuses for good: nothing of the same key that was
+//! committed after it may reach the topic first, in either poison policy. The refused record
+//! and later records of its aggregate go to one partition; without librdkafka's gapless
+//! guarantee the broker refuses the batch and accepts the next ones, which leaves later events
+//! in the topic ahead of earlier ones for good.
+
+use std::time::Duration;
+
+use crate::support::{TestDb, check, connect, kafka, relay::Relay, writer};
+
+/// A transaction with a small event and a ~900 kB incompressible one, then `later` small events
+/// of the same aggregate in their own transactions. Returns (written small events in commit
+/// order, the big event's id).
+async fn refused_then_more(db: &TestDb, later: usize) -> (Vec<writer::Written>, String) {
+    let mut c = connect(&db.conninfo()).await;
+    let tx = c.transaction().await.unwrap();
+    let first = writer::insert_event(&tx, "order", "agg-1", 0)
+        .await
+        .unwrap();
+    let big_id = uuid::Uuid::new_v4().to_string();
+    // 28,000 md5 digests: 896 kB of hex that no codec squeezes under the topic's 500 kB.
+    tx.execute(
+        "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) \
+         SELECT $1::text::uuid, 'order', 'agg-1', 'Event', \
+                jsonb_build_object('big', string_agg(md5(random()::text || g::text), '')) \
+         FROM generate_series(1, 28000) g",
+        &[&big_id],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let mut written = vec![first];
+    for _ in 0..later {
+        written.push(writer::insert_event(&c, "order", "agg-1", 0).await.unwrap());
+    }
+    (written, big_id)
+}
+
+/// The events are in the slot before the relay starts, so they reach it in one burst: the
+/// later records are queued for the partition while the refused batch is still in flight.
+async fn backlog(db: &TestDb, cfg: &str) -> (Vec<writer::Written>, String) {
+    let (status, log) = Relay::once(&db.name, cfg, &["setup"], &[]);
+    assert!(status.success(), "{log}");
+    refused_then_more(db, 400).await
+}
+
+fn cfg(db: &TestDb, relay: &str) -> String {
+    db.relay_config(&format!("{}\n[relay]\n{relay}\n", db.outbox_section()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn halt_keeps_commit_order_around_a_refused_record() {
+    let db = TestDb::new("ordhalt").await;
+    let topic = db.topic("order");
+    kafka::create_topic_with_max_bytes(&topic, 500_000).await;
+    let cfg = cfg(&db, "");
+    let (written, _big) = backlog(&db, &cfg).await;
+    let mut relay = Relay::start(&db.name, &cfg);
+    let (status, log) = relay.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("max.message.bytes"), "{log}");
+    // The operator raises the limit; the relay sends everything again, in order.
+    kafka::set_topic_config(&topic, "max.message.bytes", "2000000").await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let got = kafka::consume(
+        vec![topic.clone()],
+        Duration::from_secs(60),
+        written.len() + 1,
+    )
+    .await;
+    let small: Vec<kafka::Rec> = got
+        .into_iter()
+        .filter(|r| written.iter().any(|w| w.id == r.header("id")))
+        .collect();
+    let f = check::check("refused_order_halt", |t| db.topic(t), &written, &small);
+    f.assert_nothing_lost_or_reordered(&relay.log_text());
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letter_keeps_commit_order_around_a_refused_record() {
+    let db = TestDb::new("orddlq").await;
+    let topic = db.topic("order");
+    kafka::create_topic_with_max_bytes(&topic, 500_000).await;
+    let cfg = cfg(
+        &db,
+        &format!(
+            "on_poison = \"dead-letter\"\ndead_letter_topic = \"{}\"",
+            db.topic("dlq")
+        ),
+    );
+    let (written, big) = backlog(&db, &cfg).await;
+    let mut relay = Relay::start(&db.name, &cfg);
+    let got = kafka::consume(vec![topic.clone()], Duration::from_secs(90), written.len()).await;
+    let f = check::check("refused_order_dead_letter", |t| db.topic(t), &written, &got);
+    f.assert_nothing_lost_or_reordered(&relay.log_text());
+    assert!(
+        got.iter().all(|r| r.header("id") != big),
+        "the refused record cannot be in its topic"
+    );
+    let dlq = vec![db.topic("dlq")];
+    let big2 = big.clone();
+    let dead = tokio::task::spawn_blocking(move || {
+        kafka::consume_until(&dlq, Duration::from_secs(60), |r| {
+            r.iter().any(|r| r.header("id") == big2)
+        })
+    })
+    .await
+    .unwrap();
+    assert!(dead.iter().any(|r| r.header("id") == big), "{dead:#?}");
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}
