@@ -144,8 +144,48 @@ impl AckTracker {
             });
         }
         *end = Some(end_lsn);
+        self.fold_empty_commit(end_lsn);
         self.advance();
         Ok(())
+    }
+
+    /// A transaction that committed without records (other tables of the publication, or an
+    /// empty transaction) behind one still in flight carries nothing but its end LSN: it
+    /// becomes a mark, and consecutive marks collapse into one. So behind a stuck record the
+    /// queue holds at most one entry per transaction *with* records plus one mark between
+    /// each, however many other transactions the database commits: memory is bounded by the
+    /// in-flight limits, not by the database's transaction rate.
+    fn fold_empty_commit(&mut self, end_lsn: Lsn) {
+        let len = self.queue.len();
+        if len < 2
+            || !matches!(
+                self.queue.back(),
+                Some(Entry {
+                    kind: Kind::Txn { outstanding: 0, .. },
+                    ..
+                })
+            )
+        {
+            return;
+        }
+        // Nobody holds the id of a transaction without records: it may be reused.
+        self.queue.pop_back();
+        self.next_id -= 1;
+        self.open_txns -= 1;
+        match self.queue.back_mut() {
+            Some(Entry {
+                kind: Kind::Mark { lsn },
+                ..
+            }) => *lsn = (*lsn).max(end_lsn),
+            _ => {
+                self.push(Kind::Mark { lsn: end_lsn });
+            }
+        }
+    }
+
+    /// Entries (transactions and marks) the tracker holds: its memory, in units.
+    pub fn entries(&self) -> usize {
+        self.queue.len()
     }
 
     /// A primary keepalive. Ignored inside a transaction; otherwise confirmable once everything
@@ -285,6 +325,43 @@ mod tests {
         t.ack(a).unwrap();
         assert_eq!(t.watermark(), Lsn(210));
         assert_eq!(t.pending_txns(), 0);
+    }
+
+    #[test]
+    fn transactions_without_records_behind_a_stuck_one_take_no_memory() {
+        let mut t = AckTracker::new(Lsn(0));
+        let stuck = t.begin(Lsn(10), 0).unwrap();
+        t.add_record().unwrap();
+        t.commit(Lsn(10), Lsn(11)).unwrap();
+        // 100k transactions of other tables, and a few with records, behind the stuck head.
+        let mut with_records = Vec::new();
+        for i in 0..100_000u64 {
+            let lsn = Lsn(100 + i * 10);
+            let id = t.begin(lsn, 0).unwrap();
+            if i % 10_000 == 0 {
+                t.add_record().unwrap();
+                with_records.push(id);
+            }
+            t.commit(lsn, Lsn(lsn.0 + 1)).unwrap();
+        }
+        assert!(
+            t.entries() <= 1 + 2 * with_records.len() + 1,
+            "{}",
+            t.entries()
+        );
+        assert_eq!(t.pending_txns(), 1 + with_records.len());
+        assert_eq!(t.watermark(), Lsn(0));
+        for id in with_records {
+            t.ack(id).unwrap();
+        }
+        assert_eq!(
+            t.watermark(),
+            Lsn(0),
+            "the stuck head still holds everything"
+        );
+        t.ack(stuck).unwrap();
+        assert_eq!(t.watermark(), Lsn(100 + 99_999 * 10 + 1));
+        assert_eq!(t.entries(), 0);
     }
 
     #[test]
