@@ -3,6 +3,7 @@
 
 mod support;
 
+mod backpressure;
 mod chaos;
 mod delivery;
 mod failover;
@@ -17,4 +18,5 @@ mod refused_order;
 mod restart;
 mod schema;
 mod security;
+mod stop;
 mod tls;

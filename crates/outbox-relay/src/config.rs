@@ -392,6 +392,15 @@ pub struct RelayConfig {
     /// Longest delay between restarts. Default 30000.
     #[serde(default = "d::backoff_max_ms", deserialize_with = "flex")]
     pub restart_backoff_max_ms: u64,
+    /// How long the relay may wait for Kafka with the replication stream paused (the in-flight
+    /// limits reached and no acknowledgement arriving) before it closes the replication
+    /// connection. The slot keeps its position and the monitor keeps alerting; the relay
+    /// reconnects once Kafka answers. While the connection is held the walsender blocks, and
+    /// once the retained WAL passes max_slot_wal_keep_size PostgreSQL's checkpointer waits for
+    /// it; the connection is also released at once when the slot's wal_status leaves
+    /// reserved/extended. Default 30000; 0 releases only on wal_status.
+    #[serde(default = "d::backpressure_release_ms", deserialize_with = "flex")]
+    pub backpressure_release_ms: u64,
     /// Replication events buffered between the socket and the pipeline. Default 1024.
     #[serde(default = "d::buffer_events", deserialize_with = "flex")]
     pub buffer_events: usize,
@@ -673,6 +682,9 @@ mod d {
     }
     pub fn read_coalesce_us() -> u64 {
         1000
+    }
+    pub fn backpressure_release_ms() -> u64 {
+        30_000
     }
     pub fn buffer_events() -> usize {
         1024

@@ -78,6 +78,15 @@ pub enum RelayError {
     #[error("the replication stream broke transaction framing: {0}")]
     Framing(#[from] FramingError),
 
+    /// The pipeline waited for Kafka with the stream paused and let the replication connection
+    /// go, so that PostgreSQL's checkpointer never waits for a blocked walsender.
+    #[error(
+        "released the replication connection after waiting {waited_ms} ms for Kafka to take \
+         records{}; the slot keeps its position and the relay reconnects once Kafka answers",
+        if *wal_at_risk { " (the slot's wal_status left reserved/extended)" } else { "" }
+    )]
+    BackpressureReleased { waited_ms: u64, wal_at_risk: bool },
+
     #[error("cannot reach Kafka at {brokers}: {detail}")]
     KafkaUnreachable { brokers: String, detail: String },
 
@@ -139,6 +148,7 @@ impl RelayError {
                 | RelayError::DeadLetterPending { .. }
                 | RelayError::ProducerFenced(_)
                 | RelayError::KafkaTransaction(_)
+                | RelayError::BackpressureReleased { .. }
         )
     }
 
@@ -157,6 +167,7 @@ impl RelayError {
             RelayError::Poison { .. } => "poison_event",
             RelayError::DeadLetterPending { .. } => "dead_letter_pending",
             RelayError::Framing(_) => "framing",
+            RelayError::BackpressureReleased { .. } => "backpressure_released",
             RelayError::KafkaUnreachable { .. } => "kafka_unreachable",
             RelayError::KafkaSetup(_) => "kafka_setup",
             RelayError::DeliveryTransient { .. } => "kafka_delivery",

@@ -33,6 +33,21 @@ pub fn streaming() -> bool {
     STREAMING.load(Ordering::SeqCst)
 }
 
+static WAL_AT_RISK: AtomicBool = AtomicBool::new(false);
+
+/// Called by the monitor after each poll: the slot's `wal_status` left `reserved`/`extended`
+/// (PostgreSQL may invalidate it at its next checkpoint, which then waits for a walsender that
+/// the relay keeps blocked).
+pub fn set_wal_at_risk(on: bool) {
+    WAL_AT_RISK.store(on, Ordering::SeqCst);
+}
+
+/// See [`set_wal_at_risk`]: the pipeline releases its replication connection while it waits
+/// for Kafka.
+pub fn wal_at_risk() -> bool {
+    WAL_AT_RISK.load(Ordering::SeqCst)
+}
+
 /// Heartbeats kept while waiting for their confirmation.
 const MAX_PENDING_HEARTBEATS: usize = 10_000;
 

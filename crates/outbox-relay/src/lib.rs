@@ -22,5 +22,6 @@ pub mod setup;
 pub mod sink;
 pub mod state;
 pub mod status;
+mod stop;
 pub mod tls;
 pub mod webhook;

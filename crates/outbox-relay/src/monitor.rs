@@ -399,6 +399,9 @@ impl Monitor {
         }
         set(m::SLOT_PRESENT, if snap.slot.is_some() { 1.0 } else { 0.0 });
         let mut time_lag = None;
+        crate::health::set_wal_at_risk(snap.slot.as_ref().is_some_and(|s| {
+            matches!(s.wal_status, Some(WalStatus::Unreserved | WalStatus::Lost))
+        }));
         if let Some(s) = &snap.slot {
             set(m::SLOT_ACTIVE, if s.active { 1.0 } else { 0.0 });
             for status in m::WAL_STATUSES {

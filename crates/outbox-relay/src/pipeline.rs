@@ -32,6 +32,7 @@ use crate::{
     metrics as m,
     setup::SlotInfo,
     sink::{Delivered, KafkaSink, Origin, delivery_error},
+    stop::unless_stopped,
 };
 
 /// What the supervisor keeps across pipeline restarts.
@@ -80,6 +81,34 @@ struct State<'a> {
     /// transactions; nothing beyond it may be confirmed before the next commit, because an
     /// aborted transaction's records are invisible to read-committed consumers.
     confirm_cap: Option<Lsn>,
+    /// Records Kafka acknowledged so far (progress while the loop waits for Kafka).
+    acked: u64,
+}
+
+/// How long the graceful close of the replication session may take at a stop.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// With `kafka.transactional_id`, when the pipeline ends on an error: aborts the open Kafka
+/// transaction, so read-committed consumers do not wait behind it for up to
+/// `transaction.timeout.ms` (after a definite error nobody else would end it). Its records
+/// were not confirmed and are sent again after a restart. A fenced producer has nothing to
+/// abort: the instance that fenced it did.
+async fn abort_open_transaction(cfg: &Config, sink: &KafkaSink, cause: &RelayError) {
+    if matches!(cause, RelayError::ProducerFenced(_)) {
+        return;
+    }
+    let limit = cfg.shutdown_timeout().min(Duration::from_secs(10));
+    match tokio::time::timeout(limit, sink.abort(limit)).await {
+        Ok(Ok(())) => tracing::info!(
+            "kafka_transaction_aborted: its records stay unconfirmed and are sent again"
+        ),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "kafka_transaction_abort_failed: Kafka ends it after transaction.timeout.ms")
+        }
+        Err(_) => tracing::warn!(
+            "kafka_transaction_abort_failed: Kafka did not answer; it ends the transaction after transaction.timeout.ms"
+        ),
+    }
 }
 
 /// Largest value kept in a dead-letter record (Kafka's default limit is about 1 MB).
@@ -117,30 +146,13 @@ pub async fn stream(
     .with_options("-c datestyle=ISO -c timezone=UTC -c extra_float_digits=3")
     .with_application_name(pg.application_name.clone());
 
-    // Gated: identify the server on the session that will stream, before START_REPLICATION.
-    let mut client = ReplicationClient::connect_gated(rcfg)
-        .await
-        .map_err(|e| classify(e, cfg))?;
-    let id = client
-        .identify_system()
-        .await
-        .map_err(|e| classify(e, cfg))?;
-    recall(cfg, carry)?;
-    let seen = carry.identity.as_ref().map(|(s, t)| (s.as_str(), *t));
-    check_system(cfg, seen.map(|(s, _)| s), &id.system_id)?;
-    if let Some((_, streamed)) = seen {
-        check_timeline(cfg, &mut client, streamed, carry.published, id.timeline).await?;
-    } else {
-        tracing::info!(system_id = %id.system_id, timeline = id.timeline, "server_identified");
-    }
-    carry.identity = Some((id.system_id.clone(), id.timeline));
-    let memory = cfg
-        .relay
-        .state_file
-        .clone()
-        .map(|path| Memory::new(path, &id.system_id, id.timeline));
-    client.start().await.map_err(|e| classify(e, cfg))?;
-    client.wait_started().await.map_err(|e| classify(e, cfg))?;
+    // A server that accepts the connection and never answers must not delay a stop.
+    let opened = unless_stopped(shutdown, open(cfg, rcfg, carry)).await;
+    let Some(opened) = opened else {
+        tracing::info!("shutdown_complete: stopped before streaming (PostgreSQL did not answer)");
+        return Ok(());
+    };
+    let (mut client, memory) = opened?;
     // The slot is ours: only now fence the producers of earlier holders (never the active
     // instance's while this one merely waits for the slot).
     if let Some(id) = &cfg.kafka.transactional_id {
@@ -175,6 +187,7 @@ pub async fn stream(
         memory,
         transactional: cfg.kafka.transactional_id.is_some(),
         confirm_cap: None,
+        acked: 0,
     };
     // A state file that cannot be written is found now, not after a failover.
     let published = *st.published;
@@ -198,16 +211,58 @@ pub async fn stream(
     match result {
         Ok(()) => {
             drain(cfg, sink, &mut client, &mut st, &mut reports, interval).await?;
-            let _ = client.shutdown().await;
+            // A server that stopped answering would keep the graceful close waiting.
+            if tokio::time::timeout(CLOSE_TIMEOUT, client.shutdown())
+                .await
+                .is_err()
+            {
+                client.abort();
+            }
             tracing::info!(confirmed = %st.confirmed, "shutdown_complete");
             Ok(())
         }
         Err(e) => {
             st.tracker.fail();
             client.abort();
+            if st.transactional {
+                abort_open_transaction(cfg, sink, &e).await;
+            }
             Err(e)
         }
     }
+}
+
+/// Connects the replication session, checks the server's identity and timeline (gated:
+/// before START_REPLICATION) and starts streaming.
+async fn open(
+    cfg: &Config,
+    rcfg: ReplicationConfig,
+    carry: &mut Carry,
+) -> Result<(ReplicationClient, Option<Memory>), RelayError> {
+    let mut client = ReplicationClient::connect_gated(rcfg)
+        .await
+        .map_err(|e| classify(e, cfg))?;
+    let id = client
+        .identify_system()
+        .await
+        .map_err(|e| classify(e, cfg))?;
+    recall(cfg, carry)?;
+    let seen = carry.identity.as_ref().map(|(s, t)| (s.as_str(), *t));
+    check_system(cfg, seen.map(|(s, _)| s), &id.system_id)?;
+    if let Some((_, streamed)) = seen {
+        check_timeline(cfg, &mut client, streamed, carry.published, id.timeline).await?;
+    } else {
+        tracing::info!(system_id = %id.system_id, timeline = id.timeline, "server_identified");
+    }
+    carry.identity = Some((id.system_id.clone(), id.timeline));
+    let memory = cfg
+        .relay
+        .state_file
+        .clone()
+        .map(|path| Memory::new(path, &id.system_id, id.timeline));
+    client.start().await.map_err(|e| classify(e, cfg))?;
+    client.wait_started().await.map_err(|e| classify(e, cfg))?;
+    Ok((client, memory))
 }
 
 async fn run_loop(
@@ -225,9 +280,19 @@ async fn run_loop(
     let coalesce = Duration::from_micros(cfg.relay.read_coalesce_us);
     // Events handled since the stream last went quiet.
     let mut since_quiet = 0u32;
+    // Since when the in-flight limits keep the loop from reading, and the acknowledged count
+    // then (progress restarts the clock).
+    let mut paused: Option<(Instant, u64)> = None;
+    let release_after = Duration::from_millis(cfg.relay.backpressure_release_ms);
     loop {
         let can_read = st.tracker.outstanding_records() < cfg.relay.max_in_flight_records
             && st.in_flight_bytes < cfg.relay.max_in_flight_bytes;
+        paused = match paused {
+            _ if can_read => None,
+            Some((_, acked)) if acked != st.acked => Some((Instant::now(), st.acked)),
+            None => Some((Instant::now(), st.acked)),
+            p => p,
+        };
         tokio::select! {
             biased;
             _ = shutdown.changed() => return Ok(()),
@@ -253,6 +318,16 @@ async fn run_loop(
                         "the replication connection closed while the relay waited for Kafka".into(),
                     ));
                 }
+                if let Some((since, _)) = paused {
+                    let waited = since.elapsed();
+                    let at_risk = crate::health::wal_at_risk();
+                    if at_risk || (!release_after.is_zero() && waited >= release_after) {
+                        return Err(RelayError::BackpressureReleased {
+                            waited_ms: waited.as_millis() as u64,
+                            wal_at_risk: at_risk,
+                        });
+                    }
+                }
                 remember(st);
                 report_gauges(st);
             }
@@ -267,7 +342,13 @@ async fn run_loop(
             ev = client.recv(), if can_read => match ev {
                 Ok(Some(ev)) => {
                     since_quiet += 1;
-                    on_event(sink, client, st, reports, ev).await?
+                    // Handling an event can wait for Kafka (a full queue, a suspect record's
+                    // report): a stop must not wait for it.
+                    let stop = shutdown.clone();
+                    match unless_stopped(&stop, on_event(sink, client, st, reports, ev)).await {
+                        Some(r) => r?,
+                        None => return Ok(()),
+                    }
                 }
                 Ok(None) => return Err(RelayError::Replication("the server closed the replication stream".into())),
                 Err(e) => return Err(classify(e, cfg)),
@@ -333,6 +414,7 @@ fn on_delivery(st: &mut State<'_>, d: Delivered) -> Result<(), RelayError> {
     match d.outcome {
         Ok(()) => {
             st.tracker.ack(d.origin.tx)?;
+            st.acked += 1;
             st.in_flight_bytes -= d.bytes;
             metrics::counter!(m::EVENTS_PRODUCED, "topic" => d.topic.clone()).increment(1);
             metrics::counter!(m::BYTES_PRODUCED, "topic" => d.topic).increment(d.bytes);

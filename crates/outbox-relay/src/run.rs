@@ -26,6 +26,7 @@ use crate::{
     pipeline,
     setup::{self, SlotPolicy},
     sink::KafkaSink,
+    stop::unless_stopped,
     webhook::Dispatcher,
 };
 
@@ -147,17 +148,27 @@ async fn attempt(
     shutdown: &mut watch::Receiver<bool>,
     carry: &mut pipeline::Carry,
 ) -> Result<(), RelayError> {
-    let control = setup::connect(cfg).await?;
     let policy = if cfg.postgres.create_slot {
         SlotPolicy::CreateIfMissing
     } else {
         SlotPolicy::MustExist
     };
-    let slot = setup::preflight(&control, cfg, policy).await?;
-    drop(control);
-    let (sink, reports) = KafkaSink::new(&cfg.kafka)?;
-    sink.check_reachable(Duration::from_millis(cfg.kafka.connect_timeout_ms))
-        .await?;
+    // Servers that accept a connection and never answer must not delay a stop.
+    let prepared = unless_stopped(shutdown, async {
+        let control = setup::connect(cfg).await?;
+        let slot = setup::preflight(&control, cfg, policy).await?;
+        drop(control);
+        let (sink, reports) = KafkaSink::new(&cfg.kafka)?;
+        sink.check_reachable(Duration::from_millis(cfg.kafka.connect_timeout_ms))
+            .await?;
+        Ok::<_, RelayError>((slot, sink, reports))
+    })
+    .await;
+    let Some(prepared) = prepared else {
+        tracing::info!("shutdown_complete: stopped before streaming");
+        return Ok(());
+    };
+    let (slot, sink, reports) = prepared?;
     pipeline::stream(cfg, &slot, &sink, reports, shutdown, carry).await
 }
 

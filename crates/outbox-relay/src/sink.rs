@@ -337,6 +337,13 @@ impl KafkaSink {
         .await
     }
 
+    /// Aborts the open transaction: its records are purged and never visible to
+    /// read-committed consumers.
+    pub async fn abort(&self, timeout: Duration) -> Result<(), RelayError> {
+        self.transaction(move |p| p.abort_transaction(timeout))
+            .await
+    }
+
     /// Runs a blocking transaction call off the runtime's thread.
     async fn transaction(
         &self,

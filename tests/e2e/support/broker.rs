@@ -39,3 +39,28 @@ impl Drop for OwnBroker {
         let _ = script("stop.sh", self.port, &["--destroy"], "");
     }
 }
+
+/// A broker of its own whose clients reach it only through a [`Proxy`](super::proxy::Proxy):
+/// its advertised listener is the proxy's port, so freezing or cutting the proxy takes Kafka
+/// away from the relay without stopping the broker (`port + 2` is its inter-broker listener).
+pub async fn behind_proxy(port: u16, proxy_port: u16) -> (OwnBroker, super::proxy::Proxy) {
+    let direct = port + 2;
+    let broker = OwnBroker::start(
+        port,
+        &[
+            format!(
+                "listeners=PLAINTEXT://127.0.0.1:{port},DIRECT://127.0.0.1:{direct},CONTROLLER://127.0.0.1:{}",
+                port + 1
+            ),
+            format!(
+                "advertised.listeners=PLAINTEXT://127.0.0.1:{proxy_port},DIRECT://127.0.0.1:{direct}"
+            ),
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,DIRECT:PLAINTEXT"
+                .into(),
+            "inter.broker.listener.name=DIRECT".into(),
+        ]
+        .join("\n"),
+    );
+    let proxy = super::proxy::Proxy::start(proxy_port, port).await;
+    (broker, proxy)
+}

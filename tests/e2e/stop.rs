@@ -1,0 +1,101 @@
+//! SIGTERM ends the relay within `relay.shutdown_timeout_ms` from every wait on a server: a
+//! PostgreSQL that accepts the connection and never answers, a Kafka that takes no records
+//! while the producer's queue is full, and a PostgreSQL that stops answering mid-stream.
+
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+
+use crate::support::{TestDb, broker, check, connect, relay::Relay, writer};
+
+/// A TCP server that accepts every connection and never sends a byte.
+async fn black_hole(port: u16) -> tokio::task::JoinHandle<()> {
+    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = listener.accept().await {
+            held.push(sock);
+        }
+    })
+}
+
+/// SIGTERM, then the time until the process exited (panics after `limit`).
+fn stop_within(relay: &mut Relay, limit: Duration) -> Duration {
+    let t = Instant::now();
+    relay.signal("-TERM");
+    let status = relay.wait(limit).unwrap_or_else(|| {
+        panic!(
+            "still running {limit:?} after SIGTERM:\n{}",
+            relay.log_text()
+        )
+    });
+    assert!(status.success(), "{status:?}\n{}", relay.log_text());
+    t.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_a_relay_whose_postgres_never_answers() {
+    let hole = black_hole(25451).await;
+    let cfg = "[postgres]\nhost = \"127.0.0.1\"\nport = 25451\nconnect_timeout_ms = 120000\n\
+               [relay]\nshutdown_timeout_ms = 5000\n[http]\nlisten = \"127.0.0.1:0\"\n";
+    let mut relay = Relay::start("t_stop_blackhole", cfg);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let took = stop_within(&mut relay, Duration::from_secs(8));
+    check::note(&format!(
+        "stop_postgres_never_answers: exited {} ms after SIGTERM",
+        took.as_millis()
+    ));
+    hole.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_a_relay_waiting_on_a_full_producer_queue_and_on_a_silent_postgres() {
+    let (_broker, kafka) = broker::behind_proxy(26792, 26892).await;
+    let db = TestDb::new("stopq").await;
+    let pg = crate::support::proxy::Proxy::start(0, db.port).await;
+    // The producer's queue holds 5 records; Kafka never times them out (message_timeout_ms 0).
+    let cfg = db
+        .relay_config(&format!(
+            "{}\n[relay]\nshutdown_timeout_ms = 5000\n\n[kafka.properties]\n\
+             \"queue.buffering.max.messages\" = \"5\"\n",
+            db.outbox_section()
+        ))
+        .replace(
+            &format!("brokers = \"{}\"", crate::support::kafka_brokers()),
+            "brokers = \"127.0.0.1:26892\"",
+        )
+        .replace(
+            &format!("port = {}", db.port),
+            &format!("port = {}", pg.port),
+        );
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let c = connect(&db.conninfo()).await;
+    writer::insert_event(&c, "order", "k", 0).await.unwrap();
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
+        .await;
+
+    // 1. Kafka takes nothing: the relay waits on the full queue.
+    kafka.freeze();
+    for _ in 0..50 {
+        writer::insert_event(&c, "order", "k", 0).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let took = stop_within(&mut relay, Duration::from_secs(12));
+    check::note(&format!(
+        "stop_full_producer_queue: exited {} ms after SIGTERM (shutdown_timeout_ms 5000)",
+        took.as_millis()
+    ));
+    kafka.thaw();
+
+    // 2. PostgreSQL stops answering mid-stream (a silent partition).
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    pg.freeze();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let took = stop_within(&mut relay, Duration::from_secs(12));
+    check::note(&format!(
+        "stop_silent_postgres: exited {} ms after SIGTERM",
+        took.as_millis()
+    ));
+    pg.thaw();
+    db.cleanup().await;
+}
