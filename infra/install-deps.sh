@@ -4,7 +4,8 @@
 #    if missing
 #  - Rust via rustup only if cargo is missing (fails with a hint when rustup is not packaged, e.g. on bookworm)
 #  - Kafka jars from Maven Central into infra/kafka/lib (infra/kafka/pom.xml)
-#  - PostgreSQL 17 server binaries from Maven Central into infra/pg/17 (infra/pg/pom.xml), for failover slots
+#  - PostgreSQL 17 and 13 server binaries from Maven Central into infra/pg/17 and infra/pg/13 (infra/pg/pom.xml):
+#    failover slots, and the refusal of servers older than 14
 set -euo pipefail
 LOG_TAG=deps
 # shellcheck source=common.sh
@@ -83,28 +84,31 @@ if [ ! -f "$STAMP" ] || [ "$STAMP" -ot "$KAFKA_DIR/pom.xml" ]; then
   rm -rf "$KAFKA_DIR/lib.old"
   log "Kafka jars ready in $(( $(now_ms) - t0 )) ms ($(find "$KAFKA_DIR/lib" -name '*.jar' | wc -l) jars)"
 fi
-# 4. PostgreSQL 17 server binaries for the failover-slot tests (infra/pg/pom.xml explains the source).
-PG17_DIR="$INFRA_DIR/pg/17"
-PG17VER="$(sed -n 's:.*<pg17.version>\(.*\)</pg17.version>.*:\1:p' "$INFRA_DIR/pg/pom.xml")"
-[ -n "$PG17VER" ] || die "cannot read pg17.version from $INFRA_DIR/pg/pom.xml"
-PG17_STAMP="$PG17_DIR/.complete-$PG17VER"
-if [ ! -f "$PG17_STAMP" ] || [ "$PG17_STAMP" -ot "$INFRA_DIR/pg/pom.xml" ]; then
+# 4. PostgreSQL server binaries from Maven Central (infra/pg/pom.xml explains the source): 17 for the
+#    failover-slot tests, 13 for the refusal of servers older than 14.
+fetch_pg() {
+  local major="$1" ver dir stamp arch jar t0
+  ver="$(sed -n "s:.*<pg$major.version>\(.*\)</pg$major.version>.*:\1:p" "$INFRA_DIR/pg/pom.xml")"
+  [ -n "$ver" ] || die "cannot read pg$major.version from $INFRA_DIR/pg/pom.xml"
+  dir="$INFRA_DIR/pg/$major"
+  stamp="$dir/.complete-$ver"
+  if [ -f "$stamp" ] && [ ! "$stamp" -ot "$INFRA_DIR/pg/pom.xml" ]; then return 0; fi
   case "$(uname -m)" in
-    x86_64) PGARCH=amd64 ;;
-    aarch64) PGARCH=arm64v8 ;;
-    *) die "no PostgreSQL 17 binaries for $(uname -m) in io.zonky.test.postgres" ;;
+    x86_64) arch=amd64 ;;
+    aarch64) arch=arm64v8 ;;
+    *) die "no PostgreSQL $major binaries for $(uname -m) in io.zonky.test.postgres" ;;
   esac
-  log "fetching PostgreSQL $PG17VER server binaries with Maven into $PG17_DIR"
+  log "fetching PostgreSQL $ver server binaries with Maven into $dir"
   t0=$(now_ms)
-  rm -rf "$PG17_DIR.jar" "$PG17_DIR.new"
-  mkdir -p "$STACK_DIR" "$PG17_DIR.new"
-  mvn -B -q -Dstyle.color=never -f "$INFRA_DIR/pg/pom.xml" -Dpg.jar.dir="$PG17_DIR.jar" -Dpg.arch="$PGARCH" \
-    dependency:copy-dependencies >"$STACK_DIR/mvn-pg17.out" 2>&1 \
-    || { cat "$STACK_DIR/mvn-pg17.out" >&2; die "Maven download of the PostgreSQL 17 binaries failed"; }
-  JAR="$(find "$PG17_DIR.jar" -name "embedded-postgres-binaries-linux-*-$PG17VER.jar" | head -n1)"
-  [ -n "$JAR" ] || die "Maven finished but the PostgreSQL $PG17VER jar is missing in $PG17_DIR.jar"
+  rm -rf "$dir.jar" "$dir.new"
+  mkdir -p "$STACK_DIR" "$dir.new"
+  mvn -B -q -Dstyle.color=never -f "$INFRA_DIR/pg/pom.xml" -Dpg.version="$ver" -Dpg.jar.dir="$dir.jar" \
+    -Dpg.arch="$arch" dependency:copy-dependencies >"$STACK_DIR/mvn-pg$major.out" 2>&1 \
+    || { cat "$STACK_DIR/mvn-pg$major.out" >&2; die "Maven download of the PostgreSQL $major binaries failed"; }
+  jar="$(find "$dir.jar" -name "embedded-postgres-binaries-linux-*-$ver.jar" | head -n1)"
+  [ -n "$jar" ] || die "Maven finished but the PostgreSQL $ver jar is missing in $dir.jar"
   # the jar holds one postgres-linux-*.txz: unpack it with python's zipfile (no unzip needed)
-  python3 - "$JAR" "$PG17_DIR.new" <<'PY'
+  python3 - "$jar" "$dir.new" <<'PY'
 import sys, tarfile, zipfile
 jar, dest = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(jar) as z:
@@ -112,10 +116,12 @@ with zipfile.ZipFile(jar) as z:
     with z.open(name) as f, tarfile.open(fileobj=f, mode="r|xz") as t:
         t.extractall(dest)
 PY
-  "$PG17_DIR.new/bin/postgres" --version >/dev/null || die "the unpacked PostgreSQL 17 does not run on this machine"
-  touch "$PG17_DIR.new/.complete-$PG17VER"
-  rm -rf "$PG17_DIR" "$PG17_DIR.jar"
-  mv "$PG17_DIR.new" "$PG17_DIR"
-  log "PostgreSQL $("$PG17_DIR/bin/postgres" --version | awk '{print $3}') ready in $(( $(now_ms) - t0 )) ms ($PG17_DIR)"
-fi
+  "$dir.new/bin/postgres" --version >/dev/null || die "the unpacked PostgreSQL $major does not run on this machine"
+  touch "$dir.new/.complete-$ver"
+  rm -rf "$dir" "$dir.jar"
+  mv "$dir.new" "$dir"
+  log "PostgreSQL $("$dir/bin/postgres" --version | awk '{print $3}') ready in $(( $(now_ms) - t0 )) ms ($dir)"
+}
+fetch_pg 17
+fetch_pg 13
 log "all dependencies present"

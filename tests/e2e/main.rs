@@ -12,6 +12,7 @@ mod fencing;
 mod kafka_security;
 mod observability;
 mod poison;
+mod preconditions;
 mod preflight;
 mod progress;
 mod refused_order;

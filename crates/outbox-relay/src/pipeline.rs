@@ -175,7 +175,8 @@ pub async fn stream(
 
     let mut st = State {
         tracker: AckTracker::new(slot.confirmed_flush),
-        decoder: Decoder::new(&cfg.outbox, cfg.relay.relay_headers),
+        decoder: Decoder::new(&cfg.outbox, cfg.relay.relay_headers)
+            .with_oids(slot.outbox_oids.clone()),
         confirmed: slot.confirmed_flush,
         received: slot.confirmed_flush,
         in_flight_bytes: 0,
@@ -671,6 +672,14 @@ async fn on_event(
                         produce(sink, st, dlq, pos).await?;
                     }
                 },
+                Decoded::OutboxRenamed { configured, now } => {
+                    tracing::warn!(
+                        configured = %configured, now = %now,
+                        "outbox_table_renamed: the outbox table was renamed while in the \
+                         publication; its rows are still published with its [[outbox]] mapping \
+                         (matched by OID). Point [[outbox]] table at the new name"
+                    );
+                }
                 Decoded::Nothing => {}
             }
         }

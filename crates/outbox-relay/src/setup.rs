@@ -21,7 +21,14 @@ use crate::{
 pub struct SlotInfo {
     pub confirmed_flush: Lsn,
     pub wal_sender_timeout: Duration,
+    /// OID → configured `(schema, table)` of every outbox table: the stream matches tables by
+    /// OID too, so a table renamed while in the publication is not taken for another.
+    pub outbox_oids: std::collections::HashMap<u32, (String, String)>,
 }
+
+/// The oldest PostgreSQL the relay streams from: pgoutput's `messages` option (the heartbeat,
+/// logical messages) and streaming protocol version 2 need 14.
+const MIN_SERVER_VERSION: i32 = 140_000;
 
 /// Whether a missing slot may be created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +160,21 @@ pub async fn preflight(
         )));
     }
 
+    let version = crate::monitor::server_version(client)
+        .await
+        .map_err(query_err("read server_version_num"))?;
+    if version < MIN_SERVER_VERSION {
+        return Err(RelayError::Precondition(format!(
+            "{}:{} runs PostgreSQL {}.{}, and outbox-relay needs PostgreSQL 14 or later (pgoutput's \
+             `messages` option and protocol version 2 start there): upgrade the server, e.g. \
+             with pg_upgrade",
+            pg.host,
+            pg.port,
+            version / 10_000,
+            version % 10_000
+        )));
+    }
+
     let can_replicate: bool = client
         .query_one(
             "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user",
@@ -171,11 +193,14 @@ pub async fn preflight(
     }
 
     let mut partitioned = false;
+    let mut outbox_oids = std::collections::HashMap::new();
     for t in &cfg.outbox {
         let (schema, table) = t.qualified_name();
         let row = client
             .query_opt(
-                "SELECT c.relkind::text, has_table_privilege(c.oid, 'SELECT') \
+                "SELECT c.relkind::text, has_table_privilege(c.oid, 'SELECT'), c.oid, \
+                        ARRAY(SELECT attname::text FROM pg_attribute \
+                               WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped) \
                    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
                   WHERE n.nspname = $1 AND c.relname = $2",
                 &[&schema, &table],
@@ -197,10 +222,25 @@ pub async fn preflight(
                  outbox table itself"
             )));
         }
+        let columns: Vec<String> = row.get(3);
+        for (column, role) in t.mapped_columns() {
+            if !columns.contains(&column) {
+                return Err(RelayError::Precondition(format!(
+                    "outbox table {schema}.{table} has no column {column:?}, which [[outbox]] \
+                     configures as {role}; its columns are {}: fix the mapping or add the \
+                     column",
+                    columns.join(", ")
+                )));
+            }
+        }
+        let oid: u32 = row.get(2);
+        outbox_oids.insert(oid, (schema, table));
     }
 
     ensure_publication(client, cfg, partitioned).await?;
-    ensure_slot(client, cfg, policy).await
+    let mut slot = ensure_slot(client, cfg, policy).await?;
+    slot.outbox_oids = outbox_oids;
+    Ok(slot)
 }
 
 /// A partitioned outbox is published through its root (`publish_via_partition_root`), so its
@@ -364,6 +404,7 @@ async fn ensure_slot(
         return Ok(SlotInfo {
             confirmed_flush: lsn,
             wal_sender_timeout,
+            outbox_oids: Default::default(),
         });
     };
 
@@ -406,6 +447,7 @@ async fn ensure_slot(
             return Ok(SlotInfo {
                 confirmed_flush: new,
                 wal_sender_timeout,
+                outbox_oids: Default::default(),
             });
         }
         return Err(RelayError::Precondition(format!(
@@ -414,6 +456,31 @@ async fn ensure_slot(
              outbox-relay will not re-create it silently: run `outbox-relay setup \
              --recreate-slot` and re-publish the gap from the outbox table (docs/operations.md)",
             pg.slot
+        )));
+    }
+    let two_phase: bool = client
+        .query_one(
+            "SELECT two_phase FROM pg_replication_slots WHERE slot_name = $1",
+            &[&pg.slot],
+        )
+        .await
+        .map_err(query_err("read the slot's two_phase flag"))?
+        .get(0);
+    if two_phase {
+        return Err(RelayError::Precondition(format!(
+            "replication slot {:?} was created with two_phase = true, so PostgreSQL sends \
+             prepared transactions (PREPARE TRANSACTION) before they commit, and outbox-relay \
+             publishes committed transactions only. On PostgreSQL 18 or later, while no relay \
+             streams from it, run psql \"dbname={} replication=database\" -c \
+             'ALTER_REPLICATION_SLOT {} (TWO_PHASE false)' (its position is kept). Before 18 the \
+             flag cannot be changed: drop the slot and run `outbox-relay setup` to create one \
+             without it; events committed between the old slot's confirmed position ({}) and \
+             the new slot's creation are NOT relayed and must be re-published from the outbox \
+             table (docs/operations.md)",
+            pg.slot,
+            pg.database,
+            quote_ident(&pg.slot),
+            confirmed.as_deref().unwrap_or("unknown")
         )));
     }
     if pg.failover_slot {
@@ -447,6 +514,7 @@ async fn ensure_slot(
     Ok(SlotInfo {
         confirmed_flush,
         wal_sender_timeout,
+        outbox_oids: Default::default(),
     })
 }
 

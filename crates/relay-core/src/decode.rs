@@ -32,6 +32,10 @@ pub enum Decoded {
     /// An INSERT into an outbox table that cannot become a record (NULL key, invalid topic,
     /// a mapped column missing). The caller halts or dead-letters it; it never skips it.
     Poison(Poison),
+    /// A Relation message for a configured outbox table (matched by OID) under another name:
+    /// the table was renamed while in the publication. Its rows are still published with its
+    /// mapping; the caller warns.
+    OutboxRenamed { configured: String, now: String },
     /// Anything that needs no action (Relation, a change to another table, Update, Delete...).
     Nothing,
 }
@@ -92,8 +96,13 @@ enum Cached {
 }
 
 /// Relation cache + routing of inserts for the configured outbox tables.
+///
+/// Outbox tables are matched by name *and* by the OIDs the preflight resolved
+/// ([`Decoder::with_oids`]): a table renamed while in the publication keeps its OID, and its
+/// inserts must not pass for another table's (they would be confirmed without a record).
 pub struct Decoder {
     tables: HashMap<(String, String), OutboxTable>,
+    oids: HashMap<u32, (String, String)>,
     relay_headers: bool,
     relations: HashMap<u32, Cached>,
 }
@@ -105,9 +114,17 @@ impl Decoder {
                 .iter()
                 .map(|t| (t.qualified_name(), t.clone()))
                 .collect(),
+            oids: HashMap::new(),
             relay_headers,
             relations: HashMap::new(),
         }
+    }
+
+    /// The OIDs of the configured outbox tables (OID → configured `(schema, table)`), as the
+    /// server knew them when the stream started.
+    pub fn with_oids(mut self, oids: HashMap<u32, (String, String)>) -> Self {
+        self.oids = oids;
+        self
     }
 
     /// Forgets every Relation: call on every new replication connection.
@@ -119,10 +136,7 @@ impl Decoder {
     /// the index the next outbox row would get.
     pub fn decode(&mut self, data: Bytes, pos: Position) -> Result<Decoded, DecodeError> {
         match pgoutput::parse(data)? {
-            Message::Relation(rel) => {
-                self.on_relation(rel)?;
-                Ok(Decoded::Nothing)
-            }
+            Message::Relation(rel) => Ok(self.on_relation(rel)),
             Message::Insert {
                 relation_oid,
                 tuple,
@@ -159,9 +173,23 @@ impl Decoder {
         }
     }
 
-    fn on_relation(&mut self, rel: Relation) -> Result<(), RouteError> {
+    fn on_relation(&mut self, rel: Relation) -> Decoded {
         let key = (rel.namespace.clone(), rel.name.clone());
-        let cached = match self.tables.get(&key) {
+        let mut decoded = Decoded::Nothing;
+        let cfg = match self.tables.get(&key) {
+            Some(cfg) => Some(cfg),
+            None => {
+                let configured = self.oids.get(&rel.oid).and_then(|k| self.tables.get(k));
+                if let Some(cfg) = configured {
+                    decoded = Decoded::OutboxRenamed {
+                        configured: cfg.table.clone(),
+                        now: format!("{}.{}", rel.namespace, rel.name),
+                    };
+                }
+                configured
+            }
+        };
+        let cached = match cfg {
             Some(cfg) => match Plan::compile(cfg, &rel, self.relay_headers) {
                 Ok(plan) => Cached::Outbox(Box::new(plan)),
                 Err(e) => Cached::Broken(rel.clone(), e),
@@ -169,7 +197,7 @@ impl Decoder {
             None => Cached::Other,
         };
         self.relations.insert(rel.oid, cached);
-        Ok(())
+        decoded
     }
 }
 
@@ -193,6 +221,54 @@ mod tests {
         relation(100, "public", "outbox", &cols)
     }
     const COLS: [&str; 5] = ["id", "aggregatetype", "aggregateid", "type", "payload"];
+
+    #[test]
+    fn a_renamed_outbox_table_is_still_published_by_oid() {
+        let oids = HashMap::from([(100, ("public".to_string(), "outbox".to_string()))]);
+        let mut d = decoder().with_oids(oids);
+        let cols: Vec<_> = COLS.iter().map(|c| (*c, TEXT)).collect();
+        let renamed = d
+            .decode(relation(100, "public", "outbox_old", &cols), POS)
+            .unwrap();
+        assert_eq!(
+            renamed,
+            Decoded::OutboxRenamed {
+                configured: "public.outbox".into(),
+                now: "public.outbox_old".into()
+            }
+        );
+        let row = insert(
+            100,
+            &["e1", "order", "a1", "T", "{}"].map(|v| Some(v.as_bytes())),
+        );
+        assert!(matches!(d.decode(row, POS).unwrap(), Decoded::Record(_)));
+        // Another table with another OID is still not an outbox.
+        d.decode(relation(200, "public", "orders", &[("id", TEXT)]), POS)
+            .unwrap();
+        assert_eq!(
+            d.decode(insert(200, &[Some(&b"1"[..])]), POS).unwrap(),
+            Decoded::Nothing
+        );
+    }
+
+    #[test]
+    fn mapped_columns_name_every_column_the_mapping_reads() {
+        let t = OutboxTable {
+            topic: "t.{nope}.{aggregatetype}".into(),
+            ..OutboxTable::default()
+        };
+        let cols: Vec<String> = t.mapped_columns().into_iter().map(|(c, _)| c).collect();
+        for c in [
+            "nope",
+            "aggregatetype",
+            "aggregateid",
+            "payload",
+            "id",
+            "type",
+        ] {
+            assert!(cols.contains(&c.to_string()), "{c} in {cols:?}");
+        }
+    }
 
     #[test]
     fn inserts_into_other_tables_are_not_published() {

@@ -85,6 +85,24 @@ impl OutboxTable {
         }
     }
 
+    /// Every column the mapping reads, with its role (for error messages): the topic
+    /// template's columns, the key, the payload and the header columns. `setup` and the
+    /// preflight check them against the table, so a typo fails before the first row.
+    pub fn mapped_columns(&self) -> Vec<(String, String)> {
+        let mut cols = Vec::new();
+        for p in parse_template(&self.topic).unwrap_or_default() {
+            if let Part::Column(c) = p {
+                cols.push((c, "part of the topic".to_string()));
+            }
+        }
+        cols.push((self.key_column.clone(), "the key".to_string()));
+        cols.push((self.payload_column.clone(), "the payload".to_string()));
+        for (header, column) in &self.headers {
+            cols.push((column.clone(), format!("header {header:?}")));
+        }
+        cols
+    }
+
     /// Checks the mapping itself (not the table). Returns the first problem found.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let (schema, table) = self.qualified_name();

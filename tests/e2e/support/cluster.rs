@@ -14,10 +14,15 @@ pub struct PgCluster {
 
 /// The PostgreSQL 17 server binaries that infra/install-deps.sh unpacks (infra/pg/pom.xml).
 pub fn pg17_bin() -> PathBuf {
-    let bin = repo_root().join("infra/pg/17/bin");
+    pg_bin(17)
+}
+
+/// The server binaries of PostgreSQL `major` that infra/install-deps.sh unpacks (17 and 13).
+pub fn pg_bin(major: u32) -> PathBuf {
+    let bin = repo_root().join(format!("infra/pg/{major}/bin"));
     assert!(
         bin.join("postgres").exists(),
-        "no PostgreSQL 17 in {}: run infra/install-deps.sh",
+        "no PostgreSQL {major} in {}: run infra/install-deps.sh",
         bin.display()
     );
     bin
