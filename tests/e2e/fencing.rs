@@ -135,3 +135,65 @@ async fn a_zombie_instance_is_fenced_and_writes_nothing_after_the_takeover() {
     assert_eq!(b.terminate(Duration::from_secs(30)).code(), Some(0));
     db.cleanup().await;
 }
+
+/// A relay that stops on a definite error (here a poison row, policy halt) aborts its open
+/// Kafka transaction: read-committed consumers of the partition are not held behind it until
+/// Kafka times it out (`transaction.timeout.ms`, 60 s by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_definite_exit_aborts_the_open_kafka_transaction() {
+    let db = TestDb::new("txabort").await;
+    db.client
+        .batch_execute("ALTER TABLE outbox ALTER COLUMN aggregateid DROP NOT NULL")
+        .await
+        .unwrap();
+    let topic = db.topic("order");
+    kafka::create_topic_with_max_bytes(&topic, 1_000_000).await;
+    let cfg = db.relay_config(&format!(
+        "transactional_id = \"outbox-relay-{}\"\ntransaction_interval_ms = 10000\n{}",
+        db.name,
+        db.outbox_section()
+    ));
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    // A good row, acknowledged inside the open Kafka transaction (committed only every 10 s),
+    // then a NULL key.
+    db.client
+        .batch_execute(
+            "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload)
+               VALUES (gen_random_uuid(), 'order', 'k', 'Event', '{}');",
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    db.client
+        .batch_execute(
+            "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload)
+               VALUES (gen_random_uuid(), 'order', NULL, 'Event', '{}');",
+        )
+        .await
+        .unwrap();
+    let (status, log) = relay.wait_exit(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(1), "{log}");
+    // A record written after the exit is visible to a read-committed consumer at once.
+    kafka::produce_one(&topic, "k", "{}", "after-exit").await;
+    let started = Instant::now();
+    let topics = vec![topic.clone()];
+    let got = tokio::task::spawn_blocking(move || {
+        kafka::consume_until(&topics, Duration::from_secs(20), |r| {
+            r.iter().any(|r| r.header("id") == "after-exit")
+        })
+    })
+    .await
+    .unwrap();
+    assert!(
+        got.iter().any(|r| r.header("id") == "after-exit"),
+        "a read-committed consumer is still held behind the relay's open transaction after \
+         20 s:\n{log}"
+    );
+    check::note(&format!(
+        "definite_exit_aborts_transaction: read-committed consumer saw the next record {} ms \
+         after the exit",
+        started.elapsed().as_millis()
+    ));
+    assert!(log.contains("kafka_transaction_aborted"), "{log}");
+    db.cleanup().await;
+}

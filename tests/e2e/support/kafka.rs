@@ -218,3 +218,30 @@ pub async fn set_topic_config(topic: &str, key: &str, value: &str) {
         r.unwrap_or_else(|(t, e)| panic!("cannot alter topic {t:?}: {e}"));
     }
 }
+
+/// Produces one record (key, value, header `id`) with a plain idempotent producer and waits
+/// for its acknowledgement.
+pub async fn produce_one(topic: &str, key: &str, value: &str, id: &str) {
+    use rdkafka::{
+        message::{Header, OwnedHeaders},
+        producer::{FutureProducer, FutureRecord},
+    };
+    let p: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("producer");
+    let headers = OwnedHeaders::new().insert(Header {
+        key: "id",
+        value: Some(id),
+    });
+    p.send(
+        FutureRecord::to(topic)
+            .key(key)
+            .payload(value)
+            .headers(headers),
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap_or_else(|(e, _)| panic!("cannot produce to {topic}: {e}"));
+}
