@@ -943,7 +943,7 @@ impl Config {
             }
         }
         if let Some(url) = &a.webhook.url
-            && let Err(e) = crate::http::Target::parse(url.expose())
+            && let Err(e) = crate::http_client::Target::parse(url.expose())
         {
             return bad(format!("alerts.webhook.url: {e}"));
         }
