@@ -27,6 +27,18 @@ pub struct RelayConfig {
         deserialize_with = "from_str_or_native"
     )]
     pub max_in_flight_bytes: u64,
+    /// How long the relay may wait for Kafka with the replication stream paused (the in-flight
+    /// limits reached and no acknowledgement arriving) before it closes the replication
+    /// connection. The slot keeps its position and the monitor keeps alerting; the relay
+    /// reconnects once Kafka answers. While the connection is held the walsender blocks, and
+    /// once the retained WAL passes max_slot_wal_keep_size PostgreSQL's checkpointer waits for it;
+    /// the connection is also released at once when the slot's wal_status leaves
+    /// reserved/extended. Default 30000; 0 releases only on wal_status.
+    #[serde(
+        default = "default_backpressure_release_ms",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub backpressure_release_ms: u64,
     /// Add the headers `outbox-relay.commit-lsn`, `outbox-relay.commit-time-us` and
     /// `outbox-relay.seq` to every record. Default true.
     #[serde(
@@ -100,6 +112,9 @@ fn default_max_in_flight_records() -> u64 {
 fn default_max_in_flight_bytes() -> u64 {
     64 << 20
 }
+fn default_backpressure_release_ms() -> u64 {
+    30_000
+}
 fn default_relay_headers() -> bool {
     true
 }
@@ -167,9 +182,29 @@ mod tests {
             (r.max_in_flight_records, r.max_in_flight_bytes),
             (10_000, 64 << 20)
         );
+        assert_eq!(r.backpressure_release_ms, 30_000);
         assert!(r.relay_headers && r.status_interval_ms.is_none());
         assert_eq!(r.on_poison, PoisonPolicy::Halt);
         assert_eq!(r.dead_letter_topic, "outbox-relay.dead-letter");
+    }
+
+    #[test]
+    fn backpressure_release_ms_from_file_and_environment() {
+        let r = load("[relay]\nbackpressure_release_ms = 0\n", &[])
+            .unwrap()
+            .relay;
+        assert_eq!(r.backpressure_release_ms, 0);
+        let r = load(
+            "[relay]\nbackpressure_release_ms = 5\n",
+            &[("OUTBOX_RELAY__RELAY__BACKPRESSURE_RELEASE_MS", "120000")],
+        )
+        .unwrap()
+        .relay;
+        assert_eq!(r.backpressure_release_ms, 120_000);
+        let e = load("[relay]\nbackpressure_release_ms = -1\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("relay.backpressure_release_ms = -1"), "{e}");
     }
 
     #[test]
