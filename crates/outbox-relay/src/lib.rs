@@ -5,7 +5,8 @@
 //! Kafka producer and the supervisor that restarts the pipeline after transient failures.
 //! Beside the supervisor run the observability tasks: the slot monitor and its alerts
 //! (`monitor`, `alert`, `webhook`), the heartbeat, and the HTTP endpoint (`http`, `health`);
-//! `status` is the one-shot report of the same checks.
+//! `status` is the one-shot report of the same checks. `http_client` is the small HTTP client
+//! of the webhook and `status`.
 
 pub mod alert;
 pub mod config;
@@ -14,6 +15,7 @@ pub mod failover;
 pub mod health;
 pub mod heartbeat;
 pub mod http;
+pub mod http_client;
 pub mod metrics;
 pub mod monitor;
 pub mod pipeline;

@@ -14,7 +14,7 @@ use crate::{
     alert::{self, Finding, Severity, human_bytes, human_duration},
     config::Config,
     error::{RelayError, describe_pg},
-    http::{self, Target},
+    http_client::{self as http, Target},
     monitor::{self, SlotSnapshot},
     setup,
     webhook::rfc3339,

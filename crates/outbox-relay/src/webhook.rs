@@ -22,7 +22,7 @@ use tokio::{sync::mpsc, task::JoinHandle};
 use crate::{
     alert::{Active, AlertKind, Severity, Transition},
     config::{Config, WebhookFormat},
-    http::{self, Target},
+    http_client::{self, Target},
     metrics as m,
 };
 
@@ -256,9 +256,10 @@ impl Dispatcher {
                 let payload = body(format, &ctx, &n).to_string();
                 let mut result = Err(String::new());
                 for attempt in 1..=ATTEMPTS {
-                    result = http::post_json(&target, payload.clone(), auth.as_deref(), timeout)
-                        .await
-                        .map_err(|e| e.to_string());
+                    result =
+                        http_client::post_json(&target, payload.clone(), auth.as_deref(), timeout)
+                            .await
+                            .map_err(|e| e.to_string());
                     if result.is_ok() {
                         break;
                     }

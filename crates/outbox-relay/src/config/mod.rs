@@ -1,0 +1,232 @@
+//! Configuration: one TOML file, every key overridable from the environment.
+//!
+//! `OUTBOX_RELAY__<SECTION>__<KEY>=value` sets `[section] key = value` (for example
+//! `OUTBOX_RELAY__POSTGRES__PASSWORD`). Unknown keys, in the file or the environment, are
+//! rejected. Every error names the option (`http.listen = "x": ...`), and the environment
+//! variable when the value came from one. Secrets (`postgres.password`,
+//! `kafka.sasl_password`, every `kafka.properties` value, the webhook URL and authorization)
+//! are never printed: [`Secret`] redacts itself in `Debug`.
+//!
+//! One file per section; each option is documented on its field there and in
+//! `docs/configuration.md`. This file holds [`Config`], loading and the checks that span
+//! sections.
+
+mod alerts;
+mod kafka;
+mod kafka_security;
+mod lenient;
+mod load;
+mod observability;
+mod postgres;
+mod relay;
+mod secret;
+
+use std::{path::PathBuf, time::Duration};
+
+use relay_core::route::OutboxTable;
+use serde::Deserialize;
+
+pub use alerts::{AlertsConfig, ExtendedLevel, WebhookConfig, WebhookFormat};
+pub use kafka::KafkaConfig;
+pub use kafka_security::{KafkaSecurityProtocol, SaslMechanism};
+pub use observability::{HeartbeatConfig, HttpConfig, MonitorConfig};
+pub(crate) use postgres::valid_identifier;
+pub use postgres::{PgSslMode, PostgresConfig};
+pub use relay::{PoisonPolicy, RelayConfig};
+pub use secret::Secret;
+
+/// Prefix of environment variables that override the file.
+pub(crate) const ENV_PREFIX: &str = "OUTBOX_RELAY__";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where to read the replication stream from.
+    #[serde(default)]
+    pub postgres: PostgresConfig,
+    /// Where to produce.
+    #[serde(default)]
+    pub kafka: KafkaConfig,
+    /// One entry per outbox table (`[[outbox]]`). Default: Debezium's `public.outbox` layout.
+    #[serde(default = "default_outbox")]
+    pub outbox: Vec<OutboxTable>,
+    /// Pipeline limits and behaviour.
+    #[serde(default)]
+    pub relay: RelayConfig,
+    /// The HTTP endpoint: `/metrics`, `/healthz`, `/readyz`.
+    #[serde(default)]
+    pub http: HttpConfig,
+    /// The slot monitor (its own SQL connection).
+    #[serde(default)]
+    pub monitor: MonitorConfig,
+    /// Built-in slot-lag alerts and their webhook notifications.
+    #[serde(default)]
+    pub alerts: AlertsConfig,
+    /// Periodic heartbeat messages, so confirmations advance while the outbox is quiet.
+    #[serde(default)]
+    pub heartbeat: HeartbeatConfig,
+}
+
+fn default_outbox() -> Vec<OutboxTable> {
+    vec![OutboxTable::default()]
+}
+
+/// A section's `Default` is what an empty section deserializes to, so the defaults are written
+/// once, in the `default = "..."` functions beside each struct.
+macro_rules! default_from_serde {
+    ($($t:ty),*) => {$(
+        impl Default for $t {
+            fn default() -> Self {
+                toml::from_str("").expect("every field has a default")
+            }
+        }
+    )*};
+}
+default_from_serde!(
+    PostgresConfig,
+    KafkaConfig,
+    RelayConfig,
+    HttpConfig,
+    MonitorConfig,
+    AlertsConfig,
+    WebhookConfig,
+    HeartbeatConfig
+);
+
+/// The configuration could not be loaded. The message says which key and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A password file (`postgres.password_file`, `kafka.sasl_password_file`).
+    #[error("cannot read {key} {path}: {source}")]
+    ReadSecret {
+        key: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid configuration: {0}")]
+    Parse(String),
+    #[error(
+        "environment variable {0} does not name a config key: use OUTBOX_RELAY__<SECTION>__<KEY>"
+    )]
+    BadEnvKey(String),
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Loads `path` (if given), applies `OUTBOX_RELAY__*` variables from `env`, validates.
+    pub fn load(
+        path: Option<&std::path::Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let cfg = load::from_file_and_environment(path, env)?;
+        cfg.validate().map_err(ConfigError::Invalid)?;
+        Ok(cfg)
+    }
+
+    /// The checks a deserializer cannot make; each message names the option.
+    fn validate(&self) -> Result<(), String> {
+        self.postgres.validate()?;
+        if self.outbox.is_empty() {
+            return Err("outbox: at least one [[outbox]] table is required".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, t) in self.outbox.iter().enumerate() {
+            t.validate().map_err(|e| format!("outbox[{i}]: {e}"))?;
+            if !seen.insert(t.qualified_name()) {
+                return Err(format!(
+                    "outbox[{i}].table = {:?}: the table is configured twice",
+                    t.table
+                ));
+            }
+        }
+        self.kafka.validate()?;
+        self.relay.validate()?;
+        self.alerts.validate()?;
+        self.monitor.validate()?;
+        self.heartbeat.validate()
+    }
+
+    /// The PostgreSQL password, from `postgres.password_file` or `postgres.password`.
+    pub fn postgres_password(&self) -> Result<Option<Secret>, ConfigError> {
+        self.postgres.password()
+    }
+
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_millis(self.relay.shutdown_timeout_ms)
+    }
+}
+
+#[cfg(test)]
+mod test_support {
+    use super::{Config, ConfigError};
+
+    /// Loads `toml` from a file, with `env` as the environment.
+    pub(super) fn load(toml: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let dir = std::env::temp_dir().join(format!("relay-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // One file per call: tests run in parallel.
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = dir.join(format!("{n}.toml"));
+        std::fs::write(&p, toml).unwrap();
+        Config::load(
+            Some(&p),
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::load;
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_debezium_compatible_defaults() {
+        let c = load("", &[]).unwrap();
+        assert_eq!(c.outbox, vec![OutboxTable::default()]);
+        assert_eq!(c.postgres.port, 5432);
+        assert_eq!(c.kafka.message_timeout_ms, 0);
+        assert!(!c.postgres.create_slot);
+        assert_eq!(c.shutdown_timeout(), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn no_file_is_the_same_as_an_empty_one() {
+        let c = Config::load(None, []).unwrap();
+        assert_eq!(c.outbox, vec![OutboxTable::default()]);
+        let e = Config::load(Some(std::path::Path::new("/nonexistent/relay.toml")), [])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/nonexistent/relay.toml"), "{e}");
+    }
+
+    #[test]
+    fn outbox_tables_are_checked_and_named_by_position() {
+        let two = "[[outbox]]\ntable = \"public.a\"\n[[outbox]]\ntable = \"public.a\"\n";
+        let e = load(two, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("outbox[1].table = \"public.a\"") && e.contains("twice"),
+            "{e}"
+        );
+        let e = load(
+            "[[outbox]]\n[[outbox]]\ntable = \"public.b\"\nkey_column = \"\"\n",
+            &[],
+        );
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("outbox[1]: outbox key_column is empty"), "{e}");
+        let e = load("[[outbox]]\ntable = \"public.a.b\"\n", &[]).unwrap_err();
+        assert!(
+            e.to_string().contains("outbox[0]: outbox table name"),
+            "{e}"
+        );
+        let e = load("outbox = []\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("at least one [[outbox]]"), "{e}");
+    }
+}
