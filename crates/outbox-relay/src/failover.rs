@@ -1,6 +1,6 @@
 //! Failover safety on every connect: the server must be the same system, and a new timeline
 //! must contain every transaction already published (rule: [`relay_core::timeline`]). What was
-//! published is remembered in memory ([`crate::pipeline::Carry`]) and, with
+//! published is remembered in memory ([`crate::carry::Carry`]) and, with
 //! `relay.state_file`, on disk ([`crate::state`]) so that it survives restarts.
 
 use std::path::PathBuf;
@@ -8,11 +8,7 @@ use std::path::PathBuf;
 use pgwire_replication::ReplicationClient;
 use relay_core::{Lsn, timeline};
 
-use crate::{
-    config::Config,
-    error::RelayError,
-    pipeline::{Carry, classify},
-};
+use crate::{carry::Carry, config::Config, error::RelayError, source::classify};
 
 /// Refuses a server whose WAL is another history: a different system identifier than
 /// configured (`postgres.system_identifier`) or than seen before by this process (a restored
@@ -75,7 +71,7 @@ pub async fn check_timeline(
 /// Takes over what `relay.state_file` knows if it knows more than `carry`: at start, and on
 /// every connect, so that instances sharing one file (active/passive on a shared volume) check
 /// a failover against what *any* of them published ([`crate::state::State::supersedes`]).
-pub fn recall(cfg: &Config, carry: &mut Carry) -> Result<(), RelayError> {
+pub(crate) fn recall(cfg: &Config, carry: &mut Carry) -> Result<(), RelayError> {
     let Some(path) = &cfg.relay.state_file else {
         return Ok(());
     };

@@ -9,6 +9,7 @@
 //! of the webhook and `status`.
 
 pub mod alert;
+mod carry;
 pub mod config;
 pub mod error;
 pub mod failover;
@@ -22,6 +23,7 @@ pub mod pipeline;
 pub mod run;
 pub mod setup;
 pub mod sink;
+mod source;
 pub mod state;
 pub mod status;
 mod stop;

@@ -105,7 +105,7 @@ async fn supervise(cfg: &Config, mut shutdown: watch::Receiver<bool>) -> Result<
     let max = Duration::from_millis(cfg.relay.restart_backoff_max_ms).max(initial);
     let mut backoff = initial;
     // Refused events and the server's identity, remembered across restarts.
-    let mut carry = pipeline::Carry::default();
+    let mut carry = crate::carry::Carry::default();
     // A broken state file stops the relay before it connects anywhere.
     crate::failover::recall(cfg, &mut carry)?;
     let mut last_reason: Option<String> = None;
@@ -146,7 +146,7 @@ async fn supervise(cfg: &Config, mut shutdown: watch::Receiver<bool>) -> Result<
 async fn attempt(
     cfg: &Config,
     shutdown: &mut watch::Receiver<bool>,
-    carry: &mut pipeline::Carry,
+    carry: &mut crate::carry::Carry,
 ) -> Result<(), RelayError> {
     let policy = if cfg.postgres.create_slot {
         SlotPolicy::CreateIfMissing

@@ -1,0 +1,86 @@
+//! Delivery reports, read in one place: an acknowledgement advances the tracker; a failure
+//! freezes it and, under the dead-letter policy, marks a record Kafka refused for good as a
+//! suspect to be sent alone after the restart.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::state::{State, now_unix_us};
+use crate::{
+    config::PoisonPolicy,
+    error::RelayError,
+    metrics as m,
+    sink::{Delivered, KafkaSink, delivery_error},
+};
+
+/// One delivery report. With transactions a failed transaction purges every record it held:
+/// their reports all say "purged", and the one that explains the failure (a record of the topic
+/// the coordinator refused) may come later. It is looked for among the rest before the
+/// pipeline stops, so that the poison policy acts on the record at fault.
+pub(super) async fn delivered(
+    sink: &KafkaSink,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    d: Delivered,
+) -> Result<(), RelayError> {
+    let d = sink.attribute(d);
+    if !(st.transactional && d.is_purged()) {
+        return on_delivery(st, d);
+    }
+    let consequence = on_delivery(st, d);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while sink.in_flight() > 0 || !reports.is_empty() {
+        match tokio::time::timeout_at(deadline, reports.recv()).await {
+            Ok(Some(d)) => {
+                let d = sink.attribute(d);
+                if !d.is_purged() {
+                    on_delivery(st, d)?;
+                }
+            }
+            _ => break,
+        }
+    }
+    consequence
+}
+
+pub(super) fn on_delivery(st: &mut State<'_>, d: Delivered) -> Result<(), RelayError> {
+    match d.outcome {
+        Ok(()) => {
+            st.tracker.ack(d.origin.tx)?;
+            st.acked += 1;
+            st.in_flight_bytes -= d.bytes;
+            metrics::counter!(m::EVENTS_PRODUCED, "topic" => d.topic.clone()).increment(1);
+            metrics::counter!(m::BYTES_PRODUCED, "topic" => d.topic).increment(d.bytes);
+            let lag_us = now_unix_us() - d.origin.commit_time_unix_us;
+            metrics::histogram!(m::COMMIT_TO_ACK_SECONDS).record(lag_us.max(0) as f64 / 1e6);
+            Ok(())
+        }
+        Err(e) => {
+            st.tracker.fail();
+            metrics::counter!(m::DELIVERY_ERRORS).increment(1);
+            let err = delivery_error(&e, &d.topic);
+            if st.policy == PoisonPolicy::DeadLetter
+                && matches!(err, RelayError::DeliveryDefinite { .. })
+                && d.topic != st.dead_letter_topic
+            {
+                // Restart from the confirmed LSN. The broker refuses whole batches, so this
+                // event is only a suspect: when it comes round again it is sent alone, and
+                // dead-lettered in its place only if refused again.
+                let reason = e.to_string();
+                st.refusals
+                    .suspect(d.origin.commit_lsn, d.origin.seq, reason.clone());
+                return Err(RelayError::DeadLetterPending {
+                    commit_lsn: d.origin.commit_lsn,
+                    seq: d.origin.seq,
+                    reason,
+                });
+            }
+            Err(err)
+        }
+    }
+}
+
+pub(super) fn producer_gone() -> RelayError {
+    RelayError::KafkaSetup("the producer's delivery reports stopped".into())
+}

@@ -1,0 +1,66 @@
+//! Graceful stop: read nothing more, wait (bounded by `relay.shutdown_timeout_ms`) for
+//! in-flight acknowledgements, commit and confirm what Kafka holds.
+
+use std::time::{Duration, Instant};
+
+use pgwire_replication::ReplicationClient;
+use tokio::sync::mpsc;
+
+use super::{
+    delivery::on_delivery,
+    state::{State, confirm},
+    txn::commit,
+};
+use crate::{
+    config::Config,
+    error::RelayError,
+    sink::{Delivered, KafkaSink},
+};
+
+/// Graceful stop: read nothing more, wait (bounded) for in-flight acks, confirm, and make sure
+/// the final status update left before closing.
+pub(super) async fn drain(
+    cfg: &Config,
+    sink: &KafkaSink,
+    client: &mut ReplicationClient,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    interval: Duration,
+) -> Result<(), RelayError> {
+    let deadline = tokio::time::Instant::now() + cfg.shutdown_timeout();
+    tracing::info!(
+        in_flight = st.tracker.outstanding_records(),
+        "shutdown_draining"
+    );
+    while st.tracker.outstanding_records() > 0 {
+        tokio::select! {
+            Some(d) = reports.recv() => on_delivery(st, d)?,
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(
+                    in_flight = st.tracker.outstanding_records(),
+                    "shutdown_timeout: unacknowledged events stay unconfirmed and will be sent again"
+                );
+                break;
+            }
+        }
+    }
+    if st.confirm_cap.is_some() {
+        // Commit what was acknowledged, within the shutdown timeout; if that fails it stays
+        // unconfirmed and is sent again.
+        let committed =
+            tokio::time::timeout_at(deadline, commit(cfg, sink, client, st, reports)).await;
+        if let Err(e) = committed
+            .map_err(|_| RelayError::KafkaTransaction("shutdown timeout".into()))
+            .and_then(|r| r)
+        {
+            tracing::warn!(error = %e, "shutdown_commit_failed: the last Kafka transaction's events stay unconfirmed and will be sent again");
+        }
+    }
+    confirm(client, st);
+    let target = st.confirmed.0;
+    let wait_until = Instant::now() + interval * 2 + Duration::from_secs(1);
+    while client.metrics().last_applied_lsn().as_u64() < target && Instant::now() < wait_until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,347 @@
+//! The one loop that owns the replication connection:
+//!
+//! ```text
+//! replication stream ─▶ decode ─▶ route ─▶ Kafka (in source order)
+//!        ▲                                   │ delivery reports (any order)
+//!        └── update_applied_lsn(watermark) ◀─ AckTracker
+//! ```
+//!
+//! Progress rule: the only LSN ever confirmed is [`AckTracker::watermark`], the end of the
+//! longest prefix of transactions Kafka fully acknowledged (or an idle keepalive behind it).
+//! Backpressure: when too many records or bytes are in flight the loop stops reading the stream;
+//! pgwire-replication then stops reading the socket but keeps sending status updates, so
+//! PostgreSQL keeps the WAL and the connection stays up. A delivery error freezes the watermark
+//! and ends the loop; the supervisor restarts from the last confirmed LSN.
+
+mod delivery;
+mod drain;
+mod poison;
+mod state;
+mod txn;
+
+use std::time::{Duration, Instant};
+
+use pgwire_replication::{ReplicationClient, ReplicationEvent};
+use relay_core::{
+    Lsn,
+    deadletter::{self, Refusal},
+    decode::{Decoded, Decoder},
+    route::Position,
+    watermark::AckTracker,
+};
+use tokio::sync::{mpsc, watch};
+
+use crate::{
+    config::{Config, PoisonPolicy},
+    error::RelayError,
+    setup::SlotInfo,
+    sink::{Delivered, KafkaSink},
+    stop::unless_stopped,
+};
+
+use self::{
+    delivery::delivered,
+    drain::drain,
+    poison::{dead_letter_for, dead_lettered, produce, produce_alone},
+    state::{State, confirm, remember, report_gauges},
+    txn::{abort_open_transaction, commit, transaction_timeout},
+};
+use crate::{
+    carry::Carry,
+    source::{PG_EPOCH_UNIX_US, classify, close, open, replication_config, status_interval},
+};
+
+/// Streams until shutdown (`Ok`) or a failure (`Err`, nothing confirmed past the failure).
+pub(crate) async fn stream(
+    cfg: &Config,
+    slot: &SlotInfo,
+    sink: &KafkaSink,
+    mut reports: mpsc::UnboundedReceiver<Delivered>,
+    shutdown: &mut watch::Receiver<bool>,
+    carry: &mut Carry,
+) -> Result<(), RelayError> {
+    let interval = status_interval(cfg, slot.wal_sender_timeout);
+    let pg = &cfg.postgres;
+    let rcfg = replication_config(cfg, interval)?;
+
+    // A server that accepts the connection and never answers must not delay a stop.
+    let opened = unless_stopped(shutdown, open(cfg, rcfg, carry)).await;
+    let Some(opened) = opened else {
+        tracing::info!("shutdown_complete: stopped before streaming (PostgreSQL did not answer)");
+        return Ok(());
+    };
+    let (mut client, memory) = opened?;
+    // The slot is ours: only now fence the producers of earlier holders (never the active
+    // instance's while this one merely waits for the slot).
+    if let Some(id) = &cfg.kafka.transactional_id {
+        // This waits for Kafka's transaction coordinator; a stop must not wait for it.
+        tokio::select! {
+            r = sink.fence_and_begin(transaction_timeout(cfg)) => r?,
+            _ = shutdown.changed() => {
+                client.abort();
+                tracing::info!("shutdown_complete: stopped before streaming (Kafka did not answer)");
+                return Ok(());
+            }
+        }
+        tracing::info!(transactional_id = %id, "kafka_producer_fenced_others: earlier producers with this transactional id can no longer write");
+    }
+    crate::health::set_streaming(true);
+    tracing::info!(
+        slot = %pg.slot, confirmed_flush = %slot.confirmed_flush,
+        status_interval_ms = interval.as_millis() as u64, "streaming_started"
+    );
+
+    let mut st = State {
+        tracker: AckTracker::new(slot.confirmed_flush),
+        decoder: Decoder::new(&cfg.outbox, cfg.relay.relay_headers)
+            .with_oids(slot.outbox_oids.clone()),
+        confirmed: slot.confirmed_flush,
+        received: slot.confirmed_flush,
+        in_flight_bytes: 0,
+        txn: None,
+        policy: cfg.relay.on_poison,
+        dead_letter_topic: cfg.relay.dead_letter_topic.clone(),
+        refusals: &mut carry.refusals,
+        published: &mut carry.published,
+        memory,
+        transactional: cfg.kafka.transactional_id.is_some(),
+        confirm_cap: None,
+        acked: 0,
+    };
+    // A state file that cannot be written is found now, not after a failover.
+    let published = *st.published;
+    st.memory
+        .as_mut()
+        .map_or(Ok(()), |m| m.save(published))
+        .map_err(|e| {
+            RelayError::Precondition(format!(
+                "cannot write relay.state_file {}: {e}; fix its directory's permissions or space, \
+             or remove the option",
+                cfg.relay
+                    .state_file
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(""))
+                    .display()
+            ))
+        })?;
+    let result = run_loop(cfg, sink, &mut client, &mut st, &mut reports, shutdown).await;
+    crate::health::set_streaming(false);
+    remember(&mut st);
+    match result {
+        Ok(()) => {
+            drain(cfg, sink, &mut client, &mut st, &mut reports, interval).await?;
+            close(&mut client).await;
+            tracing::info!(confirmed = %st.confirmed, "shutdown_complete");
+            Ok(())
+        }
+        Err(e) => {
+            st.tracker.fail();
+            client.abort();
+            if st.transactional {
+                abort_open_transaction(cfg, sink, &e).await;
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn run_loop(
+    cfg: &Config,
+    sink: &KafkaSink,
+    client: &mut ReplicationClient,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), RelayError> {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut commit_tick =
+        tokio::time::interval(Duration::from_millis(cfg.kafka.transaction_interval_ms));
+    commit_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let coalesce = Duration::from_micros(cfg.relay.read_coalesce_us);
+    // Events handled since the stream last went quiet.
+    let mut since_quiet = 0u32;
+    // Since when the in-flight limits keep the loop from reading, and the acknowledged count
+    // then (progress restarts the clock).
+    let mut paused: Option<(Instant, u64)> = None;
+    let release_after = Duration::from_millis(cfg.relay.backpressure_release_ms);
+    loop {
+        let can_read = st.tracker.outstanding_records() < cfg.relay.max_in_flight_records
+            && st.in_flight_bytes < cfg.relay.max_in_flight_bytes;
+        paused = match paused {
+            _ if can_read => None,
+            Some((_, acked)) if acked != st.acked => Some((Instant::now(), st.acked)),
+            None => Some((Instant::now(), st.acked)),
+            p => p,
+        };
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => return Ok(()),
+            // Timers before data: they are ready only when due, and during a catch-up the
+            // stream and the reports are always ready, so after them the timers would starve
+            // (no commit, no state-file write for as long as the backlog lasts).
+            _ = commit_tick.tick(), if st.confirm_cap.is_some() => {
+                // A commit waits for Kafka, which may be away: a stop must not wait for it.
+                tokio::select! {
+                    r = commit(cfg, sink, client, st, reports) => r?,
+                    _ = shutdown.changed() => return Ok(()),
+                }
+            }
+            _ = tick.tick() => {
+                if let Some(fatal) = sink.fatal_error() {
+                    return Err(fatal);
+                }
+                // While waiting for Kafka the loop reads nothing, so a dead replication
+                // connection would go unnoticed: the slot may already be another instance's.
+                // Stop now; dropping the producer purges what it still holds.
+                if !can_read && !client.is_running() {
+                    return Err(RelayError::Replication(
+                        "the replication connection closed while the relay waited for Kafka".into(),
+                    ));
+                }
+                if let Some((since, _)) = paused {
+                    let waited = since.elapsed();
+                    let at_risk = crate::health::wal_at_risk();
+                    if at_risk || (!release_after.is_zero() && waited >= release_after) {
+                        return Err(RelayError::BackpressureReleased {
+                            waited_ms: waited.as_millis() as u64,
+                            wal_at_risk: at_risk,
+                        });
+                    }
+                }
+                remember(st);
+                report_gauges(st);
+            }
+            Some(d) = reports.recv() => {
+                delivered(sink, st, reports, d).await?;
+                // Drain whatever else is ready before confirming once.
+                while let Ok(d) = reports.try_recv() {
+                    delivered(sink, st, reports, d).await?;
+                }
+                confirm(client, st);
+            }
+            ev = client.recv(), if can_read => match ev {
+                Ok(Some(ev)) => {
+                    since_quiet += 1;
+                    // Handling an event can wait for Kafka (a full queue, a suspect record's
+                    // report): a stop must not wait for it.
+                    let stop = shutdown.clone();
+                    match unless_stopped(&stop, on_event(sink, client, st, reports, ev)).await {
+                        Some(r) => r?,
+                        None => return Ok(()),
+                    }
+                }
+                Ok(None) => return Err(RelayError::Replication("the server closed the replication stream".into())),
+                Err(e) => return Err(classify(e, cfg)),
+            },
+            // Nothing is ready: the stream went quiet (unless the task merely ran out of its
+            // co-operative budget, which a busy catch-up does every ~128 events).
+            _ = std::future::ready(()), if since_quiet > 0 => {
+                if since_quiet < COALESCE_BELOW && tokio::task::coop::has_budget_remaining() {
+                    coalesce_reads(coalesce);
+                }
+                since_quiet = 0;
+            }
+        }
+    }
+}
+
+/// A quiet moment after fewer events than this is a trickle worth coalescing.
+const COALESCE_BELOW: u32 = 64;
+
+/// Read-side coalescing (`relay.read_coalesce_us`). At a steady rate the walsender sends every
+/// transaction as it commits, and the relay would wake up for each one: on two cores those
+/// wake-ups cost more CPU than the events (bench/notes.md). Blocking this thread briefly — the
+/// runtime is current-thread, so the replication reader and the pipeline both pause — lets the
+/// next transactions pile up in the socket and arrive in one read. Delivery reports and status
+/// updates wait as long at most; librdkafka's threads are not paused.
+fn coalesce_reads(pause: Duration) {
+    if !pause.is_zero() {
+        std::thread::sleep(pause);
+    }
+}
+
+async fn on_event(
+    sink: &KafkaSink,
+    client: &ReplicationClient,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    ev: ReplicationEvent,
+) -> Result<(), RelayError> {
+    match ev {
+        ReplicationEvent::Begin {
+            final_lsn,
+            commit_time_micros,
+            ..
+        } => {
+            let commit_lsn = Lsn(final_lsn.as_u64());
+            let commit_time_unix_us = commit_time_micros + PG_EPOCH_UNIX_US;
+            st.tracker.begin(commit_lsn, commit_time_unix_us)?;
+            st.txn = Some(Position {
+                commit_lsn,
+                commit_time_unix_us,
+                seq: 0,
+            });
+        }
+        ReplicationEvent::XLogData { data, wal_end, .. } => {
+            st.received = st.received.max(Lsn(wal_end.as_u64()));
+            // Relation messages may come outside a transaction; they need no position.
+            let pos = st.txn.unwrap_or(Position {
+                commit_lsn: Lsn::ZERO,
+                commit_time_unix_us: 0,
+                seq: 0,
+            });
+            match st.decoder.decode(data, pos)? {
+                Decoded::Record(rec) => match st.refusals.get(pos.commit_lsn, pos.seq).cloned() {
+                    None => produce(sink, st, rec, pos).await?,
+                    Some(Refusal::Suspect(_)) => produce_alone(sink, st, reports, rec, pos).await?,
+                    Some(Refusal::Confirmed(reason)) => {
+                        let dlq = dead_letter_for(st, &rec, &reason, pos);
+                        produce(sink, st, dlq, pos).await?;
+                    }
+                },
+                Decoded::LogicalMessage { prefix, .. } => {
+                    tracing::trace!(prefix = %prefix, "logical_message_ignored");
+                }
+                Decoded::Poison(p) => match st.policy {
+                    PoisonPolicy::Halt => {
+                        return Err(RelayError::Poison {
+                            table: p.table,
+                            reason: p.error.to_string(),
+                        });
+                    }
+                    PoisonPolicy::DeadLetter => {
+                        dead_lettered(&p.error.to_string(), pos);
+                        let dlq = deadletter::from_poison(&p, pos, &st.dead_letter_topic);
+                        produce(sink, st, dlq, pos).await?;
+                    }
+                },
+                Decoded::OutboxRenamed { configured, now } => {
+                    tracing::warn!(
+                        configured = %configured, now = %now,
+                        "outbox_table_renamed: the outbox table was renamed while in the \
+                         publication; its rows are still published with its [[outbox]] mapping \
+                         (matched by OID). Point [[outbox]] table at the new name"
+                    );
+                }
+                Decoded::Nothing => {}
+            }
+        }
+        ReplicationEvent::Commit { lsn, end_lsn, .. } => {
+            st.received = st.received.max(Lsn(end_lsn.as_u64()));
+            st.tracker
+                .commit(Lsn(lsn.as_u64()), Lsn(end_lsn.as_u64()))?;
+            st.txn = None;
+            confirm(client, st);
+        }
+        ReplicationEvent::KeepAlive { wal_end, .. } => {
+            st.received = st.received.max(Lsn(wal_end.as_u64()));
+            st.tracker.keepalive(Lsn(wal_end.as_u64()));
+            confirm(client, st);
+        }
+        ReplicationEvent::Message { prefix, .. } => {
+            tracing::trace!(prefix = %prefix, "logical_message_ignored");
+        }
+        ReplicationEvent::StoppedAt { .. } => {}
+    }
+    Ok(())
+}

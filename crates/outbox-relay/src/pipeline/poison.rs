@@ -1,0 +1,122 @@
+//! Handing records to Kafka under the poison policy: a record Kafka refuses at once is
+//! replaced by its dead-letter record; a suspect (refused in a batch) is sent alone, and
+//! dead-lettered in its place only if refused again. Nothing is skipped without a record.
+
+use relay_core::{
+    deadletter::{self},
+    route::{Position, Record},
+};
+use tokio::sync::mpsc;
+
+use super::{
+    delivery::{delivered, on_delivery, producer_gone},
+    state::{State, handed_over, next_record, record_bytes},
+};
+use crate::{
+    config::PoisonPolicy,
+    error::RelayError,
+    metrics as m,
+    sink::{Delivered, KafkaSink, delivery_error},
+};
+
+/// Largest value kept in a dead-letter record (Kafka's default limit is about 1 MB).
+pub(super) const MAX_DEAD_LETTER_VALUE: usize = 900_000;
+
+/// Hands one record of the open transaction to Kafka. Under the dead-letter policy a record
+/// Kafka refuses at once (larger than `message.max.bytes`, say) is replaced by its
+/// dead-letter record.
+pub(super) async fn produce(
+    sink: &KafkaSink,
+    st: &mut State<'_>,
+    rec: Record,
+    pos: Position,
+) -> Result<(), RelayError> {
+    let origin = next_record(st, pos)?;
+    let sent = match sink.send(&rec, origin).await {
+        Err(e @ RelayError::DeliveryDefinite { .. })
+            if st.policy == PoisonPolicy::DeadLetter && rec.topic != st.dead_letter_topic =>
+        {
+            let dlq = dead_letter_for(st, &rec, &e.to_string(), pos);
+            sink.send(&dlq, origin).await?;
+            dlq
+        }
+        other => {
+            other?;
+            rec
+        }
+    };
+    st.in_flight_bytes += record_bytes(&sent);
+    handed_over(st);
+    Ok(())
+}
+
+/// Sends a record Kafka refused in a batch on its own: waits until nothing else is in flight,
+/// sends it, and waits for its report. Accepted: it was innocent. Refused again: it goes to the
+/// dead-letter topic in its place (same position, same transaction).
+pub(super) async fn produce_alone(
+    sink: &KafkaSink,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    rec: Record,
+    pos: Position,
+) -> Result<(), RelayError> {
+    while st.tracker.outstanding_records() > 0 {
+        let d = reports.recv().await.ok_or_else(producer_gone)?;
+        delivered(sink, st, reports, d).await?;
+    }
+    let origin = next_record(st, pos)?;
+    st.in_flight_bytes += record_bytes(&rec);
+    sink.send(&rec, origin).await?;
+    let d = sink.attribute(reports.recv().await.ok_or_else(producer_gone)?);
+    debug_assert_eq!(
+        (d.origin.commit_lsn, d.origin.seq),
+        (pos.commit_lsn, pos.seq)
+    );
+    match &d.outcome {
+        Ok(()) => {
+            st.refusals.clear(pos.commit_lsn, pos.seq);
+            on_delivery(st, d)?;
+        }
+        Err(e)
+            if matches!(
+                delivery_error(e, &d.topic),
+                RelayError::DeliveryDefinite { .. }
+            ) =>
+        {
+            // Refused again: it is poison. The gapless guarantee made the producer's error
+            // fatal, so the dead-letter record goes out after a restart, with a new producer,
+            // in the refused record's place.
+            let reason = e.to_string();
+            st.refusals.confirm(pos.commit_lsn, pos.seq, reason.clone());
+            st.tracker.fail();
+            return Err(RelayError::DeadLetterPending {
+                commit_lsn: pos.commit_lsn,
+                seq: pos.seq,
+                reason,
+            });
+        }
+        Err(_) => on_delivery(st, d)?,
+    }
+    handed_over(st);
+    Ok(())
+}
+
+/// The dead-letter record that replaces a record Kafka refused, counted and logged.
+pub(super) fn dead_letter_for(st: &State<'_>, rec: &Record, reason: &str, pos: Position) -> Record {
+    dead_lettered(reason, pos);
+    deadletter::from_refused(
+        rec,
+        reason,
+        pos,
+        &st.dead_letter_topic,
+        MAX_DEAD_LETTER_VALUE,
+    )
+}
+
+pub(super) fn dead_lettered(reason: &str, pos: Position) {
+    metrics::counter!(m::DEAD_LETTERED).increment(1);
+    tracing::warn!(
+        commit_lsn = %pos.commit_lsn, seq = pos.seq, reason,
+        "event_dead_lettered: published to the dead-letter topic instead of its own"
+    );
+}

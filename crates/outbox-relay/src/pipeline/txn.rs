@@ -1,0 +1,80 @@
+//! Kafka transactions (`kafka.transactional_id`): commit, then confirm what they covered;
+//! abort the open one when the pipeline ends on an error.
+
+use std::time::{Duration, Instant};
+
+use pgwire_replication::ReplicationClient;
+use tokio::sync::mpsc;
+
+use super::{
+    delivery::delivered,
+    state::{State, confirm},
+};
+use crate::{
+    config::Config,
+    error::RelayError,
+    metrics as m,
+    sink::{Delivered, KafkaSink},
+};
+
+/// With `kafka.transactional_id`: commits the open Kafka transaction, after which its
+/// records' LSNs may be confirmed.
+pub(super) async fn commit(
+    cfg: &Config,
+    sink: &KafkaSink,
+    client: &ReplicationClient,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+) -> Result<(), RelayError> {
+    let started = Instant::now();
+    let result = sink.commit_and_begin(transaction_timeout(cfg)).await;
+    tracing::debug!(
+        elapsed_us = started.elapsed().as_micros() as u64,
+        ok = result.is_ok(),
+        "kafka_transaction_ended"
+    );
+    let outcome = if result.is_ok() {
+        "committed"
+    } else {
+        "failed"
+    };
+    metrics::counter!(m::KAFKA_TRANSACTIONS, "result" => outcome).increment(1);
+    // The reports of the transaction's records first: a record Kafka refused is why a commit
+    // fails, and it decides what happens next (the poison policy, a fenced producer).
+    while let Ok(d) = reports.try_recv() {
+        delivered(sink, st, reports, d).await?;
+    }
+    result?;
+    st.confirm_cap = None;
+    confirm(client, st);
+    Ok(())
+}
+
+/// How long a transaction call may block: Kafka's own transaction timeout (60 s by default)
+/// bounds how long an open transaction can live anyway.
+pub(super) fn transaction_timeout(cfg: &Config) -> Duration {
+    Duration::from_millis(cfg.kafka.connect_timeout_ms.max(30_000))
+}
+
+/// With `kafka.transactional_id`, when the pipeline ends on an error: aborts the open Kafka
+/// transaction, so read-committed consumers do not wait behind it for up to
+/// `transaction.timeout.ms` (after a definite error nobody else would end it). Its records
+/// were not confirmed and are sent again after a restart. A fenced producer has nothing to
+/// abort: the instance that fenced it did.
+pub(super) async fn abort_open_transaction(cfg: &Config, sink: &KafkaSink, cause: &RelayError) {
+    if matches!(cause, RelayError::ProducerFenced(_)) {
+        return;
+    }
+    let limit = cfg.shutdown_timeout().min(Duration::from_secs(10));
+    match tokio::time::timeout(limit, sink.abort(limit)).await {
+        Ok(Ok(())) => tracing::info!(
+            "kafka_transaction_aborted: its records stay unconfirmed and are sent again"
+        ),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "kafka_transaction_abort_failed: Kafka ends it after transaction.timeout.ms")
+        }
+        Err(_) => tracing::warn!(
+            "kafka_transaction_abort_failed: Kafka did not answer; it ends the transaction after transaction.timeout.ms"
+        ),
+    }
+}

@@ -1,0 +1,139 @@
+//! The replication source: pgwire-replication's session set up for the relay (connection
+//! options, status interval, the gated identify → check → START_REPLICATION handshake), the
+//! classification of its errors, and PostgreSQL's time epoch.
+
+use std::time::Duration;
+
+use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig};
+
+use crate::{
+    carry::Carry,
+    config::Config,
+    error::RelayError,
+    failover::{Memory, check_system, check_timeline, recall},
+};
+
+/// Microseconds between 1970-01-01 and 2000-01-01 (PostgreSQL's epoch).
+pub(crate) const PG_EPOCH_UNIX_US: i64 = 946_684_800_000_000;
+
+/// Status update interval: the configured one, else `min(1 s, wal_sender_timeout / 2)`.
+pub(crate) fn status_interval(cfg: &Config, wal_sender_timeout: Duration) -> Duration {
+    match cfg.relay.status_interval_ms {
+        Some(ms) => Duration::from_millis(ms.max(10)),
+        None if wal_sender_timeout.is_zero() => Duration::from_secs(1),
+        None => (wal_sender_timeout / 2).min(Duration::from_secs(1)),
+    }
+}
+
+/// How long the graceful close of the replication session may take at a stop.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The replication session's settings: the slot and publication, TLS, the status interval,
+/// and session options that make the text of every value independent of the server's
+/// settings (ISO dates, UTC, exact floats).
+pub(crate) fn replication_config(
+    cfg: &Config,
+    interval: Duration,
+) -> Result<ReplicationConfig, RelayError> {
+    let pg = &cfg.postgres;
+    let password = cfg
+        .postgres_password()?
+        .map(|s| s.expose().to_string())
+        .unwrap_or_default();
+    Ok(ReplicationConfig::new(
+        pg.host.clone(),
+        pg.user.clone(),
+        password,
+        pg.database.clone(),
+        pg.slot.clone(),
+        pg.publication.as_str(),
+    )
+    .with_port(pg.port)
+    .with_tls(crate::tls::replication_tls(cfg))
+    .with_start_lsn(pgwire_replication::Lsn::ZERO)
+    .with_status_interval(interval)
+    .with_wakeup_interval(interval)
+    .with_buffer_size(cfg.relay.buffer_events.max(1))
+    .with_options("-c datestyle=ISO -c timezone=UTC -c extra_float_digits=3")
+    .with_application_name(pg.application_name.clone()))
+}
+
+/// Closes the session gracefully at a stop; a server that stopped answering would keep the
+/// close waiting, so it is bounded and then cut.
+pub(crate) async fn close(client: &mut ReplicationClient) {
+    if tokio::time::timeout(CLOSE_TIMEOUT, client.shutdown())
+        .await
+        .is_err()
+    {
+        client.abort();
+    }
+}
+
+/// Connects the replication session, checks the server's identity and timeline (gated:
+/// before START_REPLICATION) and starts streaming.
+pub(crate) async fn open(
+    cfg: &Config,
+    rcfg: ReplicationConfig,
+    carry: &mut Carry,
+) -> Result<(ReplicationClient, Option<Memory>), RelayError> {
+    let mut client = ReplicationClient::connect_gated(rcfg)
+        .await
+        .map_err(|e| classify(e, cfg))?;
+    let id = client
+        .identify_system()
+        .await
+        .map_err(|e| classify(e, cfg))?;
+    recall(cfg, carry)?;
+    let seen = carry.identity.as_ref().map(|(s, t)| (s.as_str(), *t));
+    check_system(cfg, seen.map(|(s, _)| s), &id.system_id)?;
+    if let Some((_, streamed)) = seen {
+        check_timeline(cfg, &mut client, streamed, carry.published, id.timeline).await?;
+    } else {
+        tracing::info!(system_id = %id.system_id, timeline = id.timeline, "server_identified");
+    }
+    carry.identity = Some((id.system_id.clone(), id.timeline));
+    let memory = cfg
+        .relay
+        .state_file
+        .clone()
+        .map(|path| Memory::new(path, &id.system_id, id.timeline));
+    client.start().await.map_err(|e| classify(e, cfg))?;
+    client.wait_started().await.map_err(|e| classify(e, cfg))?;
+    Ok((client, memory))
+}
+
+/// Sorts replication errors into "wait and retry" and "tell the operator".
+pub(crate) fn classify(e: PgWireError, cfg: &Config) -> RelayError {
+    let pg = &cfg.postgres;
+    let text = e.to_string();
+    let sqlstate = text
+        .rsplit_once("(SQLSTATE ")
+        .and_then(|(_, s)| s.get(..5))
+        .unwrap_or("");
+    match sqlstate {
+        "55006" => RelayError::SlotBusy {
+            slot: pg.slot.clone(),
+            detail: text,
+        },
+        "42704" => RelayError::Precondition(format!(
+            "{text}: the slot or publication is missing; run `outbox-relay setup` (see \
+             docs/operations.md before re-creating a slot that existed)"
+        )),
+        "28P01" | "28000" => RelayError::Precondition(format!(
+            "PostgreSQL rejected the replication connection of user {:?}: {text}; check the \
+             password and pg_hba.conf",
+            pg.user
+        )),
+        "55000" => RelayError::ReplicationDefinite(format!(
+            "{text}; the slot can no longer be used (invalidated?); outbox-relay will not \
+             re-create it silently: see `outbox-relay setup --recreate-slot`"
+        )),
+        "42501" => RelayError::Precondition(format!(
+            "{text}: grant the role REPLICATION (docs/security.md)"
+        )),
+        _ if e.is_auth() || e.is_tls() || e.is_message_too_large() => {
+            RelayError::ReplicationDefinite(text)
+        }
+        _ => RelayError::Replication(text),
+    }
+}
