@@ -66,7 +66,8 @@ async fn kafka_down_with_wal_past_the_limit_does_not_block_a_checkpoint() {
     assert!(took < Duration::from_secs(20), "CHECKPOINT took {took:?}");
     let (status, log) = relay.wait_exit(Duration::from_secs(60));
     assert!(log.contains("backpressure_released"), "{log}");
-    assert!(log.contains("slot_lost"), "{log}");
+    // The monitor or the next attempt's preflight finds the slot invalidated, whichever is first.
+    assert!(log.contains("was invalidated (wal_status = lost"), "{log}");
     assert_eq!(status.code(), Some(3), "{log}");
     db.cleanup().await;
 }
