@@ -17,7 +17,7 @@ use relay_core::Lsn;
 
 use crate::{
     config::{AlertsConfig, ExtendedLevel},
-    monitor::WalStatus,
+    slot::{SlotSnapshot, WalStatus},
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -92,6 +92,19 @@ pub struct Observation {
     pub wal_status: Option<WalStatus>,
     /// The slot's `confirmed_flush_lsn`, for the message of a lost slot.
     pub confirmed_flush: Option<Lsn>,
+}
+
+impl Observation {
+    /// The observation of one reading of the slot; `time_lag` comes from the monitor's history.
+    pub(crate) fn of(snap: &SlotSnapshot, time_lag: Option<Duration>) -> Self {
+        Observation {
+            retained_wal_bytes: snap.retained_wal_bytes(),
+            max_slot_wal_keep_size: snap.max_slot_wal_keep_size,
+            time_lag,
+            wal_status: snap.slot.as_ref().and_then(|s| s.wal_status.clone()),
+            confirmed_flush: snap.slot.as_ref().and_then(|s| s.confirmed_flush),
+        }
+    }
 }
 
 /// The verdict on one alert for one observation.

@@ -178,20 +178,3 @@ impl RelayError {
         }
     }
 }
-
-/// Turns a tokio-postgres error into one sentence with the SQLSTATE's meaning.
-pub fn describe_pg(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => {
-            let mut s = e.to_string();
-            let mut src = std::error::Error::source(e);
-            while let Some(inner) = src {
-                s.push_str(": ");
-                s.push_str(&inner.to_string());
-                src = inner.source();
-            }
-            s
-        }
-    }
-}

@@ -22,7 +22,11 @@ use tokio::sync::watch;
 use tokio_postgres::Client;
 
 use crate::{
-    config::Config, error::describe_pg, health::Shared, metrics as m, setup, webhook::rfc3339,
+    config::Config,
+    health::Shared,
+    metrics as m,
+    pg::{self, describe_pg},
+    webhook::rfc3339,
 };
 
 /// Writes one heartbeat; `Ok(None)` on a standby.
@@ -56,7 +60,7 @@ pub async fn run(cfg: Arc<Config>, shared: Arc<Shared>, mut shutdown: watch::Rec
             _ = shutdown.changed() => return,
         }
         if client.as_ref().is_none_or(Client::is_closed) {
-            client = setup::connect(&cfg)
+            client = pg::connect(&cfg)
                 .await
                 .map_err(|e| e.to_string())
                 .map_or_else(

@@ -7,6 +7,8 @@
 //! (`monitor`, `alert`, `webhook`), the heartbeat, and the HTTP endpoint (`http`, `health`);
 //! `status` is the one-shot report of the same checks. `http_client` is the small HTTP client
 //! of the webhook and `status`.
+//! Under all of them: `pg` (the control SQL connection and its error text) and `slot` (what the
+//! server reports about the slot), which use nothing of the modules built on them.
 
 pub mod alert;
 mod carry;
@@ -19,10 +21,12 @@ pub mod http;
 pub mod http_client;
 pub mod metrics;
 pub mod monitor;
+pub(crate) mod pg;
 pub mod pipeline;
 pub mod run;
 pub mod setup;
 pub mod sink;
+pub mod slot;
 mod source;
 pub mod state;
 pub mod status;

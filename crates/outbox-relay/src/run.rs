@@ -155,7 +155,7 @@ async fn attempt(
     };
     // Servers that accept a connection and never answer must not delay a stop.
     let prepared = unless_stopped(shutdown, async {
-        let control = setup::connect(cfg).await?;
+        let control = crate::pg::connect(cfg).await?;
         let slot = setup::preflight(&control, cfg, policy).await?;
         drop(control);
         let (sink, reports) = KafkaSink::new(&cfg.kafka)?;
@@ -174,7 +174,7 @@ async fn attempt(
 
 /// `outbox-relay setup`: checks everything, creates the publication and the slot if missing.
 pub async fn setup(cfg: &Config, recreate_lost_slot: bool) -> Result<(), RelayError> {
-    let control = setup::connect(cfg).await?;
+    let control = crate::pg::connect(cfg).await?;
     let policy = if recreate_lost_slot {
         SlotPolicy::RecreateIfLost
     } else {

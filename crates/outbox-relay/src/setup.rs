@@ -9,11 +9,13 @@
 use std::time::Duration;
 
 use relay_core::Lsn;
-use tokio_postgres::{Client, NoTls, error::SqlState};
+use tokio_postgres::Client;
 
 use crate::{
     config::{Config, valid_identifier},
-    error::{RelayError, describe_pg},
+    error::RelayError,
+    pg::{describe_pg, query_err, quote_ident},
+    slot::server_version,
 };
 
 /// What `run` needs to know from the server before it starts streaming.
@@ -41,103 +43,6 @@ pub enum SlotPolicy {
     RecreateIfLost,
 }
 
-/// Opens the control-plane connection. Errors say whether it was the address, the password or
-/// the database.
-pub async fn connect(cfg: &Config) -> Result<Client, RelayError> {
-    let pg = &cfg.postgres;
-    let mut c = tokio_postgres::Config::new();
-    c.host(&pg.host)
-        .port(pg.port)
-        .user(&pg.user)
-        .dbname(&pg.database)
-        .application_name(format!("{}-control", pg.application_name))
-        .connect_timeout(Duration::from_millis(pg.connect_timeout_ms));
-    if let Some(pw) = cfg.postgres_password()? {
-        c.password(pw.expose());
-    }
-    let target = format!(
-        "{}:{} (database {:?}, user {:?})",
-        pg.host, pg.port, pg.database, pg.user
-    );
-    let client = match crate::tls::control_connector(cfg)? {
-        None => {
-            let (client, conn) = c
-                .connect(NoTls)
-                .await
-                .map_err(|e| classify_connect(e, &target, cfg))?;
-            tokio::spawn(watch_connection(conn));
-            client
-        }
-        Some(tls) => {
-            c.ssl_mode(tokio_postgres::config::SslMode::Require);
-            let (client, conn) = c
-                .connect(tls)
-                .await
-                .map_err(|e| classify_connect(e, &target, cfg))?;
-            tokio::spawn(watch_connection(conn));
-            client
-        }
-    };
-    Ok(client)
-}
-
-async fn watch_connection<F: std::future::Future<Output = Result<(), tokio_postgres::Error>>>(
-    conn: F,
-) {
-    if let Err(e) = conn.await {
-        tracing::debug!(error = %e, "control connection closed");
-    }
-}
-
-fn classify_connect(e: tokio_postgres::Error, target: &str, cfg: &Config) -> RelayError {
-    let pg = &cfg.postgres;
-    match e.code() {
-        Some(c)
-            if *c == SqlState::INVALID_PASSWORD
-                || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
-        {
-            RelayError::Precondition(format!(
-                "PostgreSQL rejected the credentials of user {:?} at {}:{}: check \
-                 postgres.password (or OUTBOX_RELAY__POSTGRES__PASSWORD / postgres.password_file) \
-                 and pg_hba.conf ({})",
-                pg.user,
-                pg.host,
-                pg.port,
-                describe_pg(&e)
-            ))
-        }
-        Some(c) if *c == SqlState::INVALID_CATALOG_NAME => RelayError::Precondition(format!(
-            "database {:?} does not exist on {}:{}: set postgres.database to the database that \
-             holds the outbox table",
-            pg.database, pg.host, pg.port
-        )),
-        _ if describe_pg(&e).contains("certificate") => RelayError::Precondition(format!(
-            "TLS verification of PostgreSQL at {}:{} failed ({}): check that \
-             postgres.sslrootcert is the CA that signed the server certificate and that the \
-             certificate names postgres.host",
-            pg.host,
-            pg.port,
-            describe_pg(&e)
-        )),
-        _ => RelayError::PostgresUnreachable {
-            target: target.to_string(),
-            detail: describe_pg(&e),
-        },
-    }
-}
-
-fn query_err(context: &'static str) -> impl Fn(tokio_postgres::Error) -> RelayError {
-    move |e| RelayError::Postgres {
-        context,
-        detail: describe_pg(&e),
-    }
-}
-
-/// Double-quotes an identifier for SQL.
-pub fn quote_ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
-}
-
 /// Checks every precondition, creates what is missing and allowed, and reports the slot.
 pub async fn preflight(
     client: &Client,
@@ -160,7 +65,7 @@ pub async fn preflight(
         )));
     }
 
-    let version = crate::monitor::server_version(client)
+    let version = server_version(client)
         .await
         .map_err(query_err("read server_version_num"))?;
     if version < MIN_SERVER_VERSION {
@@ -368,7 +273,7 @@ async fn ensure_slot(
         .get(0);
     let wal_sender_timeout = Duration::from_millis(wal_sender_timeout_ms.max(0) as u64);
     if pg.failover_slot {
-        let version = crate::monitor::server_version(client)
+        let version = server_version(client)
             .await
             .map_err(query_err("read server_version_num"))?;
         if version < 170_000 {

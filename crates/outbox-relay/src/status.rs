@@ -11,12 +11,12 @@
 use std::{fmt::Write, time::Duration};
 
 use crate::{
-    alert::{self, Finding, Severity, human_bytes, human_duration},
+    alert::{self, Finding, Observation, Severity, human_bytes, human_duration},
     config::Config,
-    error::{RelayError, describe_pg},
+    error::RelayError,
     http_client::{self as http, Target},
-    monitor::{self, SlotSnapshot},
-    setup,
+    pg::{self, describe_pg},
+    slot::{self, SlotSnapshot},
     webhook::rfc3339,
 };
 
@@ -42,16 +42,16 @@ pub struct StatusReport {
 
 /// Queries PostgreSQL (required) and the relay's endpoint (optional).
 pub async fn collect(cfg: &Config) -> Result<StatusReport, RelayError> {
-    let client = setup::connect(cfg).await?;
+    let client = pg::connect(cfg).await?;
     let err = |e: tokio_postgres::Error| RelayError::Postgres {
         context: "read the replication slot",
         detail: describe_pg(&e),
     };
-    let version = monitor::server_version(&client).await.map_err(err)?;
-    let snapshot = monitor::query(&client, &cfg.postgres.slot, version)
+    let version = slot::server_version(&client).await.map_err(err)?;
+    let snapshot = slot::query(&client, &cfg.postgres.slot, version)
         .await
         .map_err(err)?;
-    let findings = alert::evaluate(&cfg.alerts, &snapshot.observation(None));
+    let findings = alert::evaluate(&cfg.alerts, &Observation::of(&snapshot, None));
     let relay = if !cfg.http.enabled || cfg.http.listen.port() == 0 {
         Err("http endpoint disabled or on a random port".to_string())
     } else {
@@ -293,7 +293,7 @@ impl StatusReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::monitor::SlotState;
+    use crate::slot::SlotState;
     use relay_core::Lsn;
 
     fn report(slot: Option<SlotState>, relay: Result<RelayView, String>) -> StatusReport {
@@ -307,7 +307,7 @@ mod tests {
         StatusReport {
             slot_name: "s".into(),
             server: "h:1 database d".into(),
-            findings: alert::evaluate(&cfg, &snapshot.observation(None)),
+            findings: alert::evaluate(&cfg, &Observation::of(&snapshot, None)),
             snapshot,
             relay,
         }
