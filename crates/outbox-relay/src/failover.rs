@@ -5,10 +5,9 @@
 
 use std::path::PathBuf;
 
-use pgwire_replication::ReplicationClient;
 use relay_core::{Lsn, timeline};
 
-use crate::{carry::Carry, config::Config, error::RelayError, source::classify};
+use crate::{carry::Carry, config::Config, error::RelayError};
 
 /// Refuses a server whose WAL is another history: a different system identifier than
 /// configured (`postgres.system_identifier`) or than seen before by this process (a restored
@@ -30,29 +29,17 @@ pub fn check_system(cfg: &Config, seen: Option<&str>, system_id: &str) -> Result
     Ok(())
 }
 
-/// On a new timeline (failover to a promoted standby), reads its history and follows it only
-/// if it contains every transaction already published ([`relay_core::timeline`]).
-pub async fn check_timeline(
+/// On a new timeline (failover to a promoted standby), follows it only if its history (read by
+/// [`crate::source`] from the server) contains every transaction already published
+/// ([`relay_core::timeline`]).
+pub(crate) fn check_timeline(
     cfg: &Config,
-    client: &mut ReplicationClient,
+    history: &timeline::History,
     streamed: u32,
     published: Lsn,
     server: u32,
 ) -> Result<(), RelayError> {
-    if server == streamed {
-        return Ok(());
-    }
-    let history = if server == 1 {
-        timeline::History::root()
-    } else {
-        let file = client
-            .timeline_history(server)
-            .await
-            .map_err(|e| classify(e, cfg))?;
-        timeline::History::parse(server, &String::from_utf8_lossy(&file.content))
-            .map_err(|e| RelayError::ReplicationDefinite(e.to_string()))?
-    };
-    match timeline::follow(streamed, published, &history) {
+    match timeline::follow(streamed, published, history) {
         Ok(follow) => {
             tracing::warn!(
                 from = streamed, to = server, fork = %follow.fork, published = %published,

@@ -87,7 +87,10 @@ pub(crate) async fn open(
     let seen = carry.identity.as_ref().map(|(s, t)| (s.as_str(), *t));
     check_system(cfg, seen.map(|(s, _)| s), &id.system_id)?;
     if let Some((_, streamed)) = seen {
-        check_timeline(cfg, &mut client, streamed, carry.published, id.timeline).await?;
+        if streamed != id.timeline {
+            let history = timeline_history(cfg, &mut client, id.timeline).await?;
+            check_timeline(cfg, &history, streamed, carry.published, id.timeline)?;
+        }
     } else {
         tracing::info!(system_id = %id.system_id, timeline = id.timeline, "server_identified");
     }
@@ -100,6 +103,23 @@ pub(crate) async fn open(
     client.start().await.map_err(|e| classify(e, cfg))?;
     client.wait_started().await.map_err(|e| classify(e, cfg))?;
     Ok((client, memory))
+}
+
+/// The history of `timeline` as the server has it (timeline 1 has none).
+async fn timeline_history(
+    cfg: &Config,
+    client: &mut ReplicationClient,
+    timeline: u32,
+) -> Result<relay_core::timeline::History, RelayError> {
+    if timeline == 1 {
+        return Ok(relay_core::timeline::History::root());
+    }
+    let file = client
+        .timeline_history(timeline)
+        .await
+        .map_err(|e| classify(e, cfg))?;
+    relay_core::timeline::History::parse(timeline, &String::from_utf8_lossy(&file.content))
+        .map_err(|e| RelayError::ReplicationDefinite(e.to_string()))
 }
 
 /// Sorts replication errors into "wait and retry" and "tell the operator".
