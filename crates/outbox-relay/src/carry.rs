@@ -7,10 +7,10 @@ use relay_core::{Lsn, deadletter::Refusals};
 #[derive(Debug, Default)]
 pub(crate) struct Carry {
     /// Events Kafka refused for good (dead-letter policy).
-    pub refusals: Refusals,
+    pub(crate) refusals: Refusals,
     /// The server's system identifier and the timeline last streamed from.
-    pub identity: Option<(String, u32)>,
+    pub(crate) identity: Option<(String, u32)>,
     /// Commit LSN of the last transaction with a record handed to Kafka (`ZERO`: none yet);
     /// a promoted server must have it in its history ([`relay_core::timeline`]).
-    pub published: Lsn,
+    pub(crate) published: Lsn,
 }

@@ -12,7 +12,11 @@ use crate::{carry::Carry, config::Config, error::RelayError};
 /// Refuses a server whose WAL is another history: a different system identifier than
 /// configured (`postgres.system_identifier`) or than seen before by this process (a restored
 /// backup, another cluster at the same address), where the same LSNs name other transactions.
-pub fn check_system(cfg: &Config, seen: Option<&str>, system_id: &str) -> Result<(), RelayError> {
+pub(crate) fn check_system(
+    cfg: &Config,
+    seen: Option<&str>,
+    system_id: &str,
+) -> Result<(), RelayError> {
     let expected = cfg.postgres.system_identifier.as_deref().or(seen);
     if let Some(expected) = expected
         && expected != system_id
@@ -78,7 +82,7 @@ pub(crate) fn recall(cfg: &Config, carry: &mut Carry) -> Result<(), RelayError> 
 }
 
 /// The state file of `relay.state_file` for the server the pipeline streams from.
-pub struct Memory {
+pub(crate) struct Memory {
     path: PathBuf,
     system_id: String,
     timeline: u32,
@@ -89,7 +93,7 @@ pub struct Memory {
 }
 
 impl Memory {
-    pub fn new(path: PathBuf, system_id: &str, timeline: u32) -> Memory {
+    pub(crate) fn new(path: PathBuf, system_id: &str, timeline: u32) -> Memory {
         Memory {
             path,
             system_id: system_id.to_string(),
@@ -100,7 +104,7 @@ impl Memory {
     }
 
     /// Writes the state file if `published` moved since the last write.
-    pub fn save(&mut self, published: Lsn) -> std::io::Result<()> {
+    pub(crate) fn save(&mut self, published: Lsn) -> std::io::Result<()> {
         if self.saved == Some(published) {
             return Ok(());
         }
@@ -117,7 +121,7 @@ impl Memory {
     }
 
     /// [`save`](Self::save), logging a failure once until a write succeeds again.
-    pub fn save_or_warn(&mut self, published: Lsn) {
+    pub(crate) fn save_or_warn(&mut self, published: Lsn) {
         match self.save(published) {
             Err(e) if !self.failing => {
                 self.failing = true;

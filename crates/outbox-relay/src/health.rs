@@ -24,12 +24,12 @@ use crate::{
 static STREAMING: AtomicBool = AtomicBool::new(false);
 
 /// Called by the pipeline when the replication stream opens (`true`) and closes (`false`).
-pub fn set_streaming(on: bool) {
+pub(crate) fn set_streaming(on: bool) {
     STREAMING.store(on, Ordering::SeqCst);
     metrics::gauge!(m::STREAMING).set(if on { 1.0 } else { 0.0 });
 }
 
-pub fn streaming() -> bool {
+pub(crate) fn streaming() -> bool {
     STREAMING.load(Ordering::SeqCst)
 }
 
@@ -38,13 +38,13 @@ static WAL_AT_RISK: AtomicBool = AtomicBool::new(false);
 /// Called by the monitor after each poll: the slot's `wal_status` left `reserved`/`extended`
 /// (PostgreSQL may invalidate it at its next checkpoint, which then waits for a walsender that
 /// the relay keeps blocked).
-pub fn set_wal_at_risk(on: bool) {
+pub(crate) fn set_wal_at_risk(on: bool) {
     WAL_AT_RISK.store(on, Ordering::SeqCst);
 }
 
 /// See [`set_wal_at_risk`]: the pipeline releases its replication connection while it waits
 /// for Kafka.
-pub fn wal_at_risk() -> bool {
+pub(crate) fn wal_at_risk() -> bool {
     WAL_AT_RISK.load(Ordering::SeqCst)
 }
 
@@ -53,7 +53,7 @@ const MAX_PENDING_HEARTBEATS: usize = 10_000;
 
 /// State shared by the relay's background tasks.
 #[derive(Debug, Default)]
-pub struct Shared {
+pub(crate) struct Shared {
     /// Firing alerts, replaced by the monitor after every poll.
     alerts: Mutex<Vec<Active>>,
     /// Heartbeats written and not yet confirmed by the slot: (written at, message LSN).
@@ -61,20 +61,16 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
-    pub fn set_alerts(&self, active: Vec<Active>) {
+    pub(crate) fn set_alerts(&self, active: Vec<Active>) {
         *lock(&self.alerts) = active;
     }
 
-    pub fn alerts(&self) -> Vec<Active> {
-        lock(&self.alerts).clone()
-    }
-
     /// `Ok` when ready, else every reason, one sentence each.
-    pub fn readiness(&self) -> Result<(), Vec<String>> {
+    pub(crate) fn readiness(&self) -> Result<(), Vec<String>> {
         let mut reasons = Vec::new();
         if !streaming() {
             reasons.push(
@@ -96,7 +92,7 @@ impl Shared {
     }
 
     /// Records a heartbeat written at `at` whose message has LSN `lsn`.
-    pub fn heartbeat_written(&self, at: SystemTime, lsn: Lsn) {
+    pub(crate) fn heartbeat_written(&self, at: SystemTime, lsn: Lsn) {
         let mut q = lock(&self.heartbeats);
         if q.len() == MAX_PENDING_HEARTBEATS {
             q.pop_front();
@@ -106,7 +102,7 @@ impl Shared {
 
     /// Forgets the heartbeats the slot has confirmed (message LSN below `confirmed_flush`)
     /// and returns when the newest of them was written.
-    pub fn heartbeats_confirmed(&self, confirmed_flush: Lsn) -> Option<SystemTime> {
+    pub(crate) fn heartbeats_confirmed(&self, confirmed_flush: Lsn) -> Option<SystemTime> {
         let mut q = lock(&self.heartbeats);
         let mut newest = None;
         while let Some(&(at, lsn)) = q.front() {

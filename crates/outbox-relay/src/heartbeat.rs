@@ -30,7 +30,7 @@ use crate::{
 };
 
 /// Writes one heartbeat; `Ok(None)` on a standby.
-pub async fn beat(client: &Client, prefix: &str, slot: &str) -> Result<Option<Lsn>, String> {
+pub(crate) async fn beat(client: &Client, prefix: &str, slot: &str) -> Result<Option<Lsn>, String> {
     let payload = serde_json::json!({ "slot": slot, "at": rfc3339(SystemTime::now()) }).to_string();
     let row = client
         .query_one(
@@ -47,7 +47,11 @@ pub async fn beat(client: &Client, prefix: &str, slot: &str) -> Result<Option<Ls
 }
 
 /// Writes heartbeats until `shutdown` flips to true.
-pub async fn run(cfg: Arc<Config>, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+pub(crate) async fn run(
+    cfg: Arc<Config>,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let hb = &cfg.heartbeat;
     let mut tick = tokio::time::interval(Duration::from_millis(hb.interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

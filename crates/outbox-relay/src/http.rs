@@ -21,7 +21,7 @@ use tokio::{net::TcpListener, sync::watch};
 use crate::{config::HttpConfig, health::Shared};
 
 /// Serves the endpoint until `shutdown` flips to true.
-pub async fn serve(
+pub(crate) async fn serve(
     cfg: HttpConfig,
     prom: PrometheusHandle,
     shared: Arc<Shared>,

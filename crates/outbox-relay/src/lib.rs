@@ -7,6 +7,9 @@
 //! (`monitor`, `alert`, `webhook`), the heartbeat, and the HTTP endpoint (`http`, `health`);
 //! `status` is the one-shot report of the same checks. `http_client` is the small HTTP client
 //! of the webhook and `status`.
+//! Only what the binary (`main.rs`) uses is public: `run`, `status`, `config`, `error`,
+//! `metrics`, and the types their signatures name (`alert`, `slot`); everything else is
+//! private to the crate.
 //! Under all of them: `pg` (the control SQL connection and its error text) and `slot` (what the
 //! server reports about the slot), which use nothing of the modules built on them.
 
@@ -14,22 +17,22 @@ pub mod alert;
 mod carry;
 pub mod config;
 pub mod error;
-pub mod failover;
-pub mod health;
-pub mod heartbeat;
-pub mod http;
-pub mod http_client;
+mod failover;
+mod health;
+mod heartbeat;
+mod http;
+mod http_client;
 pub mod metrics;
-pub mod monitor;
-pub(crate) mod pg;
-pub mod pipeline;
+mod monitor;
+mod pg;
+mod pipeline;
 pub mod run;
-pub mod setup;
-pub mod sink;
+mod setup;
+mod sink;
 pub mod slot;
 mod source;
-pub mod state;
+mod state;
 pub mod status;
 mod stop;
-pub mod tls;
-pub mod webhook;
+mod tls;
+mod webhook;

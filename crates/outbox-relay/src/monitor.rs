@@ -41,7 +41,7 @@ use crate::{
 
 /// Remembers when the server's WAL first passed each position the monitor saw.
 #[derive(Debug, Default)]
-pub struct WalClock {
+pub(crate) struct WalClock {
     samples: VecDeque<(Instant, Lsn)>,
 }
 
@@ -50,7 +50,7 @@ pub struct WalClock {
 const MAX_SAMPLES: usize = 100_000;
 
 impl WalClock {
-    pub fn observe(&mut self, at: Instant, server_lsn: Lsn) {
+    pub(crate) fn observe(&mut self, at: Instant, server_lsn: Lsn) {
         if self.samples.back().is_none_or(|&(_, l)| server_lsn > l) {
             if self.samples.len() == MAX_SAMPLES {
                 self.samples.pop_front();
@@ -60,7 +60,7 @@ impl WalClock {
     }
 
     /// Age of the oldest WAL after `confirmed`: the time since the first sample beyond it.
-    pub fn lag(&mut self, confirmed: Lsn, now: Instant) -> Duration {
+    pub(crate) fn lag(&mut self, confirmed: Lsn, now: Instant) -> Duration {
         while self.samples.front().is_some_and(|&(_, l)| l <= confirmed) {
             self.samples.pop_front();
         }
@@ -89,14 +89,14 @@ impl CounterMirror {
 }
 
 /// What the monitor task needs from `run`.
-pub struct MonitorTask {
-    pub cfg: Arc<Config>,
-    pub shared: Arc<Shared>,
-    pub webhook: Option<Dispatcher>,
+pub(crate) struct MonitorTask {
+    pub(crate) cfg: Arc<Config>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) webhook: Option<Dispatcher>,
     /// Receives the definite error when the slot is lost.
-    pub fatal: mpsc::Sender<RelayError>,
+    pub(crate) fatal: mpsc::Sender<RelayError>,
     /// Fired after the first poll, successful or not.
-    pub first_poll: Option<oneshot::Sender<()>>,
+    pub(crate) first_poll: Option<oneshot::Sender<()>>,
 }
 
 struct Monitor {
@@ -116,7 +116,7 @@ struct Monitor {
 
 impl MonitorTask {
     /// Polls until `shutdown` flips to true. Returns the webhook dispatcher for a final flush.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Option<Dispatcher> {
+    pub(crate) async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Option<Dispatcher> {
         let interval = Duration::from_millis(self.cfg.monitor.poll_interval_ms);
         let mut mon = Monitor {
             alerts: Alerts::new(self.cfg.alerts.clone()),

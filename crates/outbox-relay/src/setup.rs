@@ -20,12 +20,12 @@ use crate::{
 
 /// What `run` needs to know from the server before it starts streaming.
 #[derive(Debug, Clone)]
-pub struct SlotInfo {
-    pub confirmed_flush: Lsn,
-    pub wal_sender_timeout: Duration,
+pub(crate) struct SlotInfo {
+    pub(crate) confirmed_flush: Lsn,
+    pub(crate) wal_sender_timeout: Duration,
     /// OID → configured `(schema, table)` of every outbox table: the stream matches tables by
     /// OID too, so a table renamed while in the publication is not taken for another.
-    pub outbox_oids: std::collections::HashMap<u32, (String, String)>,
+    pub(crate) outbox_oids: std::collections::HashMap<u32, (String, String)>,
 }
 
 /// The oldest PostgreSQL the relay streams from: pgoutput's `messages` option (the heartbeat,
@@ -34,7 +34,7 @@ const MIN_SERVER_VERSION: i32 = 140_000;
 
 /// Whether a missing slot may be created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlotPolicy {
+pub(crate) enum SlotPolicy {
     /// `run` without `create_slot`: a missing slot is an error.
     MustExist,
     /// `setup`, or `run` with `create_slot = true`.
@@ -44,7 +44,7 @@ pub enum SlotPolicy {
 }
 
 /// Checks every precondition, creates what is missing and allowed, and reports the slot.
-pub async fn preflight(
+pub(crate) async fn preflight(
     client: &Client,
     cfg: &Config,
     policy: SlotPolicy,
@@ -227,7 +227,10 @@ async fn ensure_publication(
 /// Checks that the publication still lists every outbox table. A table dropped and re-created
 /// silently leaves a `FOR TABLE` publication, after which its events never reach the relay:
 /// checked at start and, by the slot monitor, while running.
-pub async fn publication_covers_outbox(client: &Client, cfg: &Config) -> Result<(), RelayError> {
+pub(crate) async fn publication_covers_outbox(
+    client: &Client,
+    cfg: &Config,
+) -> Result<(), RelayError> {
     let pg = &cfg.postgres;
     for t in &cfg.outbox {
         let (schema, table) = t.qualified_name();

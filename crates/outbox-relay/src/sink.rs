@@ -24,25 +24,25 @@ use crate::{config::KafkaConfig, error::RelayError};
 
 /// Where a record comes from: its transaction in the tracker and its source position.
 #[derive(Debug, Clone, Copy)]
-pub struct Origin {
-    pub tx: TxId,
-    pub commit_lsn: Lsn,
-    pub seq: u64,
-    pub commit_time_unix_us: i64,
+pub(crate) struct Origin {
+    pub(crate) tx: TxId,
+    pub(crate) commit_lsn: Lsn,
+    pub(crate) seq: u64,
+    pub(crate) commit_time_unix_us: i64,
 }
 
 /// A delivery report, in whatever order Kafka answers.
 #[derive(Debug)]
-pub struct Delivered {
-    pub origin: Origin,
-    pub bytes: u64,
-    pub topic: String,
-    pub outcome: Result<(), KafkaError>,
+pub(crate) struct Delivered {
+    pub(crate) origin: Origin,
+    pub(crate) bytes: u64,
+    pub(crate) topic: String,
+    pub(crate) outcome: Result<(), KafkaError>,
 }
 
 impl Delivered {
     /// Purged by librdkafka (a failed transaction, a producer being dropped), not refused.
-    pub fn is_purged(&self) -> bool {
+    pub(crate) fn is_purged(&self) -> bool {
         matches!(
             self.outcome
                 .as_ref()
@@ -54,12 +54,12 @@ impl Delivered {
 }
 
 /// What travels with each record through librdkafka.
-pub struct Pending {
+pub(crate) struct Pending {
     origin: Origin,
     bytes: u64,
 }
 
-pub struct SinkContext {
+pub(crate) struct SinkContext {
     reports: mpsc::UnboundedSender<Delivered>,
     /// The last client-level error (authentication, TLS handshake, ...), for the startup check.
     last_error: std::sync::Mutex<Option<String>>,
@@ -142,7 +142,7 @@ impl ProducerContext for SinkContext {
 }
 
 /// The producer plus the receiving end of its delivery reports.
-pub struct KafkaSink {
+pub(crate) struct KafkaSink {
     producer: std::sync::Arc<ThreadedProducer<SinkContext>>,
     brokers: String,
     transactional_id: Option<String>,
@@ -150,7 +150,7 @@ pub struct KafkaSink {
 
 impl KafkaSink {
     /// Builds the producer. Nothing is sent yet; see [`KafkaSink::check_reachable`].
-    pub fn new(
+    pub(crate) fn new(
         cfg: &KafkaConfig,
     ) -> Result<(Self, mpsc::UnboundedReceiver<Delivered>), RelayError> {
         let (reports, rx) = mpsc::unbounded_channel();
@@ -192,7 +192,7 @@ impl KafkaSink {
     }
 
     /// Fails when no broker answers a metadata request within `timeout`.
-    pub async fn check_reachable(&self, timeout: Duration) -> Result<(), RelayError> {
+    pub(crate) async fn check_reachable(&self, timeout: Duration) -> Result<(), RelayError> {
         let producer = self.producer.clone();
         let res = tokio::task::spawn_blocking(move || {
             producer
@@ -234,7 +234,7 @@ impl KafkaSink {
     }
 
     /// Enqueues one record. Waits (without reordering) while the local queue is full.
-    pub async fn send(&self, rec: &Record, origin: Origin) -> Result<(), RelayError> {
+    pub(crate) async fn send(&self, rec: &Record, origin: Origin) -> Result<(), RelayError> {
         let bytes = (rec.key.len() + rec.value.as_ref().map_or(0, |v| v.len())) as u64;
         let mut headers = OwnedHeaders::new_with_capacity(rec.headers.len());
         for (k, v) in &rec.headers {
@@ -267,7 +267,7 @@ impl KafkaSink {
     /// With transactions: the topic whose partition the transaction coordinator refused
     /// (authorisation). librdkafka then fails the transaction and purges every record, so the
     /// reports alone do not say which record was at fault.
-    pub fn refused_topic(&self) -> Option<String> {
+    pub(crate) fn refused_topic(&self) -> Option<String> {
         self.producer
             .context()
             .refused_topic
@@ -278,7 +278,7 @@ impl KafkaSink {
 
     /// With transactions: the report of a purged record of the topic the coordinator refused
     /// gets that refusal as its outcome ([`refused_topic`](Self::refused_topic)).
-    pub fn attribute(&self, mut d: Delivered) -> Delivered {
+    pub(crate) fn attribute(&self, mut d: Delivered) -> Delivered {
         if self.transactional_id.is_some()
             && d.is_purged()
             && self.refused_topic().as_deref() == Some(d.topic.as_str())
@@ -291,12 +291,12 @@ impl KafkaSink {
     }
 
     /// Records handed to librdkafka whose reports have not been served yet.
-    pub fn in_flight(&self) -> i32 {
+    pub(crate) fn in_flight(&self) -> i32 {
         self.producer.in_flight_count()
     }
 
     /// The fatal error librdkafka raised, if any (the producer must then be rebuilt).
-    pub fn fatal_error(&self) -> Option<RelayError> {
+    pub(crate) fn fatal_error(&self) -> Option<RelayError> {
         self.producer
             .client()
             .fatal_error()
@@ -312,7 +312,7 @@ impl KafkaSink {
     /// `kafka.transactional_id`, once the slot is ours: registers the id with the transaction
     /// coordinator, which fences every earlier producer with it and aborts its unfinished
     /// transaction, then opens the first transaction.
-    pub async fn fence_and_begin(&self, timeout: Duration) -> Result<(), RelayError> {
+    pub(crate) async fn fence_and_begin(&self, timeout: Duration) -> Result<(), RelayError> {
         self.transaction(move |p| {
             p.init_transactions(timeout)?;
             p.begin_transaction()
@@ -322,7 +322,7 @@ impl KafkaSink {
 
     /// Commits the open transaction (after every record in it was acknowledged) and opens the
     /// next one.
-    pub async fn commit_and_begin(&self, timeout: Duration) -> Result<(), RelayError> {
+    pub(crate) async fn commit_and_begin(&self, timeout: Duration) -> Result<(), RelayError> {
         // rdkafka's commit_transaction first flushes, polling for reports in 100 ms steps; with
         // the producer's own thread serving them, every commit took 100 ms. Wait here for the
         // queue to drain (reports served), so that flush returns at once.
@@ -339,7 +339,7 @@ impl KafkaSink {
 
     /// Aborts the open transaction: its records are purged and never visible to
     /// read-committed consumers.
-    pub async fn abort(&self, timeout: Duration) -> Result<(), RelayError> {
+    pub(crate) async fn abort(&self, timeout: Duration) -> Result<(), RelayError> {
         self.transaction(move |p| p.abort_transaction(timeout))
             .await
     }
@@ -399,7 +399,7 @@ fn security_properties(cfg: &KafkaConfig, c: &mut ClientConfig) -> Result<(), Re
 }
 
 /// Classifies a failed delivery: errors retrying cannot fix stop the relay with a hint.
-pub fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
+pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
     let code = e.rdkafka_error_code();
     if code.is_some_and(is_fenced) {
         return RelayError::ProducerFenced(format!("{e}"));

@@ -18,15 +18,15 @@ use crate::error::RelayError;
 /// The remembered identity and progress.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct State {
-    pub system_id: String,
-    pub timeline: u32,
+pub(crate) struct State {
+    pub(crate) system_id: String,
+    pub(crate) timeline: u32,
     /// Commit LSN (`X/Y`) of the last transaction with a record handed to Kafka.
-    pub published: String,
+    pub(crate) published: String,
 }
 
 impl State {
-    pub fn published_lsn(&self) -> Result<Lsn, String> {
+    pub(crate) fn published_lsn(&self) -> Result<Lsn, String> {
         self.published.parse().map_err(|e| format!("{e}"))
     }
 
@@ -37,7 +37,7 @@ impl State {
     /// only way one gets into the file is an instance that passed the checks after the operator
     /// deleted the file or set `postgres.system_identifier`). A file that knows less (this
     /// instance followed a promotion the file has not seen) never rewinds the memory.
-    pub fn supersedes(&self, identity: Option<(&str, u32)>, published: Lsn) -> bool {
+    pub(crate) fn supersedes(&self, identity: Option<(&str, u32)>, published: Lsn) -> bool {
         let Some((system_id, timeline)) = identity else {
             return true;
         };
@@ -49,7 +49,7 @@ impl State {
 }
 
 /// Reads the state file; `None` if it does not exist yet.
-pub fn load(path: &Path) -> Result<Option<State>, RelayError> {
+pub(crate) fn load(path: &Path) -> Result<Option<State>, RelayError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -70,7 +70,7 @@ fn unusable(path: &Path, why: &str) -> RelayError {
 }
 
 /// Replaces the state file atomically.
-pub fn save(path: &Path, state: &State) -> std::io::Result<()> {
+pub(crate) fn save(path: &Path, state: &State) -> std::io::Result<()> {
     let tmp = temp_path(path);
     {
         let mut f = std::fs::File::create(&tmp)?;

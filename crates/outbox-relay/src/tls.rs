@@ -22,7 +22,7 @@ fn bad_ca(path: &std::path::Path, detail: impl std::fmt::Display) -> RelayError 
 }
 
 /// The connector for the control connection, or `None` when TLS is off.
-pub fn control_connector(cfg: &Config) -> Result<Option<MakeRustlsConnect>, RelayError> {
+pub(crate) fn control_connector(cfg: &Config) -> Result<Option<MakeRustlsConnect>, RelayError> {
     let pg = &cfg.postgres;
     if pg.sslmode == PgSslMode::Disable {
         return Ok(None);
@@ -51,7 +51,7 @@ pub fn control_connector(cfg: &Config) -> Result<Option<MakeRustlsConnect>, Rela
 }
 
 /// The TLS settings of the replication connection.
-pub fn replication_tls(cfg: &Config) -> TlsConfig {
+pub(crate) fn replication_tls(cfg: &Config) -> TlsConfig {
     match cfg.postgres.sslmode {
         PgSslMode::Disable => TlsConfig::disabled(),
         PgSslMode::VerifyFull => TlsConfig::verify_full(cfg.postgres.sslrootcert.clone())

@@ -28,38 +28,38 @@ use crate::{
 
 /// One message to send.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Notification {
-    pub kind: AlertKind,
+pub(crate) struct Notification {
+    pub(crate) kind: AlertKind,
     /// The level now; `None` = resolved.
-    pub severity: Option<Severity>,
+    pub(crate) severity: Option<Severity>,
     /// The level before this change (`None` for a new alert or a repeat).
-    pub previous: Option<Severity>,
-    pub summary: String,
-    pub action: &'static str,
+    pub(crate) previous: Option<Severity>,
+    pub(crate) summary: String,
+    pub(crate) action: &'static str,
     /// When the alert started firing.
-    pub since: SystemTime,
-    pub at: SystemTime,
+    pub(crate) since: SystemTime,
+    pub(crate) at: SystemTime,
     /// A reminder of an alert that is still firing.
-    pub repeat: bool,
+    pub(crate) repeat: bool,
 }
 
 /// Decides which notifications are due: every transition, and repeats of firing alerts.
 #[derive(Debug)]
-pub struct Repeater {
+pub(crate) struct Repeater {
     interval: Option<Duration>,
     /// Per firing alert: last sent, and when it started firing.
     firing: HashMap<AlertKind, (Instant, SystemTime)>,
 }
 
 impl Repeater {
-    pub fn new(interval: Option<Duration>) -> Self {
+    pub(crate) fn new(interval: Option<Duration>) -> Self {
         Self {
             interval,
             firing: HashMap::new(),
         }
     }
 
-    pub fn due(
+    pub(crate) fn due(
         &mut self,
         transitions: &[Transition],
         active: &[Active],
@@ -116,14 +116,14 @@ impl Repeater {
 
 /// Identifies the relay in every notification. No secrets.
 #[derive(Debug, Clone)]
-pub struct Context {
-    pub slot: String,
-    pub database: String,
-    pub server: String,
+pub(crate) struct Context {
+    pub(crate) slot: String,
+    pub(crate) database: String,
+    pub(crate) server: String,
 }
 
 impl Context {
-    pub fn from_config(cfg: &Config) -> Self {
+    pub(crate) fn from_config(cfg: &Config) -> Self {
         let pg = &cfg.postgres;
         Self {
             slot: pg.slot.clone(),
@@ -142,7 +142,7 @@ fn alertname(kind: AlertKind) -> &'static str {
 }
 
 /// The request body for `format`.
-pub fn body(format: WebhookFormat, ctx: &Context, n: &Notification) -> Value {
+pub(crate) fn body(format: WebhookFormat, ctx: &Context, n: &Notification) -> Value {
     let status = if n.severity.is_some() {
         "firing"
     } else {
@@ -224,7 +224,7 @@ pub fn body(format: WebhookFormat, ctx: &Context, n: &Notification) -> Value {
 }
 
 /// The sender task and its queue.
-pub struct Dispatcher {
+pub(crate) struct Dispatcher {
     tx: mpsc::Sender<Notification>,
     task: JoinHandle<()>,
 }
@@ -234,7 +234,7 @@ const ATTEMPTS: u32 = 3;
 
 impl Dispatcher {
     /// Starts the sender task; `None` when `alerts.webhook.url` is unset.
-    pub fn spawn(cfg: &Config) -> Option<Dispatcher> {
+    pub(crate) fn spawn(cfg: &Config) -> Option<Dispatcher> {
         let w = &cfg.alerts.webhook;
         let url = w.url.as_ref()?;
         let target = match Target::parse(url.expose()) {
@@ -287,7 +287,7 @@ impl Dispatcher {
     }
 
     /// Queues `n`; never waits.
-    pub fn send(&self, n: Notification) {
+    pub(crate) fn send(&self, n: Notification) {
         if self.tx.try_send(n).is_err() {
             metrics::counter!(m::WEBHOOK_NOTIFICATIONS, "result" => "error").increment(1);
             tracing::warn!("webhook_queue_full: a notification was dropped");
@@ -295,7 +295,7 @@ impl Dispatcher {
     }
 
     /// Sends what is queued (bounded by `timeout`), then stops the task.
-    pub async fn flush(self, timeout: Duration) {
+    pub(crate) async fn flush(self, timeout: Duration) {
         let Dispatcher { tx, mut task } = self;
         drop(tx);
         if tokio::time::timeout(timeout, &mut task).await.is_err() {
@@ -305,7 +305,7 @@ impl Dispatcher {
 }
 
 /// `2026-01-02T03:04:05Z`, UTC.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Howard Hinnant's days-to-civil.
