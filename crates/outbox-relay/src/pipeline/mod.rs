@@ -180,10 +180,13 @@ async fn run_loop(
             // stream and the reports are always ready, so after them the timers would starve
             // (no commit, no state-file write for as long as the backlog lasts).
             _ = commit_tick.tick(), if st.confirm_cap.is_some() => {
-                // A commit waits for Kafka, which may be away: a stop must not wait for it.
+                // A commit waits for Kafka, which may be away: neither a stop nor the
+                // release of the replication connection may wait for it.
+                let since = paused.map_or_else(Instant::now, |(t, _)| t);
                 tokio::select! {
                     r = commit(cfg, sink, client, st, reports) => r?,
                     _ = shutdown.changed() => return Ok(()),
+                    e = release_when_due(since, release_after) => return Err(e),
                 }
             }
             _ = tick.tick() => {
@@ -198,15 +201,8 @@ async fn run_loop(
                         "the replication connection closed while the relay waited for Kafka".into(),
                     ));
                 }
-                if let Some((since, _)) = paused {
-                    let waited = since.elapsed();
-                    let at_risk = crate::health::wal_at_risk();
-                    if at_risk || (!release_after.is_zero() && waited >= release_after) {
-                        return Err(RelayError::BackpressureReleased {
-                            waited_ms: waited.as_millis() as u64,
-                            wal_at_risk: at_risk,
-                        });
-                    }
+                if let Some(e) = paused.and_then(|(since, _)| release_due(since, release_after)) {
+                    return Err(e);
                 }
                 remember(st);
                 report_gauges(st);
@@ -241,6 +237,32 @@ async fn run_loop(
                 }
                 since_quiet = 0;
             }
+        }
+    }
+}
+
+/// While the relay waits for Kafka (since `since`): the error that lets the replication
+/// connection go, once the wait reached `release_after` (0: never on time alone) or the slot
+/// monitor saw `wal_status` leave reserved/extended (docs/architecture.md, "Backpressure and
+/// memory").
+fn release_due(since: Instant, release_after: Duration) -> Option<RelayError> {
+    let waited = since.elapsed();
+    let at_risk = crate::health::wal_at_risk();
+    (at_risk || (!release_after.is_zero() && waited >= release_after)).then_some(
+        RelayError::BackpressureReleased {
+            waited_ms: waited.as_millis() as u64,
+            wal_at_risk: at_risk,
+        },
+    )
+}
+
+/// [`release_due`], checked every second, for a wait that blocks the loop (a Kafka commit).
+async fn release_when_due(since: Instant, release_after: Duration) -> RelayError {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        if let Some(e) = release_due(since, release_after) {
+            return e;
         }
     }
 }
