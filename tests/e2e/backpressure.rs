@@ -7,7 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{TestDb, broker, check, cluster::PgCluster, relay::Relay, writer};
+use crate::support::{
+    TestDb, broker, check, cluster::PgCluster, eventually, http, relay::Relay, writer,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_down_with_wal_past_the_limit_does_not_block_a_checkpoint() {
@@ -69,5 +71,86 @@ async fn kafka_down_with_wal_past_the_limit_does_not_block_a_checkpoint() {
     // The monitor or the next attempt's preflight finds the slot invalidated, whichever is first.
     assert!(log.contains("was invalidated (wal_status = lost"), "{log}");
     assert_eq!(status.code(), Some(3), "{log}");
+    db.cleanup().await;
+}
+
+/// Behind one record Kafka does not acknowledge, the relay keeps reading other tables'
+/// transactions (they carry no record) and its memory must not grow with them: the ack
+/// tracker folds them into one mark. The figure is the tracker's pending-transaction gauge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_transactions_behind_a_stuck_record_take_no_memory() {
+    let (_broker, kafka) = broker::behind_proxy(27092, 27096).await;
+    let db = TestDb::new("stuckmem").await;
+    // Other tables in the publication: their transactions reach the relay (PostgreSQL 15
+    // sends nothing for transactions that touch no published table).
+    db.client
+        .batch_execute(&format!(
+            "CREATE PUBLICATION {} FOR TABLE outbox, business WITH (publish = 'insert')",
+            db.name
+        ))
+        .await
+        .unwrap();
+    let cfg = db
+        .relay_config(&format!(
+            "{}\n[http]\nlisten = \"127.0.0.1:0\"\n",
+            db.outbox_section()
+        ))
+        .replace(
+            &format!("brokers = \"{}\"", crate::support::kafka_brokers()),
+            "brokers = \"127.0.0.1:27096\"",
+        );
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let addr = http::relay_addr(&relay).await;
+    kafka.cut();
+    writer::insert_event(&db.client, "order", "stuck", 0)
+        .await
+        .unwrap();
+    // 20,000 transactions of another published table behind it.
+    db.client
+        .batch_execute(
+            "DO $$ BEGIN FOR i IN 1..20000 LOOP \
+               INSERT INTO business(note) VALUES ('x'); COMMIT; \
+             END LOOP; END $$",
+        )
+        .await
+        .unwrap();
+    let end = db.current_wal_lsn().await;
+    // Wait until the walsender has sent them all, give the relay time to read what it
+    // buffered, then read its tracker's size (the gauge is refreshed every second).
+    eventually("the walsender to send the other transactions", Duration::from_secs(60), || async {
+        let sent: Option<String> = db
+            .client
+            .query_opt(
+                "SELECT sent_lsn::text FROM pg_stat_replication WHERE application_name = 'outbox-relay'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .and_then(|r| r.get(0));
+        sent.and_then(|s| s.parse::<relay_core::Lsn>().ok())
+            .filter(|s| *s >= end)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let m = http::scrape(addr).await;
+    let pending = m
+        .value("outbox_relay_inflight_transactions", &[])
+        .expect("the gauge exists");
+    assert_eq!(
+        m.value("outbox_relay_inflight_events", &[]),
+        Some(1.0),
+        "the head is stuck"
+    );
+    check::note(&format!(
+        "stuck_head_memory: {pending} pending transactions in the tracker behind one stuck record \
+         and 20,000 other transactions"
+    ));
+    assert!(
+        pending <= 2.0,
+        "tracker holds {pending} transactions:\n{}",
+        relay.log_text()
+    );
+    kafka.heal();
+    relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }
