@@ -14,6 +14,7 @@ pub mod alert;
 mod carry;
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod failover;
 pub mod health;
 pub mod heartbeat;
