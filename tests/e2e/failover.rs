@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use outbox_relay::events;
+
 use crate::support::{
     TestDb, check,
     cluster::PgCluster,
@@ -150,7 +152,7 @@ async fn a_promoted_standby_that_has_every_published_event_is_followed_and_the_o
     r.proxy.retarget(r.standby.port);
 
     r.relay
-        .wait_log("timeline_changed", Duration::from_secs(60))
+        .wait_log(events::TIMELINE_CHANGED, Duration::from_secs(60))
         .await;
     let sdb = on_standby(&r.db, &r.standby).await;
     let c = write(&sdb, "c", 5).await;
@@ -259,7 +261,7 @@ async fn a_passive_or_restarted_relay_refuses_the_failover_with_the_shared_state
     let (status, log) = Relay::once(&r.db.name, &r.cfg, &["run"], &[]);
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(
-        log.contains("state_loaded") && log.contains("history_diverged"),
+        log.contains(events::STATE_LOADED) && log.contains("history_diverged"),
         "{log}"
     );
     assert_eq!(sdb.confirmed_flush().await, Some(slot_before));

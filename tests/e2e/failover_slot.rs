@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use outbox_relay::events;
 use tokio_postgres::Client;
 
 use crate::{
@@ -140,7 +141,7 @@ async fn a_failover_slot_is_synchronised_to_the_standby_and_followed_after_promo
     standby.promote();
     proxy.retarget(standby.port);
     relay
-        .wait_log("timeline_changed", Duration::from_secs(60))
+        .wait_log(events::TIMELINE_CHANGED, Duration::from_secs(60))
         .await;
     let sdb = on_standby(&db, &standby).await;
     let c = write(&sdb, "c", 5).await;

@@ -12,6 +12,8 @@
 
 use std::time::{Duration, Instant};
 
+use outbox_relay::events;
+
 use crate::{
     failover::write,
     support::{TestDb, broker::OwnBroker, check, eventually, kafka, proxy::Proxy, relay::Relay},
@@ -96,8 +98,11 @@ async fn a_zombie_instance_is_fenced_and_writes_nothing_after_the_takeover() {
 
     // PostgreSQL ends A's walsender after wal_sender_timeout; B takes the slot, fences A's
     // producer, and publishes `b` and then `c`.
-    b.wait_log("kafka_producer_fenced_others", Duration::from_secs(60))
-        .await;
+    b.wait_log(
+        events::KAFKA_PRODUCER_FENCED_OTHERS,
+        Duration::from_secs(60),
+    )
+    .await;
     db.wait_confirmed(end_b, Duration::from_secs(30)).await;
     let c = write(&db, "c", 5).await;
     let end_c = db.current_wal_lsn().await;
@@ -194,6 +199,6 @@ async fn a_definite_exit_aborts_the_open_kafka_transaction() {
          after the exit",
         started.elapsed().as_millis()
     ));
-    assert!(log.contains("kafka_transaction_aborted"), "{log}");
+    assert!(log.contains(events::KAFKA_TRANSACTION_ABORTED), "{log}");
     db.cleanup().await;
 }

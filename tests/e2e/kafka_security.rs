@@ -14,6 +14,8 @@ use std::{
     time::Duration,
 };
 
+use outbox_relay::events;
+
 use crate::support::{TestDb, certs, check, connect, kafka, relay::Relay, repo_root, writer};
 
 /// SASL_SSL listener (the port infra/kafka/start.sh waits for); controller on +1.
@@ -365,7 +367,7 @@ async fn sasl_ssl_scram_sha_512_relays_events_and_a_wrong_password_is_refused() 
     assert_eq!(status.code(), Some(0), "{log}");
     let mut relay = Relay::start_with(&db.name, &cfg, &["run"], &env);
     relay
-        .wait_log("streaming_started", Duration::from_secs(60))
+        .wait_log(events::STREAMING_STARTED, Duration::from_secs(60))
         .await;
     relay_and_check(
         &db,
@@ -593,7 +595,10 @@ async fn a_transactional_id_the_principal_may_not_use_stops_the_relay_until_gran
     broker.grant_transactional_id(&user, &id);
     let mut relay = Relay::start_with(&db.name, &cfg, &["run"], &env);
     relay
-        .wait_log("kafka_producer_fenced_others", Duration::from_secs(60))
+        .wait_log(
+            events::KAFKA_PRODUCER_FENCED_OTHERS,
+            Duration::from_secs(60),
+        )
         .await;
     let topics = vec![db.topic("order")];
     let got = consume_as_admin(topics, Duration::from_secs(60), |r| r.len() >= 3).await;

@@ -14,6 +14,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use outbox_relay::events;
+
 use crate::support::{
     TestDb,
     cluster::PgCluster,
@@ -117,7 +119,7 @@ async fn retained_wal_alert_fires_for_a_stopped_relays_backlog_and_resolves_afte
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     assert!(relay.terminate(Duration::from_secs(30)).success());
     assert!(
-        !relay.log_text().contains("alert_firing"),
+        !relay.log_text().contains(events::ALERT_FIRING),
         "no alert while caught up:\n{}",
         relay.log_text()
     );
@@ -136,17 +138,10 @@ async fn retained_wal_alert_fires_for_a_stopped_relays_backlog_and_resolves_afte
     // Restarted, the relay reports the backlog it starts from, then catches up.
     let mut relay = Relay::start(&db.name, &cfg);
     let addr = relay_addr(&relay).await;
-    relay
-        .wait_log(
-            "alert_firing: [warning] retained_wal",
-            Duration::from_secs(30),
-        )
-        .await;
+    let firing = format!("{}: [warning] retained_wal", events::ALERT_FIRING);
+    relay.wait_log(&firing, Duration::from_secs(30)).await;
     let log = relay.log_text();
-    let line = log
-        .lines()
-        .find(|l| l.contains("alert_firing: [warning] retained_wal"))
-        .unwrap();
+    let line = log.lines().find(|l| l.contains(&firing)).unwrap();
     assert!(
         line.contains("of max_slot_wal_keep_size 64.0 MiB") && line.contains("What to do:"),
         "the line says what is wrong and what to do: {line}"
@@ -174,7 +169,8 @@ async fn retained_wal_alert_fires_for_a_stopped_relays_backlog_and_resolves_afte
     // restart_lsn moves once the relay confirmed past a running-xacts record (checkpoints
     // write one): then the retained WAL drops below the threshold and the alert resolves.
     let deadline = Instant::now() + Duration::from_secs(120);
-    while !relay.log_text().contains("alert_resolved: retained_wal") {
+    let resolved = format!("{}: retained_wal", events::ALERT_RESOLVED);
+    while !relay.log_text().contains(&resolved) {
         assert!(
             Instant::now() < deadline,
             "retained_wal never resolved; log:\n{}",
@@ -278,10 +274,11 @@ async fn lost_slot_is_critical_stops_the_relay_and_is_never_recreated() {
         "the monitor stops the relay within a few polls"
     );
     assert_eq!(exit.code(), Some(3), "a definite error; log:\n{log}");
-    assert!(log.contains("slot_lost"), "{log}");
+    assert!(log.contains(events::SLOT_LOST), "{log}");
+    let critical = format!("{}: [critical] wal_status", events::ALERT_FIRING);
     let firing = log
         .lines()
-        .rfind(|l| l.contains("alert_firing: [critical] wal_status"))
+        .rfind(|l| l.contains(&critical))
         .unwrap_or_else(|| panic!("no critical wal_status alert:\n{log}"));
     assert!(
         firing.contains("the slot was invalidated (wal_status = lost)")
@@ -332,7 +329,7 @@ async fn lost_slot_is_critical_stops_the_relay_and_is_never_recreated() {
     assert_eq!(exit.code(), Some(0), "{log}");
     let line = log
         .lines()
-        .find(|l| l.contains("slot_recreated"))
+        .find(|l| l.contains(events::SLOT_RECREATED))
         .unwrap_or_else(|| panic!("no slot_recreated line:\n{log}"));
     assert!(
         line.contains("gap_from=") && line.contains("gap_to="),
@@ -351,7 +348,7 @@ async fn heartbeat_keeps_confirmed_flush_up_while_only_other_tables_are_written(
     let started = Instant::now();
     let addr = relay_addr(&relay).await;
     relay
-        .wait_log("streaming_started", Duration::from_secs(60))
+        .wait_log(events::STREAMING_STARTED, Duration::from_secs(60))
         .await;
 
     // Other applications' logical messages, transactional or not, pass through unpublished.
@@ -410,7 +407,7 @@ async fn heartbeat_keeps_confirmed_flush_up_while_only_other_tables_are_written(
     assert_eq!((got.len(), again.len()), (1, 1), "{again:?}");
     assert_eq!(again[0].header("id"), w.id);
     let log = relay.log_text();
-    assert!(!log.contains("pipeline_restart"), "{log}");
+    assert!(!log.contains(events::PIPELINE_RESTART), "{log}");
 
     assert!(relay.terminate(Duration::from_secs(30)).success());
     db.cleanup().await;
@@ -484,9 +481,13 @@ async fn with_kafka_down_the_monitor_reports_growing_lag_and_readyz_fails() {
     assert_eq!(code, 503);
     assert!(body.contains("critical alert time_lag"), "{body}");
     let log = relay.log_text();
-    assert!(log.contains("alert_firing: [warning] time_lag"), "{log}");
+    let fired = events::ALERT_FIRING;
     assert!(
-        log.contains("alert_firing: [critical] time_lag (was warning)"),
+        log.contains(&format!("{fired}: [warning] time_lag")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("{fired}: [critical] time_lag (was warning)")),
         "{log}"
     );
 
@@ -515,7 +516,7 @@ async fn metrics_scrape_parses_and_holds_every_documented_metric() {
     let mut relay = Relay::start(&db.name, &cfg);
     let addr = relay_addr(&relay).await;
     relay
-        .wait_log("streaming_started", Duration::from_secs(60))
+        .wait_log(events::STREAMING_STARTED, Duration::from_secs(60))
         .await;
     for i in 0..5 {
         writer::insert_event(&db.client, "order", &format!("a-{i}"), 0)

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use outbox_relay::events;
+
 use crate::support::{
     TestDb,
     cluster::{PgCluster, pg_bin},
@@ -92,7 +94,7 @@ async fn rows_of_an_outbox_table_renamed_in_the_publication_are_still_published(
         relay.log_text()
     );
     relay
-        .wait_log("outbox_table_renamed", Duration::from_secs(10))
+        .wait_log(events::OUTBOX_TABLE_RENAMED, Duration::from_secs(10))
         .await;
     // The publication no longer lists the configured name: the drift check stops the relay.
     let (status, log) = eventually("the relay to stop", Duration::from_secs(30), || {

@@ -6,6 +6,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use outbox_relay::events;
+
 use crate::support::{TestDb, connect, kafka, relay::Relay, repo_root, writer};
 
 fn code(status: std::process::ExitStatus) -> i32 {
@@ -102,7 +104,7 @@ async fn wrong_password_is_reported_without_leaking_it() {
     let right = [("OUTBOX_RELAY__POSTGRES__PASSWORD", "right-password")];
     let mut relay = Relay::start_with(&db.name, &cfg, &["run"], &right);
     relay
-        .wait_log("streaming_started", Duration::from_secs(60))
+        .wait_log(events::STREAMING_STARTED, Duration::from_secs(60))
         .await;
     let method: String = db
         .client
@@ -192,7 +194,7 @@ async fn postgres_unreachable_is_retried_until_stopped() {
     assert_eq!(code(relay.terminate(Duration::from_secs(10))), 0);
     // Logged once while the reason repeats.
     assert_eq!(
-        relay.log_text().matches("pipeline_restart").count(),
+        relay.log_text().matches(events::PIPELINE_RESTART).count(),
         1,
         "{}",
         relay.log_text()
@@ -210,7 +212,7 @@ async fn a_second_instance_waits_for_the_slot_and_takes_over_after_kill9() {
     let mut passive = Relay::start(&db.name, &cfg);
     passive.wait_log("slot_busy", Duration::from_secs(30)).await;
     assert!(passive.is_running());
-    assert!(!passive.log_text().contains("streaming_started"));
+    assert!(!passive.log_text().contains(events::STREAMING_STARTED));
 
     let c = connect(&db.conninfo()).await;
     let mut written = vec![writer::insert_event(&c, "order", "ha-1", 0).await.unwrap()];
@@ -221,7 +223,7 @@ async fn a_second_instance_waits_for_the_slot_and_takes_over_after_kill9() {
     let killed = Instant::now();
     written.push(writer::insert_event(&c, "order", "ha-1", 0).await.unwrap());
     passive
-        .wait_log("streaming_started", Duration::from_secs(60))
+        .wait_log(events::STREAMING_STARTED, Duration::from_secs(60))
         .await;
     let takeover = killed.elapsed();
     eprintln!("takeover after kill -9: {takeover:?} (wal_sender_timeout 10 s, backoff max 2 s)");

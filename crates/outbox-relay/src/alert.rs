@@ -17,6 +17,7 @@ use relay_core::Lsn;
 
 use crate::{
     config::{AlertsConfig, ExtendedLevel},
+    events::{ALERT_FIRING, ALERT_RESOLVED},
     slot::{SlotSnapshot, WalStatus},
 };
 
@@ -141,14 +142,14 @@ impl Transition {
     /// The one log line of this transition.
     pub fn message(&self) -> String {
         match (self.from, self.to) {
-            (_, None) => format!("alert_resolved: {}: {}", self.kind, self.summary),
+            (_, None) => format!("{ALERT_RESOLVED}: {}: {}", self.kind, self.summary),
             (from, Some(to)) => {
                 let was = match from {
                     Some(f) => format!(" (was {})", f.as_str()),
                     None => String::new(),
                 };
                 format!(
-                    "alert_firing: [{}] {}{was}: {}. What to do: {}",
+                    "{ALERT_FIRING}: [{}] {}{was}: {}. What to do: {}",
                     to.as_str(),
                     self.kind,
                     self.summary,

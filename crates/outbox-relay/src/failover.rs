@@ -7,7 +7,12 @@ use std::path::PathBuf;
 
 use relay_core::{Lsn, timeline};
 
-use crate::{carry::Carry, config::Config, error::RelayError};
+use crate::{
+    carry::Carry,
+    config::Config,
+    error::RelayError,
+    events::{STATE_FILE_WRITE_FAILED, STATE_FILE_WRITTEN_AGAIN, STATE_LOADED, TIMELINE_CHANGED},
+};
 
 /// Refuses a server whose WAL is another history: a different system identifier than
 /// configured (`postgres.system_identifier`) or than seen before by this process (a restored
@@ -47,7 +52,7 @@ pub(crate) fn check_timeline(
         Ok(follow) => {
             tracing::warn!(
                 from = streamed, to = server, fork = %follow.fork, published = %published,
-                "timeline_changed: the server was promoted (failover) after every published \
+                "{TIMELINE_CHANGED}: the server was promoted (failover) after every published \
                  transaction; streaming continues from the slot on the new primary"
             );
             Ok(())
@@ -73,7 +78,7 @@ pub(crate) fn recall(cfg: &Config, carry: &mut Carry) -> Result<(), RelayError> 
     if saved.supersedes(identity, carry.published) {
         tracing::info!(
             system_id = %saved.system_id, timeline = saved.timeline, published = %saved.published,
-            path = %path.display(), "state_loaded: failover checks continue from the state file"
+            path = %path.display(), "{STATE_LOADED}: failover checks continue from the state file"
         );
         carry.published = saved.published_lsn().unwrap_or_default();
         carry.identity = Some((saved.system_id, saved.timeline));
@@ -127,12 +132,12 @@ impl Memory {
                 self.failing = true;
                 tracing::warn!(
                     path = %self.path.display(), error = %e,
-                    "state_file_write_failed: the failover memory on disk lags behind until a write succeeds"
+                    "{STATE_FILE_WRITE_FAILED}: the failover memory on disk lags behind until a write succeeds"
                 );
             }
             Ok(()) if self.failing => {
                 self.failing = false;
-                tracing::info!(path = %self.path.display(), "state_file_written_again");
+                tracing::info!(path = %self.path.display(), "{STATE_FILE_WRITTEN_AGAIN}");
             }
             _ => {}
         }

@@ -23,6 +23,7 @@ use tokio_postgres::Client;
 
 use crate::{
     config::Config,
+    events::{HEARTBEAT_FAILED, HEARTBEAT_SKIPPED, HEARTBEAT_WRITTEN},
     health::Shared,
     metrics as m,
     pg::{self, describe_pg},
@@ -82,11 +83,11 @@ pub(crate) async fn run(
                 shared.heartbeat_written(at, lsn);
                 metrics::counter!(m::HEARTBEATS, "result" => "ok").increment(1);
                 last_error = None;
-                tracing::trace!(lsn = %lsn, "heartbeat_written");
+                tracing::trace!(lsn = %lsn, "{HEARTBEAT_WRITTEN}");
             }
             Ok(None) => {
                 if !standby_logged {
-                    tracing::info!("heartbeat_skipped: the server is a standby (read-only)");
+                    tracing::info!("{HEARTBEAT_SKIPPED}: the server is a standby (read-only)");
                     standby_logged = true;
                 }
             }
@@ -107,7 +108,7 @@ pub(crate) async fn run(
 fn failed(last: &mut Option<String>, e: String) {
     metrics::counter!(m::HEARTBEATS, "result" => "error").increment(1);
     if last.as_deref() != Some(e.as_str()) {
-        tracing::warn!(error = %e, "heartbeat_failed: retrying every interval");
+        tracing::warn!(error = %e, "{HEARTBEAT_FAILED}: retrying every interval");
         *last = Some(e);
     }
 }

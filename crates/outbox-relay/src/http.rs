@@ -18,7 +18,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::{net::TcpListener, sync::watch};
 
-use crate::{config::HttpConfig, health::Shared};
+use crate::{
+    config::HttpConfig,
+    events::{HTTP_ACCEPT_FAILED, HTTP_LISTEN_FAILED, HTTP_LISTENING},
+    health::Shared,
+};
 
 /// Serves the endpoint until `shutdown` flips to true.
 pub(crate) async fn serve(
@@ -33,7 +37,7 @@ pub(crate) async fn serve(
             Err(e) => {
                 tracing::error!(
                     addr = %cfg.listen, error = %e,
-                    "http_listen_failed: /metrics, /healthz and /readyz are unavailable; \
+                    "{HTTP_LISTEN_FAILED}: /metrics, /healthz and /readyz are unavailable; \
                      retrying in 10 s (set http.listen to a free address)"
                 );
                 tokio::select! {
@@ -44,15 +48,15 @@ pub(crate) async fn serve(
         }
     };
     match listener.local_addr() {
-        Ok(addr) => tracing::info!(addr = %addr, "http_listening"),
-        Err(e) => tracing::warn!(error = %e, "http_listening (address unknown)"),
+        Ok(addr) => tracing::info!(addr = %addr, "{HTTP_LISTENING}"),
+        Err(e) => tracing::warn!(error = %e, "{HTTP_LISTENING} (address unknown)"),
     }
     loop {
         let stream = tokio::select! {
             r = listener.accept() => match r {
                 Ok((s, _)) => s,
                 Err(e) => {
-                    tracing::debug!(error = %e, "http_accept_failed");
+                    tracing::debug!(error = %e, "{HTTP_ACCEPT_FAILED}");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }

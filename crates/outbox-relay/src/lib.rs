@@ -8,7 +8,8 @@
 //! `status` is the one-shot report of the same checks. `http_client` is the small HTTP client
 //! of the webhook and `status`.
 //! Only what the binary (`main.rs`) uses is public: `run`, `status`, `config`, `error`,
-//! `metrics`, and the types their signatures name (`alert`, `slot`); everything else is
+//! `metrics`, `events` (log event names, which the tests wait on), and the types their
+//! signatures name (`alert`, `slot`); everything else is
 //! private to the crate.
 //! Under all of them: `pg` (the control SQL connection and its error text) and `slot` (what the
 //! server reports about the slot), which use nothing of the modules built on them.
@@ -17,6 +18,7 @@ pub mod alert;
 mod carry;
 pub mod config;
 pub mod error;
+pub mod events;
 mod failover;
 mod health;
 mod heartbeat;

@@ -3,7 +3,12 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use outbox_relay::{alert::Severity, config::Config, error::RelayError};
+use outbox_relay::{
+    alert::Severity,
+    config::Config,
+    error::RelayError,
+    events::{METRICS_DISABLED, SIGNAL_RECEIVED},
+};
 use tokio::sync::watch;
 
 /// Moves transactional-outbox events from PostgreSQL (pgoutput) into Kafka, confirming the WAL
@@ -100,14 +105,14 @@ fn main() -> ExitCode {
                 let prom = match outbox_relay::metrics::install() {
                     Ok(h) => Some(h),
                     Err(e) => {
-                        tracing::error!(error = %e, "metrics_disabled: cannot install the Prometheus recorder");
+                        tracing::error!(error = %e, "{METRICS_DISABLED}: cannot install the Prometheus recorder");
                         None
                     }
                 };
                 let (tx, rx) = watch::channel(false);
                 tokio::spawn(async move {
                     wait_for_signal().await;
-                    tracing::info!("signal_received: stopping intake, waiting for in-flight acks");
+                    tracing::info!("{SIGNAL_RECEIVED}: stopping intake, waiting for in-flight acks");
                     let _ = tx.send(true);
                 });
                 outbox_relay::run::run(&cfg, rx, prom).await.map(|()| ExitCode::SUCCESS)

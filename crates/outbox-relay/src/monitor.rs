@@ -31,6 +31,7 @@ use crate::{
     alert::{Alerts, Observation, Severity},
     config::Config,
     error::RelayError,
+    events::{PUBLICATION_DRIFT, SLOT_LOST, SLOT_MONITOR_FAILED},
     health::Shared,
     metrics as m,
     pg::{self, describe_pg},
@@ -169,7 +170,7 @@ impl Monitor {
                 metrics::gauge!(m::MONITOR_UP).set(0.0);
                 metrics::counter!(m::MONITOR_ERRORS).increment(1);
                 if self.last_error.as_deref() != Some(e.as_str()) {
-                    tracing::warn!(error = %e, "slot_monitor_failed: retrying every poll interval");
+                    tracing::warn!(error = %e, "{SLOT_MONITOR_FAILED}: retrying every poll interval");
                     self.last_error = Some(e);
                 }
             }
@@ -194,7 +195,7 @@ impl Monitor {
         match setup::publication_covers_outbox(client, &self.cfg).await {
             Err(e @ RelayError::Precondition(_)) => {
                 if let Some(fatal) = self.fatal.take() {
-                    tracing::error!(error = %e, "publication_drift: stopping");
+                    tracing::error!(error = %e, "{PUBLICATION_DRIFT}: stopping");
                     let _ = fatal.try_send(e);
                 }
             }
@@ -335,7 +336,7 @@ impl Monitor {
             let from = s
                 .confirmed_flush
                 .map_or("its confirmed_flush_lsn".into(), |l| l.to_string());
-            tracing::error!(slot = %slot, "slot_lost: the slot monitor found the slot invalidated; stopping");
+            tracing::error!(slot = %slot, "{SLOT_LOST}: the slot monitor found the slot invalidated; stopping");
             let _ = fatal.try_send(RelayError::Precondition(format!(
                 "replication slot {slot:?} was invalidated (wal_status = lost{reason}): \
                  PostgreSQL removed WAL it still needed, so events committed after {from} may \

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::{
     config::Config,
     error::RelayError,
+    events::{PIPELINE_RESTART, PIPELINE_RESTART_REPEATED, SETUP_OK, SHUTDOWN_COMPLETE},
     health::{self, Shared},
     heartbeat, http, metrics as m,
     monitor::MonitorTask,
@@ -129,10 +130,10 @@ async fn supervise(cfg: &Config, mut shutdown: watch::Receiver<bool>) -> Result<
         // Log a reason once while it repeats; a new reason is logged again.
         let reason = err.to_string();
         if last_reason.as_deref() != Some(reason.as_str()) {
-            tracing::warn!(reason = err.reason(), error = %err, retry_in_ms = backoff.as_millis() as u64, "pipeline_restart");
+            tracing::warn!(reason = err.reason(), error = %err, retry_in_ms = backoff.as_millis() as u64, "{PIPELINE_RESTART}");
             last_reason = Some(reason);
         } else {
-            tracing::debug!(reason = err.reason(), "pipeline_restart_repeated");
+            tracing::debug!(reason = err.reason(), "{PIPELINE_RESTART_REPEATED}");
         }
         let jittered = backoff.mul_f64(rand::rng().random_range(0.5..1.0));
         tokio::select! {
@@ -165,7 +166,7 @@ async fn attempt(
     })
     .await;
     let Some(prepared) = prepared else {
-        tracing::info!("shutdown_complete: stopped before streaming");
+        tracing::info!("{SHUTDOWN_COMPLETE}: stopped before streaming");
         return Ok(());
     };
     let (slot, sink, reports) = prepared?;
@@ -186,7 +187,7 @@ pub async fn setup(cfg: &Config, recreate_lost_slot: bool) -> Result<(), RelayEr
         .await?;
     tracing::info!(
         slot = %cfg.postgres.slot, publication = %cfg.postgres.publication,
-        confirmed_flush = %slot.confirmed_flush, "setup_ok"
+        confirmed_flush = %slot.confirmed_flush, "{SETUP_OK}"
     );
     Ok(())
 }

@@ -14,6 +14,7 @@ use tokio_postgres::Client;
 use crate::{
     config::{Config, valid_identifier},
     error::RelayError,
+    events::{PUBLICATION_CREATED, SLOT_CREATED, SLOT_IN_USE, SLOT_RECREATED},
     pg::{describe_pg, query_err, quote_ident},
     slot::server_version,
 };
@@ -187,7 +188,7 @@ async fn ensure_publication(
                     describe_pg(&e)
                 ))
             })?;
-            tracing::info!(publication = %pg.publication, tables = %tables.join(", "), "publication_created");
+            tracing::info!(publication = %pg.publication, tables = %tables.join(", "), "{PUBLICATION_CREATED}");
             return Ok(());
         }
         None => {
@@ -349,7 +350,7 @@ async fn ensure_slot(
             let new = create_slot(client, &pg.slot, pg.failover_slot).await?;
             tracing::warn!(
                 slot = %pg.slot, gap_from = %old, gap_to = %new,
-                "slot_recreated: events committed between these LSNs were not relayed; \
+                "{SLOT_RECREATED}: events committed between these LSNs were not relayed; \
                  re-publish them from the outbox table"
             );
             return Ok(SlotInfo {
@@ -413,7 +414,7 @@ async fn ensure_slot(
         }
     }
     if let Some(pid) = active_pid {
-        tracing::info!(slot = %pg.slot, active_pid = pid, "slot_in_use: another connection holds the slot; will wait for it");
+        tracing::info!(slot = %pg.slot, active_pid = pid, "{SLOT_IN_USE}: another connection holds the slot; will wait for it");
     }
     let confirmed_flush = confirmed
         .as_deref()
@@ -442,6 +443,6 @@ async fn create_slot(client: &Client, slot: &str, failover: bool) -> Result<Lsn,
         ))
     })?;
     let lsn: String = row.get(0);
-    tracing::info!(slot = %slot, lsn = %lsn, "slot_created: events committed from this LSN on will be relayed");
+    tracing::info!(slot = %slot, lsn = %lsn, "{SLOT_CREATED}: events committed from this LSN on will be relayed");
     Ok(lsn.parse().unwrap_or(Lsn::ZERO))
 }

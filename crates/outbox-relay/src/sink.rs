@@ -20,7 +20,7 @@ use rdkafka::{
 use relay_core::{Lsn, route::Record, watermark::TxId};
 use tokio::sync::mpsc;
 
-use crate::{config::KafkaConfig, error::RelayError};
+use crate::{config::KafkaConfig, error::RelayError, events::KAFKA_CLIENT_ERROR};
 
 /// Where a record comes from: its transaction in the tracker and its source position.
 #[derive(Debug, Clone, Copy)]
@@ -113,7 +113,7 @@ impl ClientContext for SinkContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         // Broker-down and similar are retried by librdkafka; deliveries report what matters.
-        tracing::warn!(error = %error, reason, "kafka_client_error");
+        tracing::warn!(error = %error, reason, "{KAFKA_CLIENT_ERROR}");
         // "n/m brokers are down" follows every failed connection: keep the cause before it.
         if error.rdkafka_error_code() != Some(RDKafkaErrorCode::AllBrokersDown)
             && let Ok(mut last) = self.last_error.lock()

@@ -10,6 +10,7 @@ use crate::{
     carry::Carry,
     config::Config,
     error::RelayError,
+    events::SERVER_IDENTIFIED,
     failover::{Memory, check_system, check_timeline, recall},
 };
 
@@ -92,7 +93,7 @@ pub(crate) async fn open(
             check_timeline(cfg, &history, streamed, carry.published, id.timeline)?;
         }
     } else {
-        tracing::info!(system_id = %id.system_id, timeline = id.timeline, "server_identified");
+        tracing::info!(system_id = %id.system_id, timeline = id.timeline, "{SERVER_IDENTIFIED}");
     }
     carry.identity = Some((id.system_id.clone(), id.timeline));
     let memory = cfg

@@ -22,6 +22,7 @@ use tokio::{sync::mpsc, task::JoinHandle};
 use crate::{
     alert::{Active, AlertKind, Severity, Transition},
     config::{Config, WebhookFormat},
+    events::{WEBHOOK_DISABLED, WEBHOOK_ENABLED, WEBHOOK_FAILED, WEBHOOK_QUEUE_FULL, WEBHOOK_SENT},
     http_client::{self, Target},
     metrics as m,
 };
@@ -241,7 +242,7 @@ impl Dispatcher {
             Ok(t) => t,
             Err(e) => {
                 // Config validation already rejected this; keep the relay running regardless.
-                tracing::error!(error = %e, "webhook_disabled: alerts.webhook.url is invalid");
+                tracing::error!(error = %e, "{WEBHOOK_DISABLED}: alerts.webhook.url is invalid");
                 return None;
             }
         };
@@ -250,7 +251,7 @@ impl Dispatcher {
         let timeout = Duration::from_millis(w.timeout_ms.max(1));
         let auth = w.authorization.as_ref().map(|s| s.expose().to_string());
         let ctx = Context::from_config(cfg);
-        tracing::info!(target = %target.redacted(), format = ?format, "webhook_enabled");
+        tracing::info!(target = %target.redacted(), format = ?format, "{WEBHOOK_ENABLED}");
         let task = tokio::spawn(async move {
             while let Some(n) = rx.recv().await {
                 let payload = body(format, &ctx, &n).to_string();
@@ -270,14 +271,14 @@ impl Dispatcher {
                 match result {
                     Ok(()) => {
                         metrics::counter!(m::WEBHOOK_NOTIFICATIONS, "result" => "ok").increment(1);
-                        tracing::debug!(alert = n.kind.as_str(), "webhook_sent");
+                        tracing::debug!(alert = n.kind.as_str(), "{WEBHOOK_SENT}");
                     }
                     Err(e) => {
                         metrics::counter!(m::WEBHOOK_NOTIFICATIONS, "result" => "error")
                             .increment(1);
                         tracing::warn!(
                             alert = n.kind.as_str(), target = %target.redacted(), error = %e,
-                            "webhook_failed: notification dropped after {ATTEMPTS} attempts"
+                            "{WEBHOOK_FAILED}: notification dropped after {ATTEMPTS} attempts"
                         );
                     }
                 }
@@ -290,7 +291,7 @@ impl Dispatcher {
     pub(crate) fn send(&self, n: Notification) {
         if self.tx.try_send(n).is_err() {
             metrics::counter!(m::WEBHOOK_NOTIFICATIONS, "result" => "error").increment(1);
-            tracing::warn!("webhook_queue_full: a notification was dropped");
+            tracing::warn!("{WEBHOOK_QUEUE_FULL}: a notification was dropped");
         }
     }
 

@@ -8,6 +8,7 @@ use std::{
     time::Duration,
 };
 
+use outbox_relay::events;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
@@ -43,11 +44,10 @@ pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
 
 /// The address of the relay's HTTP endpoint, from its `http_listening` log line.
 pub async fn relay_addr(relay: &Relay) -> SocketAddr {
-    relay
-        .wait_log("http_listening addr=", Duration::from_secs(60))
-        .await;
+    let needle = format!("{} addr=", events::HTTP_LISTENING);
+    relay.wait_log(&needle, Duration::from_secs(60)).await;
     let log = relay.log_text();
-    let rest = &log[log.find("http_listening addr=").unwrap() + "http_listening addr=".len()..];
+    let rest = &log[log.find(&needle).unwrap() + needle.len()..];
     rest.split_whitespace().next().unwrap().parse().unwrap()
 }
 

@@ -7,6 +7,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use outbox_relay::events;
+
 use super::repo_root;
 
 /// Builds the binary once per test run and returns its path.
@@ -48,7 +50,7 @@ impl Relay {
     pub async fn streaming(name: &str, config_toml: &str) -> Relay {
         let relay = Self::start(name, config_toml);
         relay
-            .wait_log("streaming_started", Duration::from_secs(60))
+            .wait_log(events::STREAMING_STARTED, Duration::from_secs(60))
             .await;
         relay
     }

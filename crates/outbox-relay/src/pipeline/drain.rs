@@ -14,6 +14,7 @@ use super::{
 use crate::{
     config::Config,
     error::RelayError,
+    events::{SHUTDOWN_COMMIT_FAILED, SHUTDOWN_DRAINING, SHUTDOWN_TIMEOUT},
     sink::{Delivered, KafkaSink},
 };
 
@@ -30,7 +31,7 @@ pub(super) async fn drain(
     let deadline = tokio::time::Instant::now() + cfg.shutdown_timeout();
     tracing::info!(
         in_flight = st.tracker.outstanding_records(),
-        "shutdown_draining"
+        "{SHUTDOWN_DRAINING}"
     );
     while st.tracker.outstanding_records() > 0 {
         tokio::select! {
@@ -38,7 +39,7 @@ pub(super) async fn drain(
             _ = tokio::time::sleep_until(deadline) => {
                 tracing::warn!(
                     in_flight = st.tracker.outstanding_records(),
-                    "shutdown_timeout: unacknowledged events stay unconfirmed and will be sent again"
+                    "{SHUTDOWN_TIMEOUT}: unacknowledged events stay unconfirmed and will be sent again"
                 );
                 break;
             }
@@ -53,7 +54,7 @@ pub(super) async fn drain(
             .map_err(|_| RelayError::KafkaTransaction("shutdown timeout".into()))
             .and_then(|r| r)
         {
-            tracing::warn!(error = %e, "shutdown_commit_failed: the last Kafka transaction's events stay unconfirmed and will be sent again");
+            tracing::warn!(error = %e, "{SHUTDOWN_COMMIT_FAILED}: the last Kafka transaction's events stay unconfirmed and will be sent again");
         }
     }
     confirm(client, st);

@@ -34,6 +34,10 @@ use tokio::sync::{mpsc, watch};
 use crate::{
     config::{Config, PoisonPolicy},
     error::RelayError,
+    events::{
+        KAFKA_PRODUCER_FENCED_OTHERS, LOGICAL_MESSAGE_IGNORED, OUTBOX_TABLE_RENAMED,
+        SHUTDOWN_COMPLETE, STREAMING_STARTED,
+    },
     setup::SlotInfo,
     sink::{Delivered, KafkaSink},
     stop::unless_stopped,
@@ -67,7 +71,7 @@ pub(crate) async fn stream(
     // A server that accepts the connection and never answers must not delay a stop.
     let opened = unless_stopped(shutdown, open(cfg, rcfg, carry)).await;
     let Some(opened) = opened else {
-        tracing::info!("shutdown_complete: stopped before streaming (PostgreSQL did not answer)");
+        tracing::info!("{SHUTDOWN_COMPLETE}: stopped before streaming (PostgreSQL did not answer)");
         return Ok(());
     };
     let (mut client, memory) = opened?;
@@ -79,16 +83,16 @@ pub(crate) async fn stream(
             r = sink.fence_and_begin(transaction_timeout(cfg)) => r?,
             _ = shutdown.changed() => {
                 client.abort();
-                tracing::info!("shutdown_complete: stopped before streaming (Kafka did not answer)");
+                tracing::info!("{SHUTDOWN_COMPLETE}: stopped before streaming (Kafka did not answer)");
                 return Ok(());
             }
         }
-        tracing::info!(transactional_id = %id, "kafka_producer_fenced_others: earlier producers with this transactional id can no longer write");
+        tracing::info!(transactional_id = %id, "{KAFKA_PRODUCER_FENCED_OTHERS}: earlier producers with this transactional id can no longer write");
     }
     crate::health::set_streaming(true);
     tracing::info!(
         slot = %pg.slot, confirmed_flush = %slot.confirmed_flush,
-        status_interval_ms = interval.as_millis() as u64, "streaming_started"
+        status_interval_ms = interval.as_millis() as u64, "{STREAMING_STARTED}"
     );
 
     let mut st = State {
@@ -131,7 +135,7 @@ pub(crate) async fn stream(
         Ok(()) => {
             drain(cfg, sink, &mut client, &mut st, &mut reports, interval).await?;
             close(&mut client).await;
-            tracing::info!(confirmed = %st.confirmed, "shutdown_complete");
+            tracing::info!(confirmed = %st.confirmed, "{SHUTDOWN_COMPLETE}");
             Ok(())
         }
         Err(e) => {
@@ -322,7 +326,7 @@ async fn on_event(
                     }
                 },
                 Decoded::LogicalMessage { prefix, .. } => {
-                    tracing::trace!(prefix = %prefix, "logical_message_ignored");
+                    tracing::trace!(prefix = %prefix, "{LOGICAL_MESSAGE_IGNORED}");
                 }
                 Decoded::Poison(p) => match st.policy {
                     PoisonPolicy::Halt => {
@@ -340,7 +344,7 @@ async fn on_event(
                 Decoded::OutboxRenamed { configured, now } => {
                     tracing::warn!(
                         configured = %configured, now = %now,
-                        "outbox_table_renamed: the outbox table was renamed while in the \
+                        "{OUTBOX_TABLE_RENAMED}: the outbox table was renamed while in the \
                          publication; its rows are still published with its [[outbox]] mapping \
                          (matched by OID). Point [[outbox]] table at the new name"
                     );
@@ -361,7 +365,7 @@ async fn on_event(
             confirm(client, st);
         }
         ReplicationEvent::Message { prefix, .. } => {
-            tracing::trace!(prefix = %prefix, "logical_message_ignored");
+            tracing::trace!(prefix = %prefix, "{LOGICAL_MESSAGE_IGNORED}");
         }
         ReplicationEvent::StoppedAt { .. } => {}
     }

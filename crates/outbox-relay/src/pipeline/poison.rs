@@ -15,6 +15,7 @@ use super::{
 use crate::{
     config::PoisonPolicy,
     error::RelayError,
+    events::EVENT_DEAD_LETTERED,
     metrics as m,
     sink::{Delivered, KafkaSink, delivery_error},
 };
@@ -117,6 +118,6 @@ pub(super) fn dead_lettered(reason: &str, pos: Position) {
     metrics::counter!(m::DEAD_LETTERED).increment(1);
     tracing::warn!(
         commit_lsn = %pos.commit_lsn, seq = pos.seq, reason,
-        "event_dead_lettered: published to the dead-letter topic instead of its own"
+        "{EVENT_DEAD_LETTERED}: published to the dead-letter topic instead of its own"
     );
 }

@@ -13,6 +13,7 @@ use super::{
 use crate::{
     config::Config,
     error::RelayError,
+    events::{KAFKA_TRANSACTION_ABORT_FAILED, KAFKA_TRANSACTION_ABORTED, KAFKA_TRANSACTION_ENDED},
     metrics as m,
     sink::{Delivered, KafkaSink},
 };
@@ -31,7 +32,7 @@ pub(super) async fn commit(
     tracing::debug!(
         elapsed_us = started.elapsed().as_micros() as u64,
         ok = result.is_ok(),
-        "kafka_transaction_ended"
+        "{KAFKA_TRANSACTION_ENDED}"
     );
     let outcome = if result.is_ok() {
         "committed"
@@ -68,13 +69,13 @@ pub(super) async fn abort_open_transaction(cfg: &Config, sink: &KafkaSink, cause
     let limit = cfg.shutdown_timeout().min(Duration::from_secs(10));
     match tokio::time::timeout(limit, sink.abort(limit)).await {
         Ok(Ok(())) => tracing::info!(
-            "kafka_transaction_aborted: its records stay unconfirmed and are sent again"
+            "{KAFKA_TRANSACTION_ABORTED}: its records stay unconfirmed and are sent again"
         ),
         Ok(Err(e)) => {
-            tracing::warn!(error = %e, "kafka_transaction_abort_failed: Kafka ends it after transaction.timeout.ms")
+            tracing::warn!(error = %e, "{KAFKA_TRANSACTION_ABORT_FAILED}: Kafka ends it after transaction.timeout.ms")
         }
         Err(_) => tracing::warn!(
-            "kafka_transaction_abort_failed: Kafka did not answer; it ends the transaction after transaction.timeout.ms"
+            "{KAFKA_TRANSACTION_ABORT_FAILED}: Kafka did not answer; it ends the transaction after transaction.timeout.ms"
         ),
     }
 }

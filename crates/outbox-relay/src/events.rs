@@ -1,0 +1,581 @@
+//! Every log event name, in one place (beside the metric names of [`crate::metrics`]).
+//!
+//! A log line of the relay starts its message with one of these names, alone
+//! (`streaming_started`) or followed by a colon and a sentence for the person reading it
+//! (`event_dead_lettered: published to the dead-letter topic instead of its own`); the details
+//! are fields (`slot=…`, `reason=…`). Names are snake_case and stable: operators grep and alert
+//! on them, docs/operations.md names the ones an operator acts on, and the end-to-end tests
+//! wait on them. Rename one only as a breaking change.
+//!
+//! Call sites use the constants as inline format arguments, so the rendered text is the name
+//! itself: `tracing::info!(slot = %s, "{STREAMING_STARTED}")`. The `reason` field's values
+//! (`slot_busy`, `kafka_unreachable`, …) are another vocabulary, that of
+//! [`crate::error::RelayError::reason`].
+//!
+//! The few lines that do not start with a name are listed, with why, in the test below
+//! (`EXCEPTIONS`): librdkafka's own lines (`librdkafka: …`), the alert transitions (their
+//! message, built by [`crate::alert::Transition::message`], starts with [`ALERT_FIRING`] or
+//! [`ALERT_RESOLVED`]), the process's last line (the fatal error's text, with its `reason`
+//! field), the failure to start the async runtime, and two debug lines. The test reads every
+//! source file of the crate and fails on any other log message that does not start with one of
+//! these constants.
+
+// The pipeline: the replication stream into Kafka, and its stop (pipeline/).
+/// The replication stream is open and events flow (the slot is held from now on).
+pub const STREAMING_STARTED: &str = "streaming_started";
+/// A stop was asked for: intake stopped, waiting for the in-flight acknowledgements.
+pub const SHUTDOWN_DRAINING: &str = "shutdown_draining";
+/// `relay.shutdown_timeout_ms` passed with events still unacknowledged; they are sent again.
+pub const SHUTDOWN_TIMEOUT: &str = "shutdown_timeout";
+/// The Kafka transaction of a stop could not be committed; its events are sent again.
+pub const SHUTDOWN_COMMIT_FAILED: &str = "shutdown_commit_failed";
+/// The relay stopped as asked (after draining, or before streaming began).
+pub const SHUTDOWN_COMPLETE: &str = "shutdown_complete";
+/// A logical decoding message (a heartbeat or another prefix) was read and skipped (trace).
+pub const LOGICAL_MESSAGE_IGNORED: &str = "logical_message_ignored";
+/// An outbox table was renamed while in the publication; its rows are still relayed.
+pub const OUTBOX_TABLE_RENAMED: &str = "outbox_table_renamed";
+/// An event went to the dead-letter topic instead of its own (`relay.on_poison = "dead-letter"`).
+pub const EVENT_DEAD_LETTERED: &str = "event_dead_lettered";
+
+// The pipeline's Kafka transactions (`kafka.transactional_id`, pipeline/).
+/// This instance took over the transactional id: earlier producers with it are fenced.
+pub const KAFKA_PRODUCER_FENCED_OTHERS: &str = "kafka_producer_fenced_others";
+/// A Kafka transaction was committed or failed, with its duration (debug).
+pub const KAFKA_TRANSACTION_ENDED: &str = "kafka_transaction_ended";
+/// The open Kafka transaction was aborted after a pipeline error; its records are sent again.
+pub const KAFKA_TRANSACTION_ABORTED: &str = "kafka_transaction_aborted";
+/// Aborting the open Kafka transaction failed or timed out; Kafka ends it itself.
+pub const KAFKA_TRANSACTION_ABORT_FAILED: &str = "kafka_transaction_abort_failed";
+
+// The Kafka sink (sink.rs).
+/// librdkafka reported a client error (broker down and the like; it retries by itself).
+pub const KAFKA_CLIENT_ERROR: &str = "kafka_client_error";
+
+// The replication source (source.rs, failover.rs).
+/// The first connection of the process identified the server (system id, timeline).
+pub const SERVER_IDENTIFIED: &str = "server_identified";
+/// The server is on a new timeline (failover) and has every published transaction.
+pub const TIMELINE_CHANGED: &str = "timeline_changed";
+
+// The state file (`relay.state_file`, failover.rs).
+/// The state file knew more than this process: failover checks continue from it.
+pub const STATE_LOADED: &str = "state_loaded";
+/// Writing the state file failed (logged once until a write succeeds again).
+pub const STATE_FILE_WRITE_FAILED: &str = "state_file_write_failed";
+/// The state file was written again after [`STATE_FILE_WRITE_FAILED`].
+pub const STATE_FILE_WRITTEN_AGAIN: &str = "state_file_written_again";
+
+// The supervisor (run.rs) and the process (main.rs).
+/// The pipeline ended on a transient error and is restarted after a backoff (once per reason).
+pub const PIPELINE_RESTART: &str = "pipeline_restart";
+/// A restart for the same reason as the last one (debug).
+pub const PIPELINE_RESTART_REPEATED: &str = "pipeline_restart_repeated";
+/// SIGTERM or SIGINT arrived: the relay stops intake and drains.
+pub const SIGNAL_RECEIVED: &str = "signal_received";
+/// The Prometheus recorder could not be installed; the relay runs without `/metrics` data.
+pub const METRICS_DISABLED: &str = "metrics_disabled";
+
+// Setup and preflight (setup.rs, `outbox-relay setup`).
+/// `outbox-relay setup` checked everything and created what was missing.
+pub const SETUP_OK: &str = "setup_ok";
+/// The publication was created (`postgres.create_publication = true`).
+pub const PUBLICATION_CREATED: &str = "publication_created";
+/// The replication slot was created; events committed from its LSN on are relayed.
+pub const SLOT_CREATED: &str = "slot_created";
+/// `setup --recreate-slot` replaced an invalidated slot; the gap between the LSNs is logged.
+pub const SLOT_RECREATED: &str = "slot_recreated";
+/// Another connection holds the slot (an active instance); this one waits for it.
+pub const SLOT_IN_USE: &str = "slot_in_use";
+
+// The slot monitor and its alerts (monitor.rs, alert.rs).
+/// The monitor cannot query PostgreSQL (logged once per distinct error).
+pub const SLOT_MONITOR_FAILED: &str = "slot_monitor_failed";
+/// The publication stopped listing an outbox table while streaming: the relay stops.
+pub const PUBLICATION_DRIFT: &str = "publication_drift";
+/// The monitor found the slot invalidated (`wal_status = lost`): the relay stops.
+pub const SLOT_LOST: &str = "slot_lost";
+/// An alert changed to warning or critical (WARN or ERROR).
+pub const ALERT_FIRING: &str = "alert_firing";
+/// An alert went back to ok.
+pub const ALERT_RESOLVED: &str = "alert_resolved";
+
+// The alert webhook (webhook.rs).
+/// `alerts.webhook.url` is set: notifications are sent to it.
+pub const WEBHOOK_ENABLED: &str = "webhook_enabled";
+/// `alerts.webhook.url` is invalid: no notifications are sent.
+pub const WEBHOOK_DISABLED: &str = "webhook_disabled";
+/// A notification was delivered (debug).
+pub const WEBHOOK_SENT: &str = "webhook_sent";
+/// A notification was dropped after its attempts failed.
+pub const WEBHOOK_FAILED: &str = "webhook_failed";
+/// The notification queue was full: a notification was dropped.
+pub const WEBHOOK_QUEUE_FULL: &str = "webhook_queue_full";
+
+// The heartbeat (heartbeat.rs).
+/// A heartbeat message was written (trace).
+pub const HEARTBEAT_WRITTEN: &str = "heartbeat_written";
+/// The server is a standby, so no heartbeat is written (logged once).
+pub const HEARTBEAT_SKIPPED: &str = "heartbeat_skipped";
+/// Writing a heartbeat failed (logged once per distinct error).
+pub const HEARTBEAT_FAILED: &str = "heartbeat_failed";
+
+// The HTTP endpoint (http.rs).
+/// `/metrics`, `/healthz` and `/readyz` are served; `addr` is the bound address.
+pub const HTTP_LISTENING: &str = "http_listening";
+/// `http.listen` cannot be bound; retried every 10 s while the relay keeps relaying.
+pub const HTTP_LISTEN_FAILED: &str = "http_listen_failed";
+/// Accepting a connection failed (debug).
+pub const HTTP_ACCEPT_FAILED: &str = "http_accept_failed";
+
+/// Every event name.
+pub const ALL: &[&str] = &[
+    STREAMING_STARTED,
+    SHUTDOWN_DRAINING,
+    SHUTDOWN_TIMEOUT,
+    SHUTDOWN_COMMIT_FAILED,
+    SHUTDOWN_COMPLETE,
+    LOGICAL_MESSAGE_IGNORED,
+    OUTBOX_TABLE_RENAMED,
+    EVENT_DEAD_LETTERED,
+    KAFKA_PRODUCER_FENCED_OTHERS,
+    KAFKA_TRANSACTION_ENDED,
+    KAFKA_TRANSACTION_ABORTED,
+    KAFKA_TRANSACTION_ABORT_FAILED,
+    KAFKA_CLIENT_ERROR,
+    SERVER_IDENTIFIED,
+    TIMELINE_CHANGED,
+    STATE_LOADED,
+    STATE_FILE_WRITE_FAILED,
+    STATE_FILE_WRITTEN_AGAIN,
+    PIPELINE_RESTART,
+    PIPELINE_RESTART_REPEATED,
+    SIGNAL_RECEIVED,
+    METRICS_DISABLED,
+    SETUP_OK,
+    PUBLICATION_CREATED,
+    SLOT_CREATED,
+    SLOT_RECREATED,
+    SLOT_IN_USE,
+    SLOT_MONITOR_FAILED,
+    PUBLICATION_DRIFT,
+    SLOT_LOST,
+    ALERT_FIRING,
+    ALERT_RESOLVED,
+    WEBHOOK_ENABLED,
+    WEBHOOK_DISABLED,
+    WEBHOOK_SENT,
+    WEBHOOK_FAILED,
+    WEBHOOK_QUEUE_FULL,
+    HEARTBEAT_WRITTEN,
+    HEARTBEAT_SKIPPED,
+    HEARTBEAT_FAILED,
+    HTTP_LISTENING,
+    HTTP_LISTEN_FAILED,
+    HTTP_ACCEPT_FAILED,
+];
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        collections::BTreeSet,
+        path::{Path, PathBuf},
+    };
+
+    use super::*;
+
+    /// Log messages that do not start with an event name, as written in the source, and why.
+    /// An entry that no longer occurs fails the test too, so the list stays exact.
+    const EXCEPTIONS: &[(&str, &str)] = &[
+        // librdkafka's own lines, forwarded at their level.
+        ("sink.rs", "librdkafka: {log_message}"),
+        // `alert::Transition::message`, which starts with ALERT_FIRING or ALERT_RESOLVED.
+        ("monitor.rs", "{msg}"),
+        // The process's last line: the fatal error's text, with its `reason` field.
+        ("main.rs", "{e}"),
+        // Before the runtime (and anything else) exists.
+        ("main.rs", "cannot start the async runtime"),
+        // Debug lines.
+        ("monitor.rs", "publication check failed; retried next poll"),
+        ("pg.rs", "control connection closed"),
+    ];
+
+    const LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
+
+    /// `NAME` of every `pub const NAME: &str = "…";` in this file, with its value.
+    fn declared() -> Vec<(String, String)> {
+        include_str!("events.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("pub const "))
+            .filter_map(|l| l.split_once(": &str = \""))
+            .map(|(name, rest)| {
+                let value = rest.strip_suffix("\";").expect("one constant per line");
+                (name.to_string(), value.to_string())
+            })
+            .collect()
+    }
+
+    fn is_snake_case(s: &str) -> bool {
+        !s.is_empty()
+            && s.starts_with(|c: char| c.is_ascii_lowercase())
+            && !s.ends_with('_')
+            && !s.contains("__")
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    }
+
+    /// A bare event-name literal: snake_case with at least one `_`, alone or before `:`/` `.
+    fn starts_with_bare_name(message: &str) -> bool {
+        let end = message
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+            .unwrap_or(message.len());
+        let (word, rest) = message.split_at(end);
+        is_snake_case(word)
+            && word.contains('_')
+            && (rest.is_empty() || rest.starts_with(':') || rest.starts_with(' '))
+    }
+
+    #[test]
+    fn names_are_unique_snake_case_and_all_listed() {
+        let mut seen = BTreeSet::new();
+        for name in ALL {
+            assert!(is_snake_case(name), "{name:?} is not snake_case");
+            assert!(seen.insert(*name), "{name:?} is listed twice");
+        }
+        let declared = declared();
+        assert_eq!(declared.len(), ALL.len(), "every constant is in ALL, once");
+        for (ident, value) in &declared {
+            assert_eq!(
+                *ident,
+                value.to_uppercase(),
+                "the constant is named after its value"
+            );
+            assert!(ALL.contains(&value.as_str()), "{ident} is missing from ALL");
+        }
+    }
+
+    #[test]
+    fn the_name_checks_reject_what_they_should() {
+        assert!(!is_snake_case("Streaming_started"));
+        assert!(!is_snake_case("streaming-started"));
+        assert!(!is_snake_case("streaming__started"));
+        assert!(!is_snake_case("streaming_started_"));
+        assert!(starts_with_bare_name("streaming_started"));
+        assert!(starts_with_bare_name("slot_lost: stopping"));
+        assert!(starts_with_bare_name("http_listening (address unknown)"));
+        assert!(!starts_with_bare_name("{STREAMING_STARTED}"));
+        assert!(!starts_with_bare_name("librdkafka: {log_message}"));
+        assert!(!starts_with_bare_name("control connection closed"));
+    }
+
+    /// One `tracing::<level>!(…)` call found in source text.
+    #[derive(Debug, PartialEq)]
+    struct Call {
+        line: usize,
+        /// The message literal's text as written (escapes and line continuations untouched).
+        message: Option<String>,
+    }
+
+    /// What [`scan`] found: the tracing calls, and log macros called without `tracing::`.
+    #[derive(Debug, Default)]
+    struct Scan {
+        calls: Vec<Call>,
+        unqualified: Vec<usize>,
+    }
+
+    /// The end (exclusive) of the literal or comment starting at `i`, or `None` if none does.
+    fn skip_non_code(b: &[u8], i: usize) -> Option<usize> {
+        let at = |k: usize| b.get(k).copied().unwrap_or(0);
+        match at(i) {
+            b'/' if at(i + 1) == b'/' => Some(
+                b[i..]
+                    .iter()
+                    .position(|&c| c == b'\n')
+                    .map_or(b.len(), |p| i + p),
+            ),
+            b'/' if at(i + 1) == b'*' => {
+                let mut k = i + 2;
+                while k < b.len() && !(at(k) == b'*' && at(k + 1) == b'/') {
+                    k += 1;
+                }
+                Some((k + 2).min(b.len()))
+            }
+            b'"' => {
+                let mut k = i + 1;
+                while k < b.len() && at(k) != b'"' {
+                    k += if at(k) == b'\\' { 2 } else { 1 };
+                }
+                Some((k + 1).min(b.len()))
+            }
+            // Raw strings: r"…", r#"…"#.
+            b'r' if (at(i + 1) == b'"' || at(i + 1) == b'#')
+                && (i == 0 || !is_ident(at(i - 1))) =>
+            {
+                let hashes = b[i + 1..].iter().take_while(|&&c| c == b'#').count();
+                if at(i + 1 + hashes) != b'"' {
+                    return None;
+                }
+                let close: Vec<u8> = std::iter::once(b'"')
+                    .chain(std::iter::repeat_n(b'#', hashes))
+                    .collect();
+                let start = i + 2 + hashes;
+                Some(
+                    b[start..]
+                        .windows(close.len())
+                        .position(|w| w == close.as_slice())
+                        .map_or(b.len(), |p| start + p + close.len()),
+                )
+            }
+            // Char literals ('x', '\n', '"'); a lifetime ('a) is code.
+            b'\'' if at(i + 1) == b'\\' => {
+                let mut k = i + 3;
+                while k < b.len() && at(k) != b'\'' {
+                    k += 1;
+                }
+                Some((k + 1).min(b.len()))
+            }
+            b'\'' if at(i + 2) == b'\'' => Some(i + 3),
+            _ => None,
+        }
+    }
+
+    fn is_ident(c: u8) -> bool {
+        c.is_ascii_alphanumeric() || c == b'_'
+    }
+
+    /// The log macro called at `i` (`info` for `info!(`), if one is.
+    fn macro_at(b: &[u8], i: usize) -> Option<(&'static str, usize)> {
+        if i > 0 && is_ident(b[i - 1]) {
+            return None;
+        }
+        LEVELS.into_iter().find_map(|level| {
+            let rest = &b[i..];
+            let after = rest.strip_prefix(level.as_bytes())?.strip_prefix(b"!")?;
+            let ws = after.iter().take_while(|c| c.is_ascii_whitespace()).count();
+            (after.get(ws) == Some(&b'(')).then_some((level, i + level.len() + 1 + ws + 1))
+        })
+    }
+
+    /// Every log macro call in `src` outside comments and literals.
+    fn scan(src: &str) -> Scan {
+        let b = src.as_bytes();
+        let line_of = |i: usize| src[..i].matches('\n').count() + 1;
+        let mut out = Scan::default();
+        let mut i = 0;
+        while i < b.len() {
+            if let Some(end) = skip_non_code(b, i) {
+                i = end;
+                continue;
+            }
+            let Some((_, args_start)) = macro_at(b, i) else {
+                i += 1;
+                continue;
+            };
+            if !src[..i].ends_with("tracing::") {
+                out.unqualified.push(line_of(i));
+                i = args_start;
+                continue;
+            }
+            // The arguments, split at top-level commas; the message is the first argument
+            // that is one string literal (fields come before it, format arguments after).
+            let mut depth = 0usize;
+            let mut k = args_start;
+            let mut arg_start = k;
+            let mut message = None;
+            while k < b.len() {
+                if let Some(end) = skip_non_code(b, k) {
+                    k = end;
+                    continue;
+                }
+                match b[k] {
+                    b'(' | b'[' | b'{' => depth += 1,
+                    b')' | b']' | b'}' if depth > 0 => depth -= 1,
+                    b',' | b')' if depth == 0 => {
+                        let arg = src[arg_start..k].trim();
+                        if message.is_none()
+                            && arg.len() >= 2
+                            && arg.starts_with('"')
+                            && skip_non_code(arg.as_bytes(), 0) == Some(arg.len())
+                        {
+                            message = Some(arg[1..arg.len() - 1].to_string());
+                        }
+                        arg_start = k + 1;
+                        if b[k] == b')' {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                k += 1;
+            }
+            out.calls.push(Call {
+                line: line_of(i),
+                message,
+            });
+            i = k + 1;
+        }
+        out
+    }
+
+    /// Why `message` is not a proper start of a log line, if it is not.
+    fn problem(message: &str) -> Option<String> {
+        if let Some(rest) = message.strip_prefix('{') {
+            let ident = rest.split('}').next().unwrap_or("");
+            let value = ident.to_lowercase();
+            return if ident == value.to_uppercase() && ALL.contains(&value.as_str()) {
+                None
+            } else {
+                Some(format!(
+                    "starts with {{{ident}}}, which is not an events.rs constant"
+                ))
+            };
+        }
+        Some(if starts_with_bare_name(message) {
+            "starts with a bare event name: use its events.rs constant".into()
+        } else {
+            "does not start with an event name".into()
+        })
+    }
+
+    /// The problems of the log lines in one file's `src`; `used` collects exceptions met.
+    fn check(
+        file: &str,
+        src: &str,
+        used: &mut BTreeSet<(&'static str, &'static str)>,
+    ) -> Vec<String> {
+        let scan = scan(src);
+        let mut problems: Vec<String> = scan
+            .unqualified
+            .iter()
+            .map(|line| format!("{file}:{line}: call the log macros as tracing::<level>!"))
+            .collect();
+        for call in scan.calls {
+            let Some(message) = call.message else {
+                problems.push(format!("{file}:{}: no message literal found", call.line));
+                continue;
+            };
+            if let Some(&e) = EXCEPTIONS.iter().find(|(f, m)| *f == file && *m == message) {
+                used.insert(e);
+                continue;
+            }
+            if let Some(p) = problem(&message) {
+                problems.push(format!("{file}:{}: {message:?} {p}", call.line));
+            }
+        }
+        problems
+    }
+
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn every_log_line_of_the_crate_starts_with_an_event_constant() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        files.sort();
+        let mut used = BTreeSet::new();
+        let mut problems = Vec::new();
+        let mut calls = 0;
+        let mut text = String::new();
+        for path in &files {
+            let body = std::fs::read_to_string(path).unwrap();
+            let rel = path.strip_prefix(&src).unwrap().display().to_string();
+            calls += scan(&body).calls.len();
+            problems.extend(check(&rel, &body, &mut used));
+            if rel != "events.rs" {
+                text.push_str(&body);
+            }
+        }
+        // A scanner that finds nothing would pass anything.
+        assert!(
+            files.len() > 20 && calls > 40,
+            "{} files, {calls} calls",
+            files.len()
+        );
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+        for e in EXCEPTIONS {
+            assert!(
+                used.contains(e),
+                "exception {e:?} no longer occurs: remove it"
+            );
+        }
+        for (ident, _) in declared() {
+            assert!(text.contains(&ident), "{ident} is used nowhere: remove it");
+        }
+    }
+
+    #[test]
+    fn the_source_check_fails_on_what_it_should() {
+        // Written with concat! so that this file does not contain the calls it describes.
+        let mut used = BTreeSet::new();
+        let bad = concat!(
+            "fn f() {\n",
+            "    tracing",
+            "::info!(slot = %s, \"streaming_started\");\n",
+            "    tracing",
+            "::warn!(\n",
+            "        reason = e.reason(),\n",
+            "        \"slot_lost: the slot was invalidated; \\\n",
+            "         stopping\"\n",
+            "    );\n",
+            "    tracing",
+            "::debug!(\"{NOT_AN_EVENT}\");\n",
+            "    tracing",
+            "::error!(x = f(a, \"b\"), \"no name at all\");\n",
+            "    info",
+            "!(\"{STREAMING_STARTED}\");\n",
+            "}\n",
+        );
+        let problems = check("x.rs", bad, &mut used);
+        assert_eq!(problems.len(), 5, "{problems:#?}");
+        assert!(
+            problems[0].starts_with("x.rs:10: call the log macros"),
+            "{problems:#?}"
+        );
+        assert!(problems[1].starts_with("x.rs:2: \"streaming_started\" starts with a bare"));
+        assert!(
+            problems[2].starts_with("x.rs:3: \"slot_lost: the slot"),
+            "{problems:#?}"
+        );
+        assert!(
+            problems[3].contains("{NOT_AN_EVENT}, which is not"),
+            "{problems:#?}"
+        );
+        assert!(
+            problems[4].contains("\"no name at all\" does not start"),
+            "{problems:#?}"
+        );
+
+        let good = concat!(
+            "// tracing",
+            "::info!(\"streaming_started\") in a comment\n",
+            "/* tracing",
+            "::info!(\"streaming_started\") */\n",
+            "const S: &str = \"tracing",
+            "::info!(\\\"streaming_started\\\")\";\n",
+            "fn f() {\n",
+            "    let c = '(';\n",
+            "    tracing",
+            "::info!(slot = %s, \"{STREAMING_STARTED}\");\n",
+            "    tracing",
+            "::warn!(t = %f(\"a, b\"), \"{HTTP_LISTENING} (address unknown)\");\n",
+            "    tracing",
+            "::info!(\"{SLOT_LOST}: a {} sentence\", c);\n",
+            "    metrics::counter!(\"x\").increment(1);\n",
+            "}\n",
+        );
+        let problems = check("x.rs", good, &mut used);
+        assert!(problems.is_empty(), "{problems:#?}");
+        assert_eq!(scan(good).calls.len(), 3);
+        assert!(used.is_empty());
+    }
+}
