@@ -1,0 +1,218 @@
+//! Alert evaluation: thresholds, hysteresis, transitions and messages.
+use super::*;
+
+const MIB: u64 = 1 << 20;
+
+fn cfg() -> AlertsConfig {
+    AlertsConfig {
+        retained_wal_warning_bytes: 100 * MIB,
+        retained_wal_critical_bytes: 1000 * MIB,
+        retained_wal_warning_ratio: 0.5,
+        retained_wal_critical_ratio: 0.8,
+        time_lag_warning_secs: 60,
+        time_lag_critical_secs: 600,
+        ..AlertsConfig::default()
+    }
+}
+
+fn obs(retained_mib: u64) -> Observation {
+    Observation {
+        retained_wal_bytes: Some(retained_mib * MIB),
+        max_slot_wal_keep_size: None,
+        time_lag: Some(Duration::ZERO),
+        wal_status: Some(WalStatus::Reserved),
+        confirmed_flush: Some(Lsn(0x1930468)),
+    }
+}
+
+fn level(kind: AlertKind, o: &Observation) -> Option<Severity> {
+    evaluate(&cfg(), o)[kind as usize].level
+}
+
+#[test]
+fn retained_wal_in_bytes_warns_then_goes_critical() {
+    let k = AlertKind::RetainedWal;
+    assert_eq!(level(k, &obs(99)), None);
+    assert_eq!(level(k, &obs(100)), Some(Severity::Warning));
+    assert_eq!(level(k, &obs(1000)), Some(Severity::Critical));
+}
+
+#[test]
+fn retained_wal_as_a_fraction_of_max_slot_wal_keep_size() {
+    let k = AlertKind::RetainedWal;
+    let mut o = obs(40);
+    o.max_slot_wal_keep_size = Some(64 * MIB);
+    assert_eq!(level(k, &o), Some(Severity::Warning), "40 of 64 MiB is 62%");
+    o.retained_wal_bytes = Some(52 * MIB);
+    assert_eq!(
+        level(k, &o),
+        Some(Severity::Critical),
+        "52 of 64 MiB is 81%"
+    );
+    o.max_slot_wal_keep_size = None;
+    assert_eq!(
+        level(k, &o),
+        None,
+        "unlimited: only the byte thresholds apply"
+    );
+    let f = &evaluate(&cfg(), &obs(150))[0];
+    assert!(
+        f.summary.contains("150.0 MiB") && f.summary.contains("unlimited"),
+        "{f:?}"
+    );
+}
+
+#[test]
+fn zero_disables_a_threshold() {
+    let c = AlertsConfig {
+        retained_wal_warning_bytes: 0,
+        retained_wal_critical_bytes: 0,
+        retained_wal_warning_ratio: 0.0,
+        retained_wal_critical_ratio: 0.0,
+        time_lag_warning_secs: 0,
+        time_lag_critical_secs: 0,
+        ..AlertsConfig::default()
+    };
+    let mut o = obs(1 << 20);
+    o.max_slot_wal_keep_size = Some(MIB);
+    o.time_lag = Some(Duration::from_secs(1 << 30));
+    assert!(evaluate(&c, &o).iter().all(|f| f.level.is_none()));
+}
+
+#[test]
+fn time_lag_levels_and_unknown_lag() {
+    let k = AlertKind::TimeLag;
+    let mut o = obs(0);
+    o.time_lag = Some(Duration::from_secs(59));
+    assert_eq!(level(k, &o), None);
+    o.time_lag = Some(Duration::from_secs(60));
+    assert_eq!(level(k, &o), Some(Severity::Warning));
+    o.time_lag = Some(Duration::from_secs(601));
+    assert_eq!(level(k, &o), Some(Severity::Critical));
+    o.time_lag = None;
+    assert_eq!(level(k, &o), None);
+}
+
+#[test]
+fn wal_status_leaving_reserved() {
+    let k = AlertKind::WalStatus;
+    let mut o = obs(0);
+    for (s, want) in [
+        (WalStatus::Reserved, None),
+        (WalStatus::Extended, Some(Severity::Warning)),
+        (WalStatus::Unreserved, Some(Severity::Critical)),
+        (WalStatus::Lost, Some(Severity::Critical)),
+    ] {
+        o.wal_status = Some(s.clone());
+        assert_eq!(level(k, &o), want, "{s}");
+    }
+    let c = AlertsConfig {
+        wal_status_extended: ExtendedLevel::Off,
+        ..cfg()
+    };
+    o.wal_status = Some(WalStatus::Extended);
+    assert_eq!(evaluate(&c, &o)[2].level, None);
+    o.wal_status = Some(WalStatus::Lost);
+    let f = &evaluate(&c, &o)[2];
+    assert!(
+        f.summary.contains("lost") && f.action.contains("--recreate-slot"),
+        "{f:?}"
+    );
+    assert!(f.summary.contains("committed after 0/1930468"), "{f:?}");
+}
+
+#[test]
+fn one_transition_per_change_of_level_and_none_while_unchanged() {
+    let mut a = Alerts::new(cfg());
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+    assert!(a.observe(&obs(10), t0).is_empty());
+
+    let fired = a.observe(&obs(200), t0);
+    assert_eq!(fired.len(), 1);
+    assert_eq!(
+        (fired[0].kind, fired[0].from, fired[0].to),
+        (AlertKind::RetainedWal, None, Some(Severity::Warning))
+    );
+    assert!(
+        a.observe(&obs(300), t0 + Duration::from_secs(5)).is_empty(),
+        "same level"
+    );
+    assert!(
+        a.active()[0].summary.contains("300.0 MiB"),
+        "summary follows the value"
+    );
+
+    let up = a.observe(&obs(2000), t0 + Duration::from_secs(10));
+    assert_eq!(up.len(), 1);
+    assert_eq!(
+        (up[0].from, up[0].to),
+        (Some(Severity::Warning), Some(Severity::Critical))
+    );
+    assert_eq!(up[0].since, Some(t0), "escalation keeps the start time");
+    assert!(
+        up[0]
+            .message()
+            .starts_with("alert_firing: [critical] retained_wal (was warning)")
+    );
+    assert_eq!(a.level(AlertKind::RetainedWal), Some(Severity::Critical));
+
+    let down = a.observe(&obs(1), t0 + Duration::from_secs(20));
+    assert_eq!(down.len(), 1);
+    assert!(down[0].is_resolved());
+    assert!(
+        down[0]
+            .message()
+            .starts_with("alert_resolved: retained_wal: the slot retains 1.0 MiB")
+    );
+    assert!(a.active().is_empty());
+}
+
+#[test]
+fn firing_message_says_what_is_wrong_and_what_to_do() {
+    let mut a = Alerts::new(cfg());
+    let mut o = obs(0);
+    o.wal_status = Some(WalStatus::Unreserved);
+    o.time_lag = Some(Duration::from_secs(3725));
+    let t = a.observe(&o, SystemTime::UNIX_EPOCH);
+    assert_eq!(t.len(), 2);
+    let lag = t
+        .iter()
+        .find(|t| t.kind == AlertKind::TimeLag)
+        .unwrap()
+        .message();
+    assert!(
+        lag.contains("1h 2m 5s old") && lag.contains("What to do: check the relay log"),
+        "{lag}"
+    );
+    let ws = t
+        .iter()
+        .find(|t| t.kind == AlertKind::WalStatus)
+        .unwrap()
+        .message();
+    assert!(
+        ws.contains("wal_status = unreserved") && ws.contains("max_slot_wal_keep_size"),
+        "{ws}"
+    );
+
+    // unreserved -> lost stays critical but is news: one more transition.
+    o.wal_status = Some(WalStatus::Lost);
+    let t = a.observe(&o, SystemTime::UNIX_EPOCH);
+    assert_eq!(t.len(), 1, "{t:?}");
+    let lost = t[0].message();
+    assert!(
+        lost.starts_with(
+            "alert_firing: [critical] wal_status (was critical): the slot was invalidated"
+        ),
+        "{lost}"
+    );
+    assert!(a.observe(&o, SystemTime::UNIX_EPOCH).is_empty());
+}
+
+#[test]
+fn human_units() {
+    assert_eq!(human_bytes(512), "512 B");
+    assert_eq!(human_bytes(1536), "1.5 KiB");
+    assert_eq!(human_bytes(64 * MIB), "64.0 MiB");
+    assert_eq!(human_duration(Duration::from_millis(1500)), "1.5s");
+    assert_eq!(human_duration(Duration::from_secs(61)), "1m 1s");
+}
