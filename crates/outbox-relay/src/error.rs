@@ -1,30 +1,44 @@
 //! The relay's errors, split by what the operator (or the supervisor) should do.
 //!
-//! *Transient* errors restart the pipeline from the last confirmed LSN after a backoff: a network
-//! drop, a broker that is down, a slot held by another instance. *Definite* errors stop the
-//! process with a non-zero exit code: retrying cannot fix them (bad config, missing table,
-//! invalidated slot, an event Kafka refuses). Every message says what to do.
+//! [`Transient`] errors restart the pipeline from the last confirmed LSN after a backoff: a
+//! network drop, a broker that is down, a slot held by another instance. [`Definite`] errors
+//! stop the process with a non-zero exit code: retrying cannot fix them (bad config, missing
+//! table, invalidated slot, an event Kafka refuses). [`RelayError`] is one of the two, so the
+//! kind is decided where the error is made, never re-derived from its text. Every message says
+//! what to do; where a client error caused it (tokio-postgres, librdkafka, a decode or framing
+//! error, the config) it stays reachable through `source()`.
 
 use relay_core::{decode::DecodeError, watermark::FramingError};
 
 use crate::config::ConfigError;
 
+/// An error of the relay: either kind, with the message the operator reads.
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
     #[error(transparent)]
-    Config(#[from] ConfigError),
+    Transient(#[from] Transient),
+    #[error(transparent)]
+    Definite(#[from] Definite),
+}
 
-    /// A precondition in PostgreSQL is not met; the text is one actionable sentence.
-    #[error("{0}")]
-    Precondition(String),
-
+/// Retrying after a backoff may succeed: the supervisor restarts the pipeline from the last
+/// confirmed LSN (a network drop, a broker that is down, a slot another instance holds).
+#[derive(Debug, thiserror::Error)]
+pub enum Transient {
     #[error("cannot reach PostgreSQL at {target}: {detail}")]
-    PostgresUnreachable { target: String, detail: String },
+    PostgresUnreachable {
+        target: String,
+        detail: String,
+        #[source]
+        source: tokio_postgres::Error,
+    },
 
     #[error("PostgreSQL query failed ({context}): {detail}")]
     Postgres {
         context: &'static str,
         detail: String,
+        #[source]
+        source: tokio_postgres::Error,
     },
 
     #[error(
@@ -36,8 +50,72 @@ pub enum RelayError {
     #[error("replication stream failed: {0}")]
     Replication(String),
 
+    /// Under `on_poison = "dead-letter"`: Kafka refused an event for good after it was sent;
+    /// the pipeline restarts and sends it to the dead-letter topic in its place.
+    #[error(
+        "Kafka refused the event at commit LSN {commit_lsn}, position {seq} for good \
+         ({reason}); restarting from the last confirmed LSN to send it to the dead-letter topic"
+    )]
+    DeadLetterPending {
+        commit_lsn: relay_core::Lsn,
+        seq: u64,
+        reason: String,
+    },
+
+    /// The pipeline waited for Kafka with the stream paused and let the replication connection
+    /// go, so that PostgreSQL's checkpointer never waits for a blocked walsender.
+    #[error(
+        "released the replication connection after waiting {waited_ms} ms for Kafka to take \
+         records{}; the slot keeps its position and the relay reconnects once Kafka answers",
+        if *wal_at_risk { " (the slot's wal_status left reserved/extended)" } else { "" }
+    )]
+    BackpressureReleased { waited_ms: u64, wal_at_risk: bool },
+
+    #[error("cannot reach Kafka at {brokers}: {detail}")]
+    KafkaUnreachable { brokers: String, detail: String },
+
+    #[error(
+        "Kafka did not accept an event for topic {topic:?} ({code}); nothing after it was \
+         confirmed and the relay restarts from the last confirmed LSN"
+    )]
+    Delivery {
+        topic: String,
+        code: String,
+        /// The client's error, when one caused it (a fatal producer error has only a code).
+        #[source]
+        source: Option<Box<rdkafka::error::KafkaError>>,
+    },
+
+    /// `kafka.transactional_id`: another instance acquired the slot and fenced this producer.
+    #[error(
+        "another outbox-relay instance with the same kafka.transactional_id took over ({0}): \
+         it holds the slot now, so this instance writes nothing more to Kafka; its unfinished \
+         Kafka transaction is aborted and nothing of it was confirmed. Waiting for the slot again"
+    )]
+    ProducerFenced(String),
+
+    /// `kafka.transactional_id`: a Kafka transaction could not be started or committed.
+    #[error(
+        "a Kafka transaction failed ({0}); nothing of it was confirmed and the relay restarts \
+         from the last confirmed LSN. If it repeats, check that the principal may WRITE and \
+         DESCRIBE the transactional id and that the brokers' transaction state log is healthy"
+    )]
+    KafkaTransaction(String),
+}
+
+/// Retrying cannot fix it: the process stops with a non-zero exit code and the message says
+/// what to do (bad config, an unmet precondition, an event Kafka refuses for good).
+#[derive(Debug, thiserror::Error)]
+pub enum Definite {
+    #[error(transparent)]
+    Config(ConfigError),
+
+    /// A precondition in PostgreSQL is not met; the text is one actionable sentence.
+    #[error("{0}")]
+    Precondition(String),
+
     #[error("replication stream refused: {0}")]
-    ReplicationDefinite(String),
+    ReplicationRefused(String),
 
     /// After a failover: the server at `target` does not have what this relay published.
     #[error(
@@ -53,7 +131,7 @@ pub enum RelayError {
     },
 
     #[error("cannot decode the replication stream: {0}")]
-    Decode(#[from] DecodeError),
+    Decode(#[source] DecodeError),
 
     /// A row of an outbox table that cannot become a Kafka record, under `on_poison = "halt"`.
     #[error(
@@ -63,49 +141,11 @@ pub enum RelayError {
     )]
     Poison { table: String, reason: String },
 
-    /// Under `on_poison = "dead-letter"`: Kafka refused an event for good after it was sent;
-    /// the pipeline restarts and sends it to the dead-letter topic in its place.
-    #[error(
-        "Kafka refused the event at commit LSN {commit_lsn}, position {seq} for good \
-         ({reason}); restarting from the last confirmed LSN to send it to the dead-letter topic"
-    )]
-    DeadLetterPending {
-        commit_lsn: relay_core::Lsn,
-        seq: u64,
-        reason: String,
-    },
-
     #[error("the replication stream broke transaction framing: {0}")]
-    Framing(#[from] FramingError),
-
-    /// The pipeline waited for Kafka with the stream paused and let the replication connection
-    /// go, so that PostgreSQL's checkpointer never waits for a blocked walsender.
-    #[error(
-        "released the replication connection after waiting {waited_ms} ms for Kafka to take \
-         records{}; the slot keeps its position and the relay reconnects once Kafka answers",
-        if *wal_at_risk { " (the slot's wal_status left reserved/extended)" } else { "" }
-    )]
-    BackpressureReleased { waited_ms: u64, wal_at_risk: bool },
-
-    #[error("cannot reach Kafka at {brokers}: {detail}")]
-    KafkaUnreachable { brokers: String, detail: String },
+    Framing(#[source] FramingError),
 
     #[error("cannot create the Kafka producer: {0}")]
     KafkaSetup(String),
-
-    #[error(
-        "Kafka did not accept an event for topic {topic:?} ({code}); nothing after it was \
-         confirmed and the relay restarts from the last confirmed LSN"
-    )]
-    DeliveryTransient { topic: String, code: String },
-
-    /// `kafka.transactional_id`: another instance acquired the slot and fenced this producer.
-    #[error(
-        "another outbox-relay instance with the same kafka.transactional_id took over ({0}): \
-         it holds the slot now, so this instance writes nothing more to Kafka; its unfinished \
-         Kafka transaction is aborted and nothing of it was confirmed. Waiting for the slot again"
-    )]
-    ProducerFenced(String),
 
     /// `kafka.transactional_id`: the brokers do not let the relay's principal use the id.
     #[error(
@@ -115,66 +155,115 @@ pub enum RelayError {
     )]
     KafkaTransactionRefused { id: String, detail: String },
 
-    /// `kafka.transactional_id`: a Kafka transaction could not be started or committed.
-    #[error(
-        "a Kafka transaction failed ({0}); nothing of it was confirmed and the relay restarts \
-         from the last confirmed LSN. If it repeats, check that the principal may WRITE and \
-         DESCRIBE the transactional id and that the brokers' transaction state log is healthy"
-    )]
-    KafkaTransaction(String),
-
     #[error(
         "Kafka refused an event for topic {topic:?} for good ({code}): {hint}. Nothing after it \
          was confirmed; fix the cause and restart outbox-relay, the event will be sent again"
     )]
-    DeliveryDefinite {
+    DeliveryRefused {
         topic: String,
         code: String,
         hint: &'static str,
+        #[source]
+        source: Box<rdkafka::error::KafkaError>,
     },
+}
+
+impl From<ConfigError> for RelayError {
+    fn from(e: ConfigError) -> Self {
+        Definite::Config(e).into()
+    }
+}
+
+impl From<DecodeError> for RelayError {
+    fn from(e: DecodeError) -> Self {
+        Definite::Decode(e).into()
+    }
+}
+
+impl From<FramingError> for RelayError {
+    fn from(e: FramingError) -> Self {
+        Definite::Framing(e).into()
+    }
 }
 
 impl RelayError {
     /// True when restarting the pipeline after a backoff may succeed.
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            RelayError::PostgresUnreachable { .. }
-                | RelayError::Postgres { .. }
-                | RelayError::SlotBusy { .. }
-                | RelayError::Replication(_)
-                | RelayError::KafkaUnreachable { .. }
-                | RelayError::DeliveryTransient { .. }
-                | RelayError::DeadLetterPending { .. }
-                | RelayError::ProducerFenced(_)
-                | RelayError::KafkaTransaction(_)
-                | RelayError::BackpressureReleased { .. }
-        )
+        matches!(self, RelayError::Transient(_))
     }
 
     /// A short, bounded label for logs and the reconnect metric.
     pub fn reason(&self) -> &'static str {
         match self {
-            RelayError::Config(_) => "config",
-            RelayError::Precondition(_) => "precondition",
-            RelayError::PostgresUnreachable { .. } => "postgres_unreachable",
-            RelayError::Postgres { .. } => "postgres_query",
-            RelayError::SlotBusy { .. } => "slot_busy",
-            RelayError::Replication(_) => "replication_stream",
-            RelayError::ReplicationDefinite(_) => "replication_refused",
-            RelayError::HistoryDiverged { .. } => "history_diverged",
-            RelayError::Decode(_) => "decode",
-            RelayError::Poison { .. } => "poison_event",
-            RelayError::DeadLetterPending { .. } => "dead_letter_pending",
-            RelayError::Framing(_) => "framing",
-            RelayError::BackpressureReleased { .. } => "backpressure_released",
-            RelayError::KafkaUnreachable { .. } => "kafka_unreachable",
-            RelayError::KafkaSetup(_) => "kafka_setup",
-            RelayError::DeliveryTransient { .. } => "kafka_delivery",
-            RelayError::ProducerFenced(_) => "producer_fenced",
-            RelayError::KafkaTransaction(_) => "kafka_transaction",
-            RelayError::KafkaTransactionRefused { .. } => "kafka_transaction_refused",
-            RelayError::DeliveryDefinite { .. } => "kafka_delivery_refused",
+            RelayError::Transient(t) => t.reason(),
+            RelayError::Definite(d) => d.reason(),
         }
+    }
+}
+
+impl Transient {
+    fn reason(&self) -> &'static str {
+        match self {
+            Transient::PostgresUnreachable { .. } => "postgres_unreachable",
+            Transient::Postgres { .. } => "postgres_query",
+            Transient::SlotBusy { .. } => "slot_busy",
+            Transient::Replication { .. } => "replication_stream",
+            Transient::DeadLetterPending { .. } => "dead_letter_pending",
+            Transient::BackpressureReleased { .. } => "backpressure_released",
+            Transient::KafkaUnreachable { .. } => "kafka_unreachable",
+            Transient::Delivery { .. } => "kafka_delivery",
+            Transient::ProducerFenced { .. } => "producer_fenced",
+            Transient::KafkaTransaction { .. } => "kafka_transaction",
+        }
+    }
+}
+
+impl Definite {
+    fn reason(&self) -> &'static str {
+        match self {
+            Definite::Config { .. } => "config",
+            Definite::Precondition { .. } => "precondition",
+            Definite::ReplicationRefused { .. } => "replication_refused",
+            Definite::HistoryDiverged { .. } => "history_diverged",
+            Definite::Decode { .. } => "decode",
+            Definite::Poison { .. } => "poison_event",
+            Definite::Framing { .. } => "framing",
+            Definite::KafkaSetup { .. } => "kafka_setup",
+            Definite::KafkaTransactionRefused { .. } => "kafka_transaction_refused",
+            Definite::DeliveryRefused { .. } => "kafka_delivery_refused",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+    use super::*;
+
+    #[test]
+    fn the_kind_decides_retry_and_the_source_chain_is_kept() {
+        let kafka = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        let refused: RelayError = Definite::DeliveryRefused {
+            topic: "t".into(),
+            code: kafka.to_string(),
+            hint: "shrink it",
+            source: Box::new(kafka.clone()),
+        }
+        .into();
+        assert!(!refused.is_transient());
+        assert_eq!(refused.reason(), "kafka_delivery_refused");
+        let source = std::error::Error::source(&refused).expect("the Kafka error is the source");
+        assert_eq!(source.to_string(), kafka.to_string());
+
+        let dropped: RelayError = Transient::Delivery {
+            topic: "t".into(),
+            code: "broker down".into(),
+            source: None,
+        }
+        .into();
+        assert!(dropped.is_transient());
+        assert!(std::error::Error::source(&dropped).is_none());
+        assert!(RelayError::from(Definite::Precondition("x".into())).reason() == "precondition");
     }
 }

@@ -10,7 +10,7 @@ use relay_core::{Lsn, timeline};
 use crate::{
     carry::Carry,
     config::Config,
-    error::RelayError,
+    error::{Definite, RelayError},
     events::{STATE_FILE_WRITE_FAILED, STATE_FILE_WRITTEN_AGAIN, STATE_LOADED, TIMELINE_CHANGED},
 };
 
@@ -26,14 +26,14 @@ pub(crate) fn check_system(
     if let Some(expected) = expected
         && expected != system_id
     {
-        return Err(RelayError::ReplicationDefinite(format!(
+        return Err(RelayError::from(Definite::ReplicationRefused(format!(
             "{}:{} is PostgreSQL system {system_id}, but this relay streams from system \
              {expected}: a restored backup or another cluster answers at that address, and its \
              WAL positions name other transactions. Refusing to stream. If the cluster was \
              rebuilt on purpose, re-create the slot (docs/operations.md), set \
              postgres.system_identifier = \"{system_id}\" and delete relay.state_file if set",
             cfg.postgres.host, cfg.postgres.port
-        )));
+        ))));
     }
     Ok(())
 }
@@ -57,10 +57,10 @@ pub(crate) fn check_timeline(
             );
             Ok(())
         }
-        Err(divergence) => Err(RelayError::HistoryDiverged {
+        Err(divergence) => Err(RelayError::from(Definite::HistoryDiverged {
             target: format!("{}:{}", cfg.postgres.host, cfg.postgres.port),
             divergence,
-        }),
+        })),
     }
 }
 

@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use outbox_relay::{
     alert::Severity,
     config::Config,
-    error::RelayError,
+    error::{Definite, RelayError},
     events::{METRICS_DISABLED, SIGNAL_RECEIVED},
 };
 use tokio::sync::watch;
@@ -75,8 +75,8 @@ const EXIT_ALERT: u8 = 4;
 /// 4 (`status` only) an alert at or above `--fail-on`.
 fn exit_code(e: &RelayError) -> ExitCode {
     match e {
-        RelayError::Config(_) => ExitCode::from(2),
-        RelayError::Precondition(_) => ExitCode::from(3),
+        RelayError::Definite(Definite::Config(_)) => ExitCode::from(2),
+        RelayError::Definite(Definite::Precondition(_)) => ExitCode::from(3),
         _ => ExitCode::from(1),
     }
 }

@@ -30,7 +30,7 @@ use tokio_postgres::Client;
 use crate::{
     alert::{Alerts, Observation, Severity},
     config::Config,
-    error::RelayError,
+    error::{Definite, RelayError},
     events::{PUBLICATION_DRIFT, SLOT_LOST, SLOT_MONITOR_FAILED},
     health::Shared,
     metrics as m,
@@ -193,7 +193,7 @@ impl Monitor {
             return;
         };
         match setup::publication_covers_outbox(client, &self.cfg).await {
-            Err(e @ RelayError::Precondition(_)) => {
+            Err(e @ RelayError::Definite(Definite::Precondition(_))) => {
                 if let Some(fatal) = self.fatal.take() {
                     tracing::error!(error = %e, "{PUBLICATION_DRIFT}: stopping");
                     let _ = fatal.try_send(e);
@@ -337,13 +337,13 @@ impl Monitor {
                 .confirmed_flush
                 .map_or("its confirmed_flush_lsn".into(), |l| l.to_string());
             tracing::error!(slot = %slot, "{SLOT_LOST}: the slot monitor found the slot invalidated; stopping");
-            let _ = fatal.try_send(RelayError::Precondition(format!(
+            let _ = fatal.try_send(RelayError::from(Definite::Precondition(format!(
                 "replication slot {slot:?} was invalidated (wal_status = lost{reason}): \
                  PostgreSQL removed WAL it still needed, so events committed after {from} may \
                  never reach Kafka. outbox-relay stops and will not re-create the slot: run \
                  `outbox-relay setup --recreate-slot` and re-publish the gap from the outbox \
                  table (docs/operations.md#slot-lost)"
-            )));
+            ))));
         }
     }
 }

@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use tokio_postgres::{Client, NoTls, error::SqlState};
 
-use crate::{config::Config, error::RelayError};
+use crate::{
+    config::Config,
+    error::{Definite, RelayError, Transient},
+};
 
 /// Opens the control-plane connection. Errors say whether it was the address, the password or
 /// the database.
@@ -68,7 +71,7 @@ fn classify_connect(e: tokio_postgres::Error, target: &str, cfg: &Config) -> Rel
             if *c == SqlState::INVALID_PASSWORD
                 || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
         {
-            RelayError::Precondition(format!(
+            RelayError::from(Definite::Precondition(format!(
                 "PostgreSQL rejected the credentials of user {:?} at {}:{}: check \
                  postgres.password (or OUTBOX_RELAY__POSTGRES__PASSWORD / postgres.password_file) \
                  and pg_hba.conf ({})",
@@ -76,32 +79,39 @@ fn classify_connect(e: tokio_postgres::Error, target: &str, cfg: &Config) -> Rel
                 pg.host,
                 pg.port,
                 describe_pg(&e)
-            ))
+            )))
         }
-        Some(c) if *c == SqlState::INVALID_CATALOG_NAME => RelayError::Precondition(format!(
+        Some(c) if *c == SqlState::INVALID_CATALOG_NAME => Definite::Precondition(format!(
             "database {:?} does not exist on {}:{}: set postgres.database to the database that \
              holds the outbox table",
             pg.database, pg.host, pg.port
-        )),
-        _ if describe_pg(&e).contains("certificate") => RelayError::Precondition(format!(
+        ))
+        .into(),
+        _ if describe_pg(&e).contains("certificate") => Definite::Precondition(format!(
             "TLS verification of PostgreSQL at {}:{} failed ({}): check that \
              postgres.sslrootcert is the CA that signed the server certificate and that the \
              certificate names postgres.host",
             pg.host,
             pg.port,
             describe_pg(&e)
-        )),
-        _ => RelayError::PostgresUnreachable {
+        ))
+        .into(),
+        _ => Transient::PostgresUnreachable {
             target: target.to_string(),
             detail: describe_pg(&e),
-        },
+            source: e,
+        }
+        .into(),
     }
 }
 
 pub(crate) fn query_err(context: &'static str) -> impl Fn(tokio_postgres::Error) -> RelayError {
-    move |e| RelayError::Postgres {
-        context,
-        detail: describe_pg(&e),
+    move |e| {
+        RelayError::from(Transient::Postgres {
+            context,
+            detail: describe_pg(&e),
+            source: e,
+        })
     }
 }
 

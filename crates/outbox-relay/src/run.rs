@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::{
     config::Config,
-    error::RelayError,
+    error::{RelayError, Transient},
     events::{PIPELINE_RESTART, PIPELINE_RESTART_REPEATED, SETUP_OK, SHUTDOWN_COMPLETE},
     health::{self, Shared},
     heartbeat, http, metrics as m,
@@ -123,7 +123,10 @@ async fn supervise(cfg: &Config, mut shutdown: watch::Receiver<bool>) -> Result<
         metrics::counter!(m::RESTARTS, "reason" => err.reason()).increment(1);
         // A refusal that will be dead-lettered is progress, not an outage: no escalation.
         if started.elapsed() > Duration::from_secs(60)
-            || matches!(err, RelayError::DeadLetterPending { .. })
+            || matches!(
+                err,
+                RelayError::Transient(Transient::DeadLetterPending { .. })
+            )
         {
             backoff = initial;
         }

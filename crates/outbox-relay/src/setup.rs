@@ -13,7 +13,7 @@ use tokio_postgres::Client;
 
 use crate::{
     config::{Config, valid_identifier},
-    error::RelayError,
+    error::{Definite, RelayError},
     events::{PUBLICATION_CREATED, SLOT_CREATED, SLOT_IN_USE, SLOT_RECREATED},
     pg::{describe_pg, query_err, quote_ident},
     slot::server_version,
@@ -59,18 +59,18 @@ pub(crate) async fn preflight(
         .map_err(query_err("read wal_level"))?
         .get(0);
     if wal_level != "logical" {
-        return Err(RelayError::Precondition(format!(
+        return Err(RelayError::from(Definite::Precondition(format!(
             "wal_level is {wal_level:?} on {}:{}: set wal_level = logical in postgresql.conf (or \
              ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL",
             pg.host, pg.port
-        )));
+        ))));
     }
 
     let version = server_version(client)
         .await
         .map_err(query_err("read server_version_num"))?;
     if version < MIN_SERVER_VERSION {
-        return Err(RelayError::Precondition(format!(
+        return Err(RelayError::from(Definite::Precondition(format!(
             "{}:{} runs PostgreSQL {}.{}, and outbox-relay needs PostgreSQL 14 or later (pgoutput's \
              `messages` option and protocol version 2 start there): upgrade the server, e.g. \
              with pg_upgrade",
@@ -78,7 +78,7 @@ pub(crate) async fn preflight(
             pg.port,
             version / 10_000,
             version % 10_000
-        )));
+        ))));
     }
 
     let can_replicate: bool = client
@@ -90,12 +90,12 @@ pub(crate) async fn preflight(
         .map_err(query_err("read role attributes"))?
         .get(0);
     if !can_replicate {
-        return Err(RelayError::Precondition(format!(
+        return Err(RelayError::from(Definite::Precondition(format!(
             "role {:?} cannot open a replication connection: run ALTER ROLE {} REPLICATION \
              (see docs/security.md for the least-privilege role)",
             pg.user,
             quote_ident(&pg.user)
-        )));
+        ))));
     }
 
     let mut partitioned = false;
@@ -114,29 +114,29 @@ pub(crate) async fn preflight(
             .await
             .map_err(query_err("look up the outbox table"))?;
         let Some(row) = row else {
-            return Err(RelayError::Precondition(format!(
+            return Err(RelayError::from(Definite::Precondition(format!(
                 "outbox table {schema}.{table} does not exist in database {:?}: create it (see \
                  migrations/) or fix [[outbox]] table",
                 pg.database
-            )));
+            ))));
         };
         let kind: String = row.get(0);
         partitioned |= kind == "p";
         if kind != "r" && kind != "p" {
-            return Err(RelayError::Precondition(format!(
+            return Err(RelayError::from(Definite::Precondition(format!(
                 "{schema}.{table} is not a table (relkind {kind}): point [[outbox]] table at the \
                  outbox table itself"
-            )));
+            ))));
         }
         let columns: Vec<String> = row.get(3);
         for (column, role) in t.mapped_columns() {
             if !columns.contains(&column) {
-                return Err(RelayError::Precondition(format!(
+                return Err(RelayError::from(Definite::Precondition(format!(
                     "outbox table {schema}.{table} has no column {column:?}, which [[outbox]] \
                      configures as {role}; its columns are {}: fix the mapping or add the \
                      column",
                     columns.join(", ")
-                )));
+                ))));
             }
         }
         let oid: u32 = row.get(2);
@@ -182,7 +182,7 @@ async fn ensure_publication(
                 tables.join(", ")
             );
             client.batch_execute(&sql).await.map_err(|e| {
-                RelayError::Precondition(format!(
+                Definite::Precondition(format!(
                     "cannot create publication {:?}: {}; create it as the table owner: {sql}",
                     pg.publication,
                     describe_pg(&e)
@@ -192,33 +192,33 @@ async fn ensure_publication(
             return Ok(());
         }
         None => {
-            return Err(RelayError::Precondition(format!(
+            return Err(RelayError::from(Definite::Precondition(format!(
                 "publication {:?} does not exist: run CREATE PUBLICATION {} FOR TABLE {} WITH \
                  (publish = 'insert'), or set postgres.create_publication = true",
                 pg.publication,
                 quote_ident(&pg.publication),
                 tables.join(", ")
-            )));
+            ))));
         }
         Some(row) => {
             let inserts: bool = row.get(0);
             let via_root: bool = row.get(1);
             if partitioned && !via_root {
-                return Err(RelayError::Precondition(format!(
+                return Err(RelayError::from(Definite::Precondition(format!(
                     "publication {:?} publishes the partitioned outbox per partition, so its \
                      rows would arrive under partition names: run ALTER PUBLICATION {} SET \
                      (publish = 'insert', publish_via_partition_root = true)",
                     pg.publication,
                     quote_ident(&pg.publication)
-                )));
+                ))));
             }
             if !inserts {
-                return Err(RelayError::Precondition(format!(
+                return Err(RelayError::from(Definite::Precondition(format!(
                     "publication {:?} does not publish INSERTs: run ALTER PUBLICATION {} SET \
                      (publish = 'insert')",
                     pg.publication,
                     quote_ident(&pg.publication)
-                )));
+                ))));
             }
         }
     }
@@ -245,7 +245,7 @@ pub(crate) async fn publication_covers_outbox(
             .map_err(query_err("list publication tables"))?
             .is_some();
         if !present {
-            return Err(RelayError::Precondition(format!(
+            return Err(RelayError::from(Definite::Precondition(format!(
                 "publication {:?} does not include {schema}.{table}, so its events would never \
                  reach the relay (this also happens after the table is dropped and re-created): \
                  run ALTER PUBLICATION {} ADD TABLE {}.{}; rows inserted while it was missing \
@@ -254,7 +254,7 @@ pub(crate) async fn publication_covers_outbox(
                 quote_ident(&pg.publication),
                 quote_ident(&schema),
                 quote_ident(&table)
-            )));
+            ))));
         }
     }
     Ok(())
@@ -281,11 +281,11 @@ async fn ensure_slot(
             .await
             .map_err(query_err("read server_version_num"))?;
         if version < 170_000 {
-            return Err(RelayError::Precondition(format!(
+            return Err(RelayError::from(Definite::Precondition(format!(
                 "postgres.failover_slot = true needs PostgreSQL 17 or later, and this server is \
                  {version}: set it to false (docs/operations.md, \"Failover\", says how to keep \
                  the slot on a promoted standby without it)"
-            )));
+            ))));
         }
     }
 
@@ -301,13 +301,13 @@ async fn ensure_slot(
 
     let Some(slot) = slot else {
         if policy == SlotPolicy::MustExist {
-            return Err(RelayError::Precondition(format!(
+            return Err(RelayError::from(Definite::Precondition(format!(
                 "replication slot {:?} does not exist. On a first start run `outbox-relay setup` \
                  to create it. If it existed before, it was dropped and every event committed \
                  since then is missing from Kafka: create it with `outbox-relay setup`, then \
                  re-publish the missing events from the outbox table (docs/operations.md)",
                 pg.slot
-            )));
+            ))));
         }
         let lsn = create_slot(client, &pg.slot, pg.failover_slot).await?;
         return Ok(SlotInfo {
@@ -324,21 +324,21 @@ async fn ensure_slot(
     let wal_status: Option<String> = slot.get(4);
     let confirmed: Option<String> = slot.get(5);
     if slot_type != "logical" || plugin.as_deref() != Some("pgoutput") {
-        return Err(RelayError::Precondition(format!(
+        return Err(RelayError::from(Definite::Precondition(format!(
             "replication slot {:?} is a {slot_type} slot with plugin {:?}; outbox-relay needs a \
              logical slot with pgoutput: choose another postgres.slot",
             pg.slot,
             plugin.unwrap_or_default()
-        )));
+        ))));
     }
     if database.as_deref() != Some(pg.database.as_str()) {
-        return Err(RelayError::Precondition(format!(
+        return Err(RelayError::from(Definite::Precondition(format!(
             "replication slot {:?} belongs to database {:?}, not {:?}: choose another \
              postgres.slot or fix postgres.database",
             pg.slot,
             database.unwrap_or_default(),
             pg.database
-        )));
+        ))));
     }
     if wal_status.as_deref() == Some("lost") {
         let old = confirmed.clone().unwrap_or_else(|| "unknown".into());
@@ -359,13 +359,13 @@ async fn ensure_slot(
                 outbox_oids: Default::default(),
             });
         }
-        return Err(RelayError::Precondition(format!(
+        return Err(RelayError::from(Definite::Precondition(format!(
             "replication slot {:?} was invalidated (wal_status = lost): PostgreSQL removed WAL \
              it still needed, so events committed after {old} may never reach Kafka. \
              outbox-relay will not re-create it silently: run `outbox-relay setup \
              --recreate-slot` and re-publish the gap from the outbox table (docs/operations.md)",
             pg.slot
-        )));
+        ))));
     }
     let two_phase: bool = client
         .query_one(
@@ -376,7 +376,7 @@ async fn ensure_slot(
         .map_err(query_err("read the slot's two_phase flag"))?
         .get(0);
     if two_phase {
-        return Err(RelayError::Precondition(format!(
+        return Err(RelayError::from(Definite::Precondition(format!(
             "replication slot {:?} was created with two_phase = true, so PostgreSQL sends \
              prepared transactions (PREPARE TRANSACTION) before they commit, and outbox-relay \
              publishes committed transactions only. On PostgreSQL 18 or later, while no relay \
@@ -390,7 +390,7 @@ async fn ensure_slot(
             pg.database,
             quote_ident(&pg.slot),
             confirmed.as_deref().unwrap_or("unknown")
-        )));
+        ))));
     }
     if pg.failover_slot {
         let failover: bool = client
@@ -402,7 +402,7 @@ async fn ensure_slot(
             .map_err(query_err("read the slot's failover flag"))?
             .get(0);
         if !failover {
-            return Err(RelayError::Precondition(format!(
+            return Err(RelayError::from(Definite::Precondition(format!(
                 "postgres.failover_slot = true, but replication slot {:?} was created without \
                  failover, so standbys do not keep a copy of it: while no relay streams from it, \
                  run psql \"dbname={} replication=database\" -c 'ALTER_REPLICATION_SLOT {} \
@@ -410,7 +410,7 @@ async fn ensure_slot(
                 pg.slot,
                 pg.database,
                 quote_ident(&pg.slot)
-            )));
+            ))));
         }
     }
     if let Some(pid) = active_pid {
@@ -435,7 +435,7 @@ async fn create_slot(client: &Client, slot: &str, failover: bool) -> Result<Lsn,
         "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')"
     };
     let row = client.query_one(sql, &[&slot]).await.map_err(|e| {
-        RelayError::Precondition(format!(
+        Definite::Precondition(format!(
             "cannot create replication slot {slot:?}: {}; check max_replication_slots, \
                  that the role has REPLICATION, and that postgres.failover_slot is only set on \
                  PostgreSQL 17 or later",

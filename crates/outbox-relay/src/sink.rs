@@ -20,7 +20,11 @@ use rdkafka::{
 use relay_core::{Lsn, route::Record, watermark::TxId};
 use tokio::sync::mpsc;
 
-use crate::{config::KafkaConfig, error::RelayError, events::KAFKA_CLIENT_ERROR};
+use crate::{
+    config::KafkaConfig,
+    error::{Definite, RelayError, Transient},
+    events::KAFKA_CLIENT_ERROR,
+};
 
 /// Where a record comes from: its transaction in the tracker and its source position.
 #[derive(Debug, Clone, Copy)]
@@ -180,7 +184,7 @@ impl KafkaSink {
                 last_error: Default::default(),
                 refused_topic: Default::default(),
             })
-            .map_err(|e| RelayError::KafkaSetup(e.to_string()))?;
+            .map_err(|e| Definite::KafkaSetup(e.to_string()))?;
         Ok((
             Self {
                 producer: std::sync::Arc::new(producer),
@@ -201,7 +205,7 @@ impl KafkaSink {
                 .map(|m| m.brokers().len())
         })
         .await
-        .map_err(|e| RelayError::KafkaSetup(e.to_string()))?;
+        .map_err(|e| Definite::KafkaSetup(e.to_string()))?;
         match res {
             Ok(n) if n > 0 => Ok(()),
             Ok(_) => Err(self.unreachable("the cluster reported no brokers".into())),
@@ -227,10 +231,10 @@ impl KafkaSink {
     }
 
     fn unreachable(&self, detail: String) -> RelayError {
-        RelayError::KafkaUnreachable {
+        RelayError::from(Transient::KafkaUnreachable {
             brokers: self.brokers.clone(),
             detail,
-        }
+        })
     }
 
     /// Enqueues one record. Waits (without reordering) while the local queue is full.
@@ -301,11 +305,15 @@ impl KafkaSink {
             .client()
             .fatal_error()
             .map(|(code, reason)| match code {
-                c if is_fenced(c) => RelayError::ProducerFenced(format!("{code:?}: {reason}")),
-                _ => RelayError::DeliveryTransient {
+                c if is_fenced(c) => {
+                    Transient::ProducerFenced(format!("{code:?}: {reason}")).into()
+                }
+                _ => Transient::Delivery {
                     topic: "*".into(),
                     code: format!("{code:?}: {reason}"),
-                },
+                    source: None,
+                }
+                .into(),
             })
     }
 
@@ -354,17 +362,18 @@ impl KafkaSink {
         let producer = self.producer.clone();
         tokio::task::spawn_blocking(move || call(&producer))
             .await
-            .map_err(|e| RelayError::KafkaTransaction(e.to_string()))?
+            .map_err(|e| Transient::KafkaTransaction(e.to_string()))?
             .map_err(|e| match e.rdkafka_error_code() {
-                Some(c) if is_fenced(c) => RelayError::ProducerFenced(e.to_string()),
+                Some(c) if is_fenced(c) => Transient::ProducerFenced(e.to_string()).into(),
                 Some(
                     RDKafkaErrorCode::TransactionalIdAuthorizationFailed
                     | RDKafkaErrorCode::ClusterAuthorizationFailed,
-                ) => RelayError::KafkaTransactionRefused {
+                ) => Definite::KafkaTransactionRefused {
                     id: self.transactional_id.clone().unwrap_or_default(),
                     detail: e.to_string(),
-                },
-                _ => RelayError::KafkaTransaction(e.to_string()),
+                }
+                .into(),
+                _ => RelayError::from(Transient::KafkaTransaction(e.to_string())),
             })
     }
 }
@@ -402,7 +411,7 @@ fn security_properties(cfg: &KafkaConfig, c: &mut ClientConfig) -> Result<(), Re
 pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
     let code = e.rdkafka_error_code();
     if code.is_some_and(is_fenced) {
-        return RelayError::ProducerFenced(format!("{e}"));
+        return RelayError::from(Transient::ProducerFenced(format!("{e}")));
     }
     let hint = match code {
         Some(RDKafkaErrorCode::MessageSizeTooLarge)
@@ -430,15 +439,18 @@ pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
     };
     let code = format!("{e}");
     match hint {
-        Some(hint) => RelayError::DeliveryDefinite {
+        Some(hint) => RelayError::from(Definite::DeliveryRefused {
             topic: topic.to_string(),
             code,
             hint,
-        },
-        None => RelayError::DeliveryTransient {
+            source: Box::new(e.clone()),
+        }),
+        None => Transient::Delivery {
             topic: topic.to_string(),
             code,
-        },
+            source: Some(Box::new(e.clone())),
+        }
+        .into(),
     }
 }
 

@@ -9,7 +9,7 @@ use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig};
 use crate::{
     carry::Carry,
     config::Config,
-    error::RelayError,
+    error::{Definite, RelayError, Transient},
     events::SERVER_IDENTIFIED,
     failover::{Memory, check_system, check_timeline, recall},
 };
@@ -120,7 +120,7 @@ async fn timeline_history(
         .await
         .map_err(|e| classify(e, cfg))?;
     relay_core::timeline::History::parse(timeline, &String::from_utf8_lossy(&file.content))
-        .map_err(|e| RelayError::ReplicationDefinite(e.to_string()))
+        .map_err(|e| Definite::ReplicationRefused(e.to_string()).into())
 }
 
 /// Sorts replication errors into "wait and retry" and "tell the operator".
@@ -132,29 +132,34 @@ pub(crate) fn classify(e: PgWireError, cfg: &Config) -> RelayError {
         .and_then(|(_, s)| s.get(..5))
         .unwrap_or("");
     match sqlstate {
-        "55006" => RelayError::SlotBusy {
+        "55006" => Transient::SlotBusy {
             slot: pg.slot.clone(),
             detail: text,
-        },
-        "42704" => RelayError::Precondition(format!(
+        }
+        .into(),
+        "42704" => Definite::Precondition(format!(
             "{text}: the slot or publication is missing; run `outbox-relay setup` (see \
              docs/operations.md before re-creating a slot that existed)"
-        )),
-        "28P01" | "28000" => RelayError::Precondition(format!(
+        ))
+        .into(),
+        "28P01" | "28000" => Definite::Precondition(format!(
             "PostgreSQL rejected the replication connection of user {:?}: {text}; check the \
              password and pg_hba.conf",
             pg.user
-        )),
-        "55000" => RelayError::ReplicationDefinite(format!(
+        ))
+        .into(),
+        "55000" => Definite::ReplicationRefused(format!(
             "{text}; the slot can no longer be used (invalidated?); outbox-relay will not \
              re-create it silently: see `outbox-relay setup --recreate-slot`"
-        )),
-        "42501" => RelayError::Precondition(format!(
+        ))
+        .into(),
+        "42501" => Definite::Precondition(format!(
             "{text}: grant the role REPLICATION (docs/security.md)"
-        )),
+        ))
+        .into(),
         _ if e.is_auth() || e.is_tls() || e.is_message_too_large() => {
-            RelayError::ReplicationDefinite(text)
+            RelayError::from(Definite::ReplicationRefused(text))
         }
-        _ => RelayError::Replication(text),
+        _ => Transient::Replication(text).into(),
     }
 }

@@ -13,7 +13,7 @@ use std::{
 use relay_core::Lsn;
 use serde::{Deserialize, Serialize};
 
-use crate::error::RelayError;
+use crate::error::{Definite, RelayError};
 
 /// The remembered identity and progress.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,12 +61,12 @@ pub(crate) fn load(path: &Path) -> Result<Option<State>, RelayError> {
 }
 
 fn unusable(path: &Path, why: &str) -> RelayError {
-    RelayError::Precondition(format!(
+    RelayError::from(Definite::Precondition(format!(
         "relay.state_file {} cannot be read ({why}). It holds what the failover checks must \
          remember; restore it, or delete it to start without that memory (docs/operations.md, \
          \"Failover\")",
         path.display()
-    ))
+    )))
 }
 
 /// Replaces the state file atomically.

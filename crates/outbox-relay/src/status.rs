@@ -13,7 +13,7 @@ use std::{fmt::Write, time::Duration};
 use crate::{
     alert::{self, Finding, Observation, Severity, human_bytes, human_duration},
     config::Config,
-    error::RelayError,
+    error::{RelayError, Transient},
     http_client::{self as http, Target},
     pg::{self, describe_pg},
     slot::{self, SlotSnapshot},
@@ -43,9 +43,10 @@ pub struct StatusReport {
 /// Queries PostgreSQL (required) and the relay's endpoint (optional).
 pub async fn collect(cfg: &Config) -> Result<StatusReport, RelayError> {
     let client = pg::connect(cfg).await?;
-    let err = |e: tokio_postgres::Error| RelayError::Postgres {
+    let err = |e: tokio_postgres::Error| Transient::Postgres {
         context: "read the replication slot",
         detail: describe_pg(&e),
+        source: e,
     };
     let version = slot::server_version(&client).await.map_err(err)?;
     let snapshot = slot::query(&client, &cfg.postgres.slot, version)

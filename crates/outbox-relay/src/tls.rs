@@ -11,14 +11,14 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::{
     config::{Config, PgSslMode},
-    error::RelayError,
+    error::{Definite, RelayError},
 };
 
 fn bad_ca(path: &std::path::Path, detail: impl std::fmt::Display) -> RelayError {
-    RelayError::Precondition(format!(
+    RelayError::from(Definite::Precondition(format!(
         "cannot use postgres.sslrootcert {}: {detail}; give a PEM file with the CA certificate",
         path.display()
-    ))
+    )))
 }
 
 /// The connector for the control connection, or `None` when TLS is off.
@@ -44,7 +44,7 @@ pub(crate) fn control_connector(cfg: &Config) -> Result<Option<MakeRustlsConnect
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| RelayError::Precondition(format!("TLS setup failed: {e}")))?
+        .map_err(|e| Definite::Precondition(format!("TLS setup failed: {e}")))?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Some(MakeRustlsConnect::new(config)))

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use super::state::{State, now_unix_us};
 use crate::{
     config::PoisonPolicy,
-    error::RelayError,
+    error::{Definite, RelayError, Transient},
     metrics as m,
     sink::{Delivered, KafkaSink, delivery_error},
 };
@@ -61,7 +61,7 @@ pub(super) fn on_delivery(st: &mut State<'_>, d: Delivered) -> Result<(), RelayE
             metrics::counter!(m::DELIVERY_ERRORS).increment(1);
             let err = delivery_error(&e, &d.topic);
             if st.policy == PoisonPolicy::DeadLetter
-                && matches!(err, RelayError::DeliveryDefinite { .. })
+                && matches!(err, RelayError::Definite(Definite::DeliveryRefused { .. }))
                 && d.topic != st.dead_letter_topic
             {
                 // Restart from the confirmed LSN. The broker refuses whole batches, so this
@@ -70,11 +70,11 @@ pub(super) fn on_delivery(st: &mut State<'_>, d: Delivered) -> Result<(), RelayE
                 let reason = e.to_string();
                 st.refusals
                     .suspect(d.origin.commit_lsn, d.origin.seq, reason.clone());
-                return Err(RelayError::DeadLetterPending {
+                return Err(RelayError::from(Transient::DeadLetterPending {
                     commit_lsn: d.origin.commit_lsn,
                     seq: d.origin.seq,
                     reason,
-                });
+                }));
             }
             Err(err)
         }
@@ -82,5 +82,7 @@ pub(super) fn on_delivery(st: &mut State<'_>, d: Delivered) -> Result<(), RelayE
 }
 
 pub(super) fn producer_gone() -> RelayError {
-    RelayError::KafkaSetup("the producer's delivery reports stopped".into())
+    RelayError::from(Definite::KafkaSetup(
+        "the producer's delivery reports stopped".into(),
+    ))
 }

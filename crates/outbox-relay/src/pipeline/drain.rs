@@ -13,7 +13,7 @@ use super::{
 };
 use crate::{
     config::Config,
-    error::RelayError,
+    error::{RelayError, Transient},
     events::{SHUTDOWN_COMMIT_FAILED, SHUTDOWN_DRAINING, SHUTDOWN_TIMEOUT},
     sink::{Delivered, KafkaSink},
 };
@@ -51,7 +51,7 @@ pub(super) async fn drain(
         let committed =
             tokio::time::timeout_at(deadline, commit(cfg, sink, client, st, reports)).await;
         if let Err(e) = committed
-            .map_err(|_| RelayError::KafkaTransaction("shutdown timeout".into()))
+            .map_err(|_| RelayError::from(Transient::KafkaTransaction("shutdown timeout".into())))
             .and_then(|r| r)
         {
             tracing::warn!(error = %e, "{SHUTDOWN_COMMIT_FAILED}: the last Kafka transaction's events stay unconfirmed and will be sent again");

@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::{
     config::{Config, PoisonPolicy},
-    error::RelayError,
+    error::{Definite, RelayError, Transient},
     events::{
         KAFKA_PRODUCER_FENCED_OTHERS, LOGICAL_MESSAGE_IGNORED, OUTBOX_TABLE_RENAMED,
         SHUTDOWN_COMPLETE, STREAMING_STARTED,
@@ -118,7 +118,7 @@ pub(crate) async fn stream(
         .as_mut()
         .map_or(Ok(()), |m| m.save(published))
         .map_err(|e| {
-            RelayError::Precondition(format!(
+            Definite::Precondition(format!(
                 "cannot write relay.state_file {}: {e}; fix its directory's permissions or space, \
              or remove the option",
                 cfg.relay
@@ -201,9 +201,9 @@ async fn run_loop(
                 // connection would go unnoticed: the slot may already be another instance's.
                 // Stop now; dropping the producer purges what it still holds.
                 if !can_read && !client.is_running() {
-                    return Err(RelayError::Replication(
+                    return Err(RelayError::from(Transient::Replication(
                         "the replication connection closed while the relay waited for Kafka".into(),
-                    ));
+                    )));
                 }
                 if let Some(e) = paused.and_then(|(since, _)| release_due(since, release_after)) {
                     return Err(e);
@@ -230,7 +230,7 @@ async fn run_loop(
                         None => return Ok(()),
                     }
                 }
-                Ok(None) => return Err(RelayError::Replication("the server closed the replication stream".into())),
+                Ok(None) => return Err(RelayError::from(Transient::Replication("the server closed the replication stream".into()))),
                 Err(e) => return Err(classify(e, cfg)),
             },
             // Nothing is ready: the stream went quiet (unless the task merely ran out of its
@@ -252,12 +252,12 @@ async fn run_loop(
 fn release_due(since: Instant, release_after: Duration) -> Option<RelayError> {
     let waited = since.elapsed();
     let at_risk = crate::health::wal_at_risk();
-    (at_risk || (!release_after.is_zero() && waited >= release_after)).then_some(
-        RelayError::BackpressureReleased {
+    (at_risk || (!release_after.is_zero() && waited >= release_after)).then_some(RelayError::from(
+        Transient::BackpressureReleased {
             waited_ms: waited.as_millis() as u64,
             wal_at_risk: at_risk,
         },
-    )
+    ))
 }
 
 /// [`release_due`], checked every second, for a wait that blocks the loop (a Kafka commit).
@@ -330,10 +330,10 @@ async fn on_event(
                 }
                 Decoded::Poison(p) => match st.policy {
                     PoisonPolicy::Halt => {
-                        return Err(RelayError::Poison {
+                        return Err(RelayError::from(Definite::Poison {
                             table: p.table,
                             reason: p.error.to_string(),
-                        });
+                        }));
                     }
                     PoisonPolicy::DeadLetter => {
                         dead_lettered(&p.error.to_string(), pos);

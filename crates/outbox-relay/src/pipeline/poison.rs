@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{
     config::PoisonPolicy,
-    error::RelayError,
+    error::{Definite, RelayError, Transient},
     events::EVENT_DEAD_LETTERED,
     metrics as m,
     sink::{Delivered, KafkaSink, delivery_error},
@@ -34,7 +34,7 @@ pub(super) async fn produce(
 ) -> Result<(), RelayError> {
     let origin = next_record(st, pos)?;
     let sent = match sink.send(&rec, origin).await {
-        Err(e @ RelayError::DeliveryDefinite { .. })
+        Err(e @ RelayError::Definite(Definite::DeliveryRefused { .. }))
             if st.policy == PoisonPolicy::DeadLetter && rec.topic != st.dead_letter_topic =>
         {
             let dlq = dead_letter_for(st, &rec, &e.to_string(), pos);
@@ -81,7 +81,7 @@ pub(super) async fn produce_alone(
         Err(e)
             if matches!(
                 delivery_error(e, &d.topic),
-                RelayError::DeliveryDefinite { .. }
+                RelayError::Definite(Definite::DeliveryRefused { .. })
             ) =>
         {
             // Refused again: it is poison. The gapless guarantee made the producer's error
@@ -90,11 +90,11 @@ pub(super) async fn produce_alone(
             let reason = e.to_string();
             st.refusals.confirm(pos.commit_lsn, pos.seq, reason.clone());
             st.tracker.fail();
-            return Err(RelayError::DeadLetterPending {
+            return Err(RelayError::from(Transient::DeadLetterPending {
                 commit_lsn: pos.commit_lsn,
                 seq: pos.seq,
                 reason,
-            });
+            }));
         }
         Err(_) => on_delivery(st, d)?,
     }

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     config::Config,
-    error::RelayError,
+    error::{RelayError, Transient},
     events::{KAFKA_TRANSACTION_ABORT_FAILED, KAFKA_TRANSACTION_ABORTED, KAFKA_TRANSACTION_ENDED},
     metrics as m,
     sink::{Delivered, KafkaSink},
@@ -63,7 +63,7 @@ pub(super) fn transaction_timeout(cfg: &Config) -> Duration {
 /// were not confirmed and are sent again after a restart. A fenced producer has nothing to
 /// abort: the instance that fenced it did.
 pub(super) async fn abort_open_transaction(cfg: &Config, sink: &KafkaSink, cause: &RelayError) {
-    if matches!(cause, RelayError::ProducerFenced(_)) {
+    if matches!(cause, RelayError::Transient(Transient::ProducerFenced(_))) {
         return;
     }
     let limit = cfg.shutdown_timeout().min(Duration::from_secs(10));
