@@ -99,3 +99,38 @@ async fn sigterm_stops_a_relay_waiting_on_a_full_producer_queue_and_on_a_silent_
     pg.thaw();
     db.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_a_relay_whose_preflight_waits_for_a_lock() {
+    let db = TestDb::new("stoplock").await;
+    // Another session holds the outbox table: the relay's CREATE PUBLICATION ... FOR TABLE
+    // outbox waits for the lock, for as long as that session keeps it.
+    let holder = connect(&db.conninfo()).await;
+    holder
+        .batch_execute("BEGIN; LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE;")
+        .await
+        .unwrap();
+    let cfg = db.relay_config(&format!(
+        "{}\n[relay]\nshutdown_timeout_ms = 5000\n[http]\nlisten = \"127.0.0.1:0\"\n",
+        db.outbox_section()
+    ));
+    let mut relay = Relay::start(&db.name, &cfg);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waiting: i64 = db
+        .client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+            &[&db.name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(waiting, 1, "the relay's preflight waits for the lock");
+    let took = stop_within(&mut relay, Duration::from_secs(8));
+    check::note(&format!(
+        "stop_preflight_waiting_for_a_lock: exited {} ms after SIGTERM",
+        took.as_millis()
+    ));
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    db.cleanup().await;
+}
