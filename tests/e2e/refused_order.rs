@@ -112,3 +112,85 @@ async fn dead_letter_keeps_commit_order_around_a_refused_record() {
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }
+
+/// The same while streaming, with the later events committed in a burst 30 ms after the
+/// refused transaction: the refused batch and later batches of the partition are in flight
+/// together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn halt_keeps_commit_order_when_later_batches_are_in_flight() {
+    let db = TestDb::new("ordlive").await;
+    let topic = db.topic("order");
+    kafka::create_topic_with_max_bytes(&topic, 500_000).await;
+    let cfg = cfg(&db, "");
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let (first, _big) = {
+        let mut c = connect(&db.conninfo()).await;
+        let tx = c.transaction().await.unwrap();
+        let first = writer::insert_event(&tx, "order", "agg-1", 0)
+            .await
+            .unwrap();
+        let big_id = uuid::Uuid::new_v4().to_string();
+        tx.execute(
+            "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) \
+             SELECT $1::text::uuid, 'order', 'agg-1', 'Event', \
+                    jsonb_build_object('big', string_agg(md5(random()::text || g::text), '')) \
+             FROM generate_series(1, 28000) g",
+            &[&big_id],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        (first, big_id)
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    // 200 later events of the same aggregate, one transaction each, in a burst.
+    db.client
+        .batch_execute(
+            "DO $$ DECLARE s int; BEGIN FOR i IN 1..200 LOOP \
+               UPDATE agg SET seq = seq + 1 WHERE id = 'agg-1' RETURNING seq INTO s; \
+               INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) \
+                 VALUES (gen_random_uuid(), 'order', 'agg-1', 'Event', \
+                         jsonb_build_object('aggregate', 'agg-1', 'seq', s, 'writer', 0, 'note', 'x')); \
+               COMMIT; \
+             END LOOP; END $$",
+        )
+        .await
+        .unwrap();
+    let mut written = vec![first];
+    for row in db
+        .client
+        .query(
+            "SELECT id::text, (payload->>'seq')::int, payload::text FROM outbox \
+             WHERE payload ? 'seq' AND (payload->>'seq')::int > 1 ORDER BY 2",
+            &[],
+        )
+        .await
+        .unwrap()
+    {
+        written.push(writer::Written {
+            id: row.get(0),
+            aggregate_type: "order".into(),
+            aggregate: "agg-1".into(),
+            seq: row.get(1),
+            payload: serde_json::from_str(row.get::<_, &str>(2)).unwrap(),
+        });
+    }
+    let (status, log) = relay.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "{log}");
+    kafka::set_topic_config(&topic, "max.message.bytes", "2000000").await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let got = kafka::consume(
+        vec![topic.clone()],
+        Duration::from_secs(60),
+        written.len() + 1,
+    )
+    .await;
+    let small: Vec<kafka::Rec> = got
+        .into_iter()
+        .filter(|r| written.iter().any(|w| w.id == r.header("id")))
+        .collect();
+    let f = check::check("refused_order_halt_live", |t| db.topic(t), &written, &small);
+    f.assert_nothing_lost_or_reordered(&relay.log_text());
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}
