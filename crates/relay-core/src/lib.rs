@@ -13,6 +13,7 @@ pub mod deadletter;
 pub mod decode;
 pub mod lsn;
 pub mod pgoutput;
+pub mod progress;
 pub mod route;
 pub mod timeline;
 pub mod watermark;

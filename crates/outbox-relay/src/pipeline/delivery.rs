@@ -47,9 +47,7 @@ pub(super) async fn delivered(
 pub(super) fn on_delivery(st: &mut State<'_>, d: Delivered) -> Result<(), RelayError> {
     match d.outcome {
         Ok(()) => {
-            st.tracker.ack(d.origin.tx)?;
-            st.acked += 1;
-            st.in_flight_bytes -= d.bytes;
+            st.progress.ack(d.origin.tx, d.bytes)?;
             metrics::counter!(m::EVENTS_PRODUCED, "topic" => d.topic.clone()).increment(1);
             metrics::counter!(m::BYTES_PRODUCED, "topic" => d.topic).increment(d.bytes);
             let lag_us = now_unix_us() - d.origin.commit_time_unix_us;
@@ -57,7 +55,7 @@ pub(super) fn on_delivery(st: &mut State<'_>, d: Delivered) -> Result<(), RelayE
             Ok(())
         }
         Err(e) => {
-            st.tracker.fail();
+            st.progress.fail();
             metrics::counter!(m::DELIVERY_ERRORS).increment(1);
             let err = delivery_error(&e, &d.topic);
             if st.policy == PoisonPolicy::DeadLetter

@@ -30,22 +30,22 @@ pub(super) async fn drain(
 ) -> Result<(), RelayError> {
     let deadline = tokio::time::Instant::now() + cfg.shutdown_timeout();
     tracing::info!(
-        in_flight = st.tracker.outstanding_records(),
+        in_flight = st.progress.outstanding_records(),
         "{SHUTDOWN_DRAINING}"
     );
-    while st.tracker.outstanding_records() > 0 {
+    while st.progress.outstanding_records() > 0 {
         tokio::select! {
             Some(d) = reports.recv() => on_delivery(st, d)?,
             _ = tokio::time::sleep_until(deadline) => {
                 tracing::warn!(
-                    in_flight = st.tracker.outstanding_records(),
+                    in_flight = st.progress.outstanding_records(),
                     "{SHUTDOWN_TIMEOUT}: unacknowledged events stay unconfirmed and will be sent again"
                 );
                 break;
             }
         }
     }
-    if st.confirm_cap.is_some() {
+    if st.progress.kafka_commit_pending() {
         // Commit what was acknowledged, within the shutdown timeout; if that fails it stays
         // unconfirmed and is sent again.
         let committed =
@@ -58,7 +58,7 @@ pub(super) async fn drain(
         }
     }
     confirm(client, st);
-    let target = st.confirmed.0;
+    let target = st.progress.confirmed().0;
     let wait_until = Instant::now() + interval * 2 + Duration::from_secs(1);
     while client.metrics().last_applied_lsn().as_u64() < target && Instant::now() < wait_until {
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -26,8 +26,8 @@ use relay_core::{
     Lsn,
     deadletter::{self, Refusal},
     decode::{Decoded, Decoder},
+    progress::{Limits, Progress},
     route::Position,
-    watermark::AckTracker,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -95,22 +95,22 @@ pub(crate) async fn stream(
         status_interval_ms = interval.as_millis() as u64, "{STREAMING_STARTED}"
     );
 
+    let limits = Limits {
+        records: cfg.relay.max_in_flight_records,
+        bytes: cfg.relay.max_in_flight_bytes,
+    };
+    let transactional = cfg.kafka.transactional_id.is_some();
     let mut st = State {
-        tracker: AckTracker::new(slot.confirmed_flush),
+        progress: Progress::new(slot.confirmed_flush, limits, transactional),
         decoder: Decoder::new(&cfg.outbox, cfg.relay.relay_headers)
             .with_oids(slot.outbox_oids.clone()),
-        confirmed: slot.confirmed_flush,
-        received: slot.confirmed_flush,
-        in_flight_bytes: 0,
         txn: None,
         policy: cfg.relay.on_poison,
         dead_letter_topic: cfg.relay.dead_letter_topic.clone(),
         refusals: &mut carry.refusals,
         published: &mut carry.published,
         memory,
-        transactional: cfg.kafka.transactional_id.is_some(),
-        confirm_cap: None,
-        acked: 0,
+        transactional,
     };
     // A state file that cannot be written is found now, not after a failover.
     let published = *st.published;
@@ -135,11 +135,11 @@ pub(crate) async fn stream(
         Ok(()) => {
             drain(cfg, sink, &mut client, &mut st, &mut reports, interval).await?;
             close(&mut client).await;
-            tracing::info!(confirmed = %st.confirmed, "{SHUTDOWN_COMPLETE}");
+            tracing::info!(confirmed = %st.progress.confirmed(), "{SHUTDOWN_COMPLETE}");
             Ok(())
         }
         Err(e) => {
-            st.tracker.fail();
+            st.progress.fail();
             client.abort();
             if st.transactional {
                 abort_open_transaction(cfg, sink, &e).await;
@@ -169,12 +169,13 @@ async fn run_loop(
     let mut paused: Option<(Instant, u64)> = None;
     let release_after = Duration::from_millis(cfg.relay.backpressure_release_ms);
     loop {
-        let can_read = st.tracker.outstanding_records() < cfg.relay.max_in_flight_records
-            && st.in_flight_bytes < cfg.relay.max_in_flight_bytes;
+        let can_read = st.progress.can_read();
         paused = match paused {
             _ if can_read => None,
-            Some((_, acked)) if acked != st.acked => Some((Instant::now(), st.acked)),
-            None => Some((Instant::now(), st.acked)),
+            Some((_, acked)) if acked != st.progress.acked() => {
+                Some((Instant::now(), st.progress.acked()))
+            }
+            None => Some((Instant::now(), st.progress.acked())),
             p => p,
         };
         tokio::select! {
@@ -183,7 +184,7 @@ async fn run_loop(
             // Timers before data: they are ready only when due, and during a catch-up the
             // stream and the reports are always ready, so after them the timers would starve
             // (no commit, no state-file write for as long as the backlog lasts).
-            _ = commit_tick.tick(), if st.confirm_cap.is_some() => {
+            _ = commit_tick.tick(), if st.progress.kafka_commit_pending() => {
                 // A commit waits for Kafka, which may be away: neither a stop nor the
                 // release of the replication connection may wait for it.
                 let since = paused.map_or_else(Instant::now, |(t, _)| t);
@@ -301,7 +302,7 @@ async fn on_event(
         } => {
             let commit_lsn = Lsn(final_lsn.as_u64());
             let commit_time_unix_us = commit_time_micros + PG_EPOCH_UNIX_US;
-            st.tracker.begin(commit_lsn, commit_time_unix_us)?;
+            st.progress.begin(commit_lsn, commit_time_unix_us)?;
             st.txn = Some(Position {
                 commit_lsn,
                 commit_time_unix_us,
@@ -309,7 +310,7 @@ async fn on_event(
             });
         }
         ReplicationEvent::XLogData { data, wal_end, .. } => {
-            st.received = st.received.max(Lsn(wal_end.as_u64()));
+            st.progress.saw(Lsn(wal_end.as_u64()));
             // Relation messages may come outside a transaction; they need no position.
             let pos = st.txn.unwrap_or(Position {
                 commit_lsn: Lsn::ZERO,
@@ -353,15 +354,13 @@ async fn on_event(
             }
         }
         ReplicationEvent::Commit { lsn, end_lsn, .. } => {
-            st.received = st.received.max(Lsn(end_lsn.as_u64()));
-            st.tracker
+            st.progress
                 .commit(Lsn(lsn.as_u64()), Lsn(end_lsn.as_u64()))?;
             st.txn = None;
             confirm(client, st);
         }
         ReplicationEvent::KeepAlive { wal_end, .. } => {
-            st.received = st.received.max(Lsn(wal_end.as_u64()));
-            st.tracker.keepalive(Lsn(wal_end.as_u64()));
+            st.progress.keepalive(Lsn(wal_end.as_u64()));
             confirm(client, st);
         }
         ReplicationEvent::Message { prefix, .. } => {

@@ -46,7 +46,7 @@ pub(super) async fn produce(
             rec
         }
     };
-    st.in_flight_bytes += record_bytes(&sent);
+    st.progress.handed(record_bytes(&sent));
     handed_over(st);
     Ok(())
 }
@@ -61,13 +61,13 @@ pub(super) async fn produce_alone(
     rec: Record,
     pos: Position,
 ) -> Result<(), RelayError> {
-    while st.tracker.outstanding_records() > 0 {
+    while st.progress.outstanding_records() > 0 {
         let d = reports.recv().await.ok_or_else(producer_gone)?;
         delivered(sink, st, reports, d).await?;
     }
     let origin = next_record(st, pos)?;
-    st.in_flight_bytes += record_bytes(&rec);
     sink.send(&rec, origin).await?;
+    st.progress.handed(record_bytes(&rec));
     let d = sink.attribute(reports.recv().await.ok_or_else(producer_gone)?);
     debug_assert_eq!(
         (d.origin.commit_lsn, d.origin.seq),
@@ -89,7 +89,7 @@ pub(super) async fn produce_alone(
             // in the refused record's place.
             let reason = e.to_string();
             st.refusals.confirm(pos.commit_lsn, pos.seq, reason.clone());
-            st.tracker.fail();
+            st.progress.fail();
             return Err(RelayError::from(Transient::DeadLetterPending {
                 commit_lsn: pos.commit_lsn,
                 seq: pos.seq,

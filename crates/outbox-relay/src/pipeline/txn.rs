@@ -46,7 +46,7 @@ pub(super) async fn commit(
         delivered(sink, st, reports, d).await?;
     }
     result?;
-    st.confirm_cap = None;
+    st.progress.kafka_committed();
     confirm(client, st);
     Ok(())
 }

@@ -1,0 +1,172 @@
+//! The progress rule of one replication connection: what may be read, what may be confirmed to
+//! PostgreSQL, and what a Kafka transaction commit covers.
+//!
+//! Invariants (correctness notes, "the LSN rules"):
+//! - **Confirm only what Kafka holds.** [`Progress::confirmable`] is the [`AckTracker`]
+//!   watermark: the end of the longest prefix of source transactions whose records Kafka
+//!   acknowledged (or an idle keepalive behind it). After a failed delivery it never moves.
+//! - **With Kafka transactions, only what a committed transaction holds.** An acknowledged record
+//!   of a Kafka transaction that later aborts is invisible to read-committed consumers, so while
+//!   the open Kafka transaction holds records, confirmation is capped at the watermark it had when
+//!   it got its first one; [`Progress::kafka_committed`] lifts the cap.
+//! - **Confirmations never go backwards** and are handed out once ([`Progress::take_confirmation`]).
+//! - **Read only within the in-flight limits** ([`Progress::can_read`]): records and payload
+//!   bytes handed to Kafka and not acknowledged stay below the configured bounds.
+
+use crate::{
+    Lsn,
+    watermark::{AckTracker, FramingError, TxId},
+};
+
+/// The in-flight bounds (`relay.max_in_flight_records`, `relay.max_in_flight_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub records: u64,
+    pub bytes: u64,
+}
+
+/// Progress bookkeeping for one connection.
+#[derive(Debug)]
+pub struct Progress {
+    tracker: AckTracker,
+    limits: Limits,
+    transactional: bool,
+    confirmed: Lsn,
+    received: Lsn,
+    in_flight_bytes: u64,
+    acked: u64,
+    /// With Kafka transactions, while the open one holds records: the watermark when it got its
+    /// first one.
+    confirm_cap: Option<Lsn>,
+}
+
+impl Progress {
+    /// `start` is the slot's `confirmed_flush_lsn`; `transactional` is
+    /// `kafka.transactional_id` being set.
+    pub fn new(start: Lsn, limits: Limits, transactional: bool) -> Self {
+        Self {
+            tracker: AckTracker::new(start),
+            limits,
+            transactional,
+            confirmed: start,
+            received: start,
+            in_flight_bytes: 0,
+            acked: 0,
+            confirm_cap: None,
+        }
+    }
+
+    /// A Begin: `commit_lsn` is the transaction's final LSN.
+    pub fn begin(&mut self, commit_lsn: Lsn, commit_time_unix_us: i64) -> Result<(), FramingError> {
+        self.tracker
+            .begin(commit_lsn, commit_time_unix_us)
+            .map(|_| ())
+    }
+
+    /// One record of the open transaction goes to Kafka. The id travels with it and comes back
+    /// with its acknowledgement.
+    pub fn record(&mut self) -> Result<TxId, FramingError> {
+        self.tracker.add_record()
+    }
+
+    /// librdkafka accepted the record (or the dead-letter record in its place): `bytes` of key
+    /// and value are in flight, and with Kafka transactions the open one now holds a record.
+    pub fn handed(&mut self, bytes: u64) {
+        self.in_flight_bytes += bytes;
+        if self.transactional && self.confirm_cap.is_none() {
+            self.confirm_cap = Some(self.tracker.watermark());
+        }
+    }
+
+    /// A Commit.
+    pub fn commit(&mut self, commit_lsn: Lsn, end_lsn: Lsn) -> Result<(), FramingError> {
+        self.saw(end_lsn);
+        self.tracker.commit(commit_lsn, end_lsn)
+    }
+
+    /// A primary keepalive.
+    pub fn keepalive(&mut self, wal_end: Lsn) {
+        self.saw(wal_end);
+        self.tracker.keepalive(wal_end);
+    }
+
+    /// The stream reached `lsn` (any message's `wal_end`).
+    pub fn saw(&mut self, lsn: Lsn) {
+        self.received = self.received.max(lsn);
+    }
+
+    /// Kafka acknowledged one record of `tx` (`bytes` of payload).
+    pub fn ack(&mut self, tx: TxId, bytes: u64) -> Result<(), FramingError> {
+        self.tracker.ack(tx)?;
+        self.acked += 1;
+        self.in_flight_bytes = self.in_flight_bytes.saturating_sub(bytes);
+        Ok(())
+    }
+
+    /// A delivery failed: nothing more is ever confirmed on this connection.
+    pub fn fail(&mut self) {
+        self.tracker.fail();
+    }
+
+    /// The open Kafka transaction committed: everything acknowledged in it may be confirmed.
+    /// (Every record in it was acknowledged before the commit was asked for.)
+    pub fn kafka_committed(&mut self) {
+        self.confirm_cap = None;
+    }
+
+    /// The open Kafka transaction holds records that only a commit makes confirmable.
+    pub fn kafka_commit_pending(&self) -> bool {
+        self.confirm_cap.is_some()
+    }
+
+    /// The stream may be read: the in-flight limits are not reached.
+    pub fn can_read(&self) -> bool {
+        self.tracker.outstanding_records() < self.limits.records
+            && self.in_flight_bytes < self.limits.bytes
+    }
+
+    /// The highest LSN that may be confirmed now.
+    pub fn confirmable(&self) -> Lsn {
+        match self.confirm_cap {
+            Some(cap) => self.tracker.watermark().min(cap),
+            None => self.tracker.watermark(),
+        }
+    }
+
+    /// The LSN to confirm if it moved since the last call; it is then the confirmed LSN.
+    pub fn take_confirmation(&mut self) -> Option<Lsn> {
+        let c = self.confirmable();
+        (c > self.confirmed).then(|| {
+            self.confirmed = c;
+            c
+        })
+    }
+
+    pub fn confirmed(&self) -> Lsn {
+        self.confirmed
+    }
+
+    pub fn received(&self) -> Lsn {
+        self.received
+    }
+
+    /// Records Kafka acknowledged since the connection started (progress while waiting).
+    pub fn acked(&self) -> u64 {
+        self.acked
+    }
+
+    pub fn outstanding_records(&self) -> u64 {
+        self.tracker.outstanding_records()
+    }
+
+    pub fn pending_txns(&self) -> usize {
+        self.tracker.pending_txns()
+    }
+
+    pub fn oldest_pending_commit_time(&self) -> Option<i64> {
+        self.tracker.oldest_pending_commit_time()
+    }
+}
+
+#[cfg(test)]
+mod tests;
