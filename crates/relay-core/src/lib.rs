@@ -4,6 +4,7 @@
 //! pgoutput bytes ──pgoutput::parse──▶ Message ──decode::Decoder──▶ Change(row of an outbox table)
 //!        ──route::Router──▶ Record { topic, key, value, headers } ──(Kafka, in the binary)
 //! Begin/Commit/keepalive/ack ──▶ watermark::AckTracker ──▶ the one LSN safe to confirm
+//!   + in-flight limits, Kafka commits ──progress::Progress──▶ may read? what to confirm?
 //! new timeline's history + last published commit ──timeline::follow──▶ follow or refuse
 //! ```
 //!
