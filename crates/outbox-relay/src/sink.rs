@@ -239,7 +239,7 @@ impl KafkaSink {
 
     /// Enqueues one record. Waits (without reordering) while the local queue is full.
     pub(crate) async fn send(&self, rec: &Record, origin: Origin) -> Result<(), RelayError> {
-        let bytes = (rec.key.len() + rec.value.as_ref().map_or(0, |v| v.len())) as u64;
+        let bytes = rec.bytes();
         let mut headers = OwnedHeaders::new_with_capacity(rec.headers.len());
         for (k, v) in &rec.headers {
             headers = headers.insert(Header {

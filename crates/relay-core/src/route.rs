@@ -235,6 +235,13 @@ pub struct Record {
     pub headers: Vec<(String, Option<Bytes>)>,
 }
 
+impl Record {
+    /// Key and value bytes: what the in-flight byte limit counts.
+    pub fn bytes(&self) -> u64 {
+        (self.key.len() + self.value.as_ref().map_or(0, |v| v.len())) as u64
+    }
+}
+
 /// The mapping of one outbox table compiled against one Relation message (column indexes).
 #[derive(Debug, Clone)]
 pub struct Plan {

@@ -3,15 +3,18 @@
 //! ```text
 //! replication stream ─▶ decode ─▶ route ─▶ Kafka (in source order)
 //!        ▲                                   │ delivery reports (any order)
-//!        └── update_applied_lsn(watermark) ◀─ AckTracker
+//!        └── update_applied_lsn ◀─ relay_core::progress::Progress
 //! ```
 //!
-//! Progress rule: the only LSN ever confirmed is [`AckTracker::watermark`], the end of the
-//! longest prefix of transactions Kafka fully acknowledged (or an idle keepalive behind it).
+//! Progress rule ([`Progress`]): the only LSN ever confirmed is the end of the longest prefix of
+//! transactions Kafka fully acknowledged (or an idle keepalive behind it), and with Kafka
+//! transactions only what a committed Kafka transaction holds.
 //! Backpressure: when too many records or bytes are in flight the loop stops reading the stream;
 //! pgwire-replication then stops reading the socket but keeps sending status updates, so
-//! PostgreSQL keeps the WAL and the connection stays up. A delivery error freezes the watermark
-//! and ends the loop; the supervisor restarts from the last confirmed LSN.
+//! PostgreSQL keeps the WAL. The connection is let go after `relay.backpressure_release_ms`
+//! without an acknowledgement, or at once when the slot's `wal_status` leaves
+//! reserved/extended ([`release_due`]). A delivery error freezes the watermark and ends the
+//! loop; the supervisor restarts from the last confirmed LSN.
 
 mod delivery;
 mod drain;
@@ -40,6 +43,7 @@ use crate::{
     },
     setup::SlotInfo,
     sink::{Delivered, KafkaSink},
+    source::{PG_EPOCH_UNIX_US, classify, close, open, replication_config, status_interval},
     stop::unless_stopped,
 };
 
@@ -50,10 +54,7 @@ use self::{
     state::{State, confirm, remember, report_gauges},
     txn::{abort_open_transaction, commit, transaction_timeout},
 };
-use crate::{
-    carry::Carry,
-    source::{PG_EPOCH_UNIX_US, classify, close, open, replication_config, status_interval},
-};
+use crate::carry::Carry;
 
 /// Streams until shutdown (`Ok`) or a failure (`Err`, nothing confirmed past the failure).
 pub(crate) async fn stream(
@@ -79,14 +80,13 @@ pub(crate) async fn stream(
     // instance's while this one merely waits for the slot).
     if let Some(id) = &cfg.kafka.transactional_id {
         // This waits for Kafka's transaction coordinator; a stop must not wait for it.
-        tokio::select! {
-            r = sink.fence_and_begin(transaction_timeout(cfg)) => r?,
-            _ = shutdown.changed() => {
-                client.abort();
-                tracing::info!("{SHUTDOWN_COMPLETE}: stopped before streaming (Kafka did not answer)");
-                return Ok(());
-            }
-        }
+        let fenced = unless_stopped(shutdown, sink.fence_and_begin(transaction_timeout(cfg))).await;
+        let Some(fenced) = fenced else {
+            client.abort();
+            tracing::info!("{SHUTDOWN_COMPLETE}: stopped before streaming (Kafka did not answer)");
+            return Ok(());
+        };
+        fenced?;
         tracing::info!(transactional_id = %id, "{KAFKA_PRODUCER_FENCED_OTHERS}: earlier producers with this transactional id can no longer write");
     }
     crate::health::set_streaming(true);
@@ -168,6 +168,7 @@ async fn run_loop(
     // then (progress restarts the clock).
     let mut paused: Option<(Instant, u64)> = None;
     let release_after = Duration::from_millis(cfg.relay.backpressure_release_ms);
+    let stop = shutdown.clone();
     loop {
         let can_read = st.progress.can_read();
         paused = match paused {
@@ -225,7 +226,6 @@ async fn run_loop(
                     since_quiet += 1;
                     // Handling an event can wait for Kafka (a full queue, a suspect record's
                     // report): a stop must not wait for it.
-                    let stop = shutdown.clone();
                     match unless_stopped(&stop, on_event(sink, client, st, reports, ev)).await {
                         Some(r) => r?,
                         None => return Ok(()),

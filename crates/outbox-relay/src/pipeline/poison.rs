@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::{
     delivery::{delivered, on_delivery, producer_gone},
-    state::{State, handed_over, next_record, record_bytes},
+    state::{State, handed_over, next_record},
 };
 use crate::{
     config::PoisonPolicy,
@@ -46,7 +46,7 @@ pub(super) async fn produce(
             rec
         }
     };
-    st.progress.handed(record_bytes(&sent));
+    st.progress.handed(sent.bytes());
     handed_over(st);
     Ok(())
 }
@@ -67,7 +67,7 @@ pub(super) async fn produce_alone(
     }
     let origin = next_record(st, pos)?;
     sink.send(&rec, origin).await?;
-    st.progress.handed(record_bytes(&rec));
+    st.progress.handed(rec.bytes());
     let d = sink.attribute(reports.recv().await.ok_or_else(producer_gone)?);
     debug_assert_eq!(
         (d.origin.commit_lsn, d.origin.seq),

@@ -7,13 +7,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pgwire_replication::ReplicationClient;
-use relay_core::{
-    Lsn,
-    deadletter::Refusals,
-    decode::Decoder,
-    progress::Progress,
-    route::{Position, Record},
-};
+use relay_core::{Lsn, deadletter::Refusals, decode::Decoder, progress::Progress, route::Position};
 
 use crate::{
     config::PoisonPolicy, error::RelayError, failover::Memory, metrics as m, sink::Origin,
@@ -75,10 +69,6 @@ pub(super) fn report_gauges(st: &State<'_>) {
         .oldest_pending_commit_time()
         .map_or(0.0, |t| (now_unix_us() - t).max(0) as f64 / 1e6);
     metrics::gauge!(m::TIME_LAG_SECONDS).set(lag);
-}
-
-pub(super) fn record_bytes(rec: &Record) -> u64 {
-    (rec.key.len() + rec.value.as_ref().map_or(0, |v| v.len())) as u64
 }
 
 pub(super) fn now_unix_us() -> i64 {
