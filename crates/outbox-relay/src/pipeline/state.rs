@@ -22,9 +22,9 @@ pub(super) struct State<'a> {
     pub(super) dead_letter_topic: String,
     /// Events Kafka refused for good, kept by the supervisor across restarts.
     pub(super) refusals: &'a mut Refusals,
-    /// [`Carry::published`].
+    /// [`crate::carry::Carry::published`].
     pub(super) published: &'a mut Lsn,
-    /// Where [`Carry`]'s failover memory is kept across restarts (`relay.state_file`).
+    /// Where [`crate::carry::Carry`]'s failover memory is kept across restarts (`relay.state_file`).
     pub(super) memory: Option<Memory>,
     /// `kafka.transactional_id` is set: records go out in Kafka transactions.
     pub(super) transactional: bool,
