@@ -6,7 +6,9 @@
 //! aggregate (must be 0), duplicated (counted; only unconfirmed work repeats).
 //!
 //! It runs on its own PostgreSQL cluster and Kafka broker so it can crash them. Short form in
-//! CI (`CHAOS_ROUNDS`, default 6); `scripts/chaos.sh` runs the long form.
+//! CI (`CHAOS_ROUNDS`, default 6); `scripts/chaos.sh` runs the long form. It runs twice: in the
+//! default mode, where duplicates are counted, and in `relay.delivery = "exactly-once"` on
+//! another cluster and broker, where a read-committed consumer must see none.
 
 use std::{
     process::Command,
@@ -23,9 +25,24 @@ use crate::support::{
     TestDb, check, connect, kafka, proxy::Proxy, relay::Relay, repo_root, writer,
 };
 
-const PG_PORT: u16 = 25440;
-const KAFKA_PORT: u16 = 26092;
-const KAFKA_PROXY_PORT: u16 = 26192;
+/// The servers of one chaos run: PostgreSQL, the broker, and the proxy clients reach it by.
+#[derive(Clone, Copy)]
+struct Ports {
+    pg: u16,
+    kafka: u16,
+    kafka_proxy: u16,
+}
+
+const AT_LEAST_ONCE: Ports = Ports {
+    pg: 25440,
+    kafka: 26092,
+    kafka_proxy: 26192,
+};
+const EXACTLY_ONCE: Ports = Ports {
+    pg: 25476,
+    kafka: 27192,
+    kafka_proxy: 27196,
+};
 
 fn infra(script: &str, args: &[&str], env: &[(&str, String)]) {
     let mut cmd = Command::new(repo_root().join("infra").join(script));
@@ -41,42 +58,42 @@ fn infra(script: &str, args: &[&str], env: &[(&str, String)]) {
     );
 }
 
-fn pg(script: &str, args: &[&str], mode: &str) {
+fn pg(p: Ports, script: &str, args: &[&str], mode: &str) {
     infra(
         &format!("pg/{script}"),
         args,
-        &[
-            ("PGPORT", PG_PORT.to_string()),
-            ("PG_STOP_MODE", mode.into()),
-        ],
+        &[("PGPORT", p.pg.to_string()), ("PG_STOP_MODE", mode.into())],
     );
 }
 
-fn kafka_node(script: &str, args: &[&str]) {
+fn kafka_node(p: Ports, script: &str, args: &[&str]) {
     infra(
         &format!("kafka/{script}"),
         args,
         &[
-            ("KAFKA_PORT", KAFKA_PORT.to_string()),
+            ("KAFKA_PORT", p.kafka.to_string()),
             // Clients are sent to the proxy, so cutting it cuts the relay off the broker.
             (
                 "KAFKA_EXTRA_PROPS",
-                format!("advertised.listeners=PLAINTEXT://127.0.0.1:{KAFKA_PROXY_PORT}"),
+                format!(
+                    "advertised.listeners=PLAINTEXT://127.0.0.1:{}",
+                    p.kafka_proxy
+                ),
             ),
         ],
     );
 }
 
-struct Stack;
+struct Stack(Ports);
 impl Drop for Stack {
     fn drop(&mut self) {
         let _ = Command::new(repo_root().join("infra/kafka/stop.sh"))
             .arg("--destroy")
-            .env("KAFKA_PORT", KAFKA_PORT.to_string())
+            .env("KAFKA_PORT", self.0.kafka.to_string())
             .status();
         let _ = Command::new(repo_root().join("infra/pg/stop.sh"))
             .arg("--destroy")
-            .env("PGPORT", PG_PORT.to_string())
+            .env("PGPORT", self.0.pg.to_string())
             .status();
     }
 }
@@ -116,6 +133,29 @@ async fn resilient_writer(conninfo: String, id: usize, stop: Arc<AtomicBool>) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_no_event_is_lost_or_reordered() {
+    // CHAOS_TRANSACTIONAL_ID=<id> runs the relay with kafka.transactional_id (zombie fencing).
+    let fencing = std::env::var("CHAOS_TRANSACTIONAL_ID")
+        .map(|id| format!("transactional_id = \"{id}\"\n"))
+        .unwrap_or_default();
+    let f = chaos(AT_LEAST_ONCE, "chaos", &fencing, "").await;
+    f.assert_nothing_lost_or_reordered("");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_exactly_once_nothing_lost_reordered_or_duplicated() {
+    let f = chaos(
+        EXACTLY_ONCE,
+        "chaos_eos",
+        "transactional_id = \"chaos-eos\"\n",
+        "delivery = \"exactly-once\"\n",
+    )
+    .await;
+    f.assert_nothing_lost_or_reordered("");
+    assert_eq!(f.duplicated, 0, "exactly-once: {f:?}");
+}
+
+/// One chaos run; `kafka` and `relay` are extra keys of those sections.
+async fn chaos(p: Ports, name: &str, kafka_keys: &str, relay_keys: &str) -> check::Figures {
     let rounds: usize = std::env::var("CHAOS_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -124,30 +164,26 @@ async fn chaos_no_event_is_lost_or_reordered() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(42);
-    let _stack = Stack;
-    pg("start.sh", &[], "fast");
-    let kafka_proxy = Proxy::start(KAFKA_PROXY_PORT, KAFKA_PORT).await;
-    kafka_node("start.sh", &[]);
-    let pg_proxy = Proxy::start(0, PG_PORT).await;
+    let _stack = Stack(p);
+    pg(p, "start.sh", &[], "fast");
+    let kafka_proxy = Proxy::start(p.kafka_proxy, p.kafka).await;
+    kafka_node(p, "start.sh", &[]);
+    let pg_proxy = Proxy::start(0, p.pg).await;
 
-    let base = format!("host=127.0.0.1 port={PG_PORT} user=postgres");
-    let db = TestDb::new_on(&base, PG_PORT, "chaos").await;
-    // CHAOS_TRANSACTIONAL_ID=<id> runs the relay with kafka.transactional_id (zombie fencing).
-    let fencing = std::env::var("CHAOS_TRANSACTIONAL_ID")
-        .map(|id| format!("transactional_id = \"{id}\"\n"))
-        .unwrap_or_default();
+    let base = format!("host=127.0.0.1 port={} user=postgres", p.pg);
+    let db = TestDb::new_on(&base, p.pg, name).await;
     let cfg = db
         .relay_config(&format!(
-            "{fencing}{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 1000\n",
+            "{kafka_keys}{}\n[relay]\n{relay_keys}restart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 1000\n",
             db.outbox_section()
         ))
         .replace(
-            &format!("port = {PG_PORT}"),
+            &format!("port = {}", p.pg),
             &format!("port = {}", pg_proxy.port),
         )
         .replace(
             &crate::support::kafka_brokers(),
-            &format!("127.0.0.1:{KAFKA_PROXY_PORT}"),
+            &format!("127.0.0.1:{}", p.kafka_proxy),
         );
     let mut relay = Relay::streaming(&db.name, &cfg).await;
 
@@ -185,14 +221,14 @@ async fn chaos_no_event_is_lost_or_reordered() {
                 relay = Relay::start(&db.name, &cfg);
             }
             "kafka_stop" => {
-                kafka_node("stop.sh", &[]);
+                kafka_node(p, "stop.sh", &[]);
                 tokio::time::sleep(Duration::from_secs(3)).await;
-                kafka_node("start.sh", &[]);
+                kafka_node(p, "start.sh", &[]);
             }
             "pg_crash" => {
-                pg("stop.sh", &[], "immediate");
+                pg(p, "stop.sh", &[], "immediate");
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                pg("start.sh", &[], "fast");
+                pg(p, "start.sh", &[], "fast");
             }
             "cut_pg" => {
                 pg_proxy.cut();
@@ -245,7 +281,7 @@ async fn chaos_no_event_is_lost_or_reordered() {
     let n = written.len();
     let got = tokio::task::spawn_blocking(move || {
         kafka::consume_until_from(
-            &format!("127.0.0.1:{KAFKA_PROXY_PORT}"),
+            &format!("127.0.0.1:{}", p.kafka_proxy),
             &topic,
             Duration::from_secs(180),
             |r| {
@@ -258,16 +294,16 @@ async fn chaos_no_event_is_lost_or_reordered() {
     .await
     .unwrap();
     let f = check::check(
-        &format!("chaos_{rounds}_rounds"),
+        &format!("{name}_{rounds}_rounds"),
         |t| db.topic(t),
         &written,
         &got,
     );
     check::note(&format!(
-        "chaos: {rounds} faults in {:.0} s ({}); {attempts} writer transactions attempted",
+        "{name}: {rounds} faults in {:.0} s ({}); {attempts} writer transactions attempted",
         started.elapsed().as_secs_f64(),
         faults.join(","),
     ));
-    f.assert_nothing_lost_or_reordered(&format!("after {faults:?}"));
     relay.terminate(Duration::from_secs(30));
+    f
 }

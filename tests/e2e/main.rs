@@ -6,6 +6,7 @@ mod support;
 mod backpressure;
 mod chaos;
 mod delivery;
+mod exactly_once;
 mod failover;
 mod failover_slot;
 mod fencing;

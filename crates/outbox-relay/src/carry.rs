@@ -13,4 +13,9 @@ pub(crate) struct Carry {
     /// Commit LSN of the last transaction with a record handed to Kafka (`ZERO`: none yet);
     /// a promoted server must have it in its history ([`relay_core::timeline`]).
     pub(crate) published: Lsn,
+    /// The checkpoint topic was created or checked ([`crate::checkpoint::prepare_topic`]).
+    pub(crate) checkpoint_topic_ready: bool,
+    /// At-least-once mode: the last connection found the checkpoint contradicted by the
+    /// stream; the next start skips nothing (and writes checkpoints of the new history).
+    pub(crate) ignore_checkpoint: bool,
 }

@@ -101,6 +101,23 @@ pub enum Transient {
          DESCRIBE the transactional id and that the brokers' transaction state log is healthy"
     )]
     KafkaTransaction(String),
+
+    /// At-least-once mode: the stream does not continue what the checkpoint says; the relay
+    /// starts again without skipping (never a loss; duplicates possible).
+    #[error(
+        "the checkpoint in Kafka does not match the stream ({0}); in at-least-once mode the \
+         relay streams again from the slot without skipping anything: events may be sent \
+         again, none is lost"
+    )]
+    CheckpointContradicted(#[source] relay_core::skip::HistoryChanged),
+
+    /// The checkpoint topic could not be read to its end.
+    #[error(
+        "cannot read the checkpoint ({0}); nothing was streamed yet and the relay retries. If it \
+         repeats, check that the principal may READ and DESCRIBE kafka.checkpoint_topic \
+         (docs/security.md)"
+    )]
+    Checkpoint(String),
 }
 
 /// Retrying cannot fix it: the process stops with a non-zero exit code and the message says
@@ -129,6 +146,15 @@ pub enum Definite {
         target: String,
         divergence: relay_core::timeline::Divergence,
     },
+
+    /// Exactly-once mode: the stream does not continue what the newest checkpoint says Kafka
+    /// holds.
+    #[error(transparent)]
+    HistoryChanged(relay_core::skip::HistoryChanged),
+
+    /// The checkpoint topic is unusable (settings, permissions, foreign records).
+    #[error("kafka.checkpoint_topic {topic:?}: {detail}")]
+    CheckpointTopic { topic: String, detail: String },
 
     #[error("cannot decode the replication stream: {0}")]
     Decode(#[source] DecodeError),
@@ -214,6 +240,8 @@ impl Transient {
             Transient::Delivery { .. } => "kafka_delivery",
             Transient::ProducerFenced { .. } => "producer_fenced",
             Transient::KafkaTransaction { .. } => "kafka_transaction",
+            Transient::Checkpoint { .. } => "checkpoint_read",
+            Transient::CheckpointContradicted { .. } => "checkpoint_contradicted",
         }
     }
 }
@@ -225,6 +253,8 @@ impl Definite {
             Definite::Precondition { .. } => "precondition",
             Definite::ReplicationRefused { .. } => "replication_refused",
             Definite::HistoryDiverged { .. } => "history_diverged",
+            Definite::HistoryChanged { .. } => "history_changed",
+            Definite::CheckpointTopic { .. } => "checkpoint_topic",
             Definite::Decode { .. } => "decode",
             Definite::Poison { .. } => "poison_event",
             Definite::Framing { .. } => "framing",

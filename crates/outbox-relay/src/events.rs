@@ -43,6 +43,21 @@ pub const EVENT_DEAD_LETTERED: &str = "event_dead_lettered";
 pub const KAFKA_PRODUCER_FENCED_OTHERS: &str = "kafka_producer_fenced_others";
 /// A Kafka transaction was committed or failed, with its duration (debug).
 pub const KAFKA_TRANSACTION_ENDED: &str = "kafka_transaction_ended";
+/// The checkpoint topic was created (1 partition, compacted).
+pub const CHECKPOINT_TOPIC_CREATED: &str = "checkpoint_topic_created";
+/// At-least-once mode: the checkpoint topic cannot be used; the relay goes on without it.
+pub const CHECKPOINT_TOPIC_UNUSABLE: &str = "checkpoint_topic_unusable";
+/// No checkpoint for this slot: the relay starts from the slot (duplicates possible, no loss).
+pub const CHECKPOINT_MISSING: &str = "checkpoint_missing";
+/// The newest checkpoint was read; changes it covers are skipped.
+pub const CHECKPOINT_FOUND: &str = "checkpoint_found";
+/// At-least-once mode: the checkpoint does not fit the stream (another timeline, a changed
+/// history); the relay streams from the slot without skipping.
+pub const CHECKPOINT_IGNORED: &str = "checkpoint_ignored";
+/// The skip after the start is over: every later change is published.
+pub const CHECKPOINT_SKIP_DONE: &str = "checkpoint_skip_done";
+/// At-least-once mode: a checkpoint could not be written (warned once per cause).
+pub const CHECKPOINT_WRITE_FAILED: &str = "checkpoint_write_failed";
 /// The open Kafka transaction was aborted after a pipeline error; its records are sent again.
 pub const KAFKA_TRANSACTION_ABORTED: &str = "kafka_transaction_aborted";
 /// Aborting the open Kafka transaction failed or timed out; Kafka ends it itself.
@@ -140,6 +155,13 @@ pub const ALL: &[&str] = &[
     EVENT_DEAD_LETTERED,
     KAFKA_PRODUCER_FENCED_OTHERS,
     KAFKA_TRANSACTION_ENDED,
+    CHECKPOINT_TOPIC_CREATED,
+    CHECKPOINT_TOPIC_UNUSABLE,
+    CHECKPOINT_MISSING,
+    CHECKPOINT_FOUND,
+    CHECKPOINT_SKIP_DONE,
+    CHECKPOINT_IGNORED,
+    CHECKPOINT_WRITE_FAILED,
     KAFKA_TRANSACTION_ABORTED,
     KAFKA_TRANSACTION_ABORT_FAILED,
     KAFKA_CLIENT_ERROR,

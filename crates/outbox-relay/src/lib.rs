@@ -16,6 +16,7 @@
 
 pub mod alert;
 mod carry;
+mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod events;

@@ -76,7 +76,9 @@ const EXIT_ALERT: u8 = 4;
 fn exit_code(e: &RelayError) -> ExitCode {
     match e {
         RelayError::Definite(Definite::Config(_)) => ExitCode::from(2),
-        RelayError::Definite(Definite::Precondition(_)) => ExitCode::from(3),
+        RelayError::Definite(Definite::Precondition(_) | Definite::CheckpointTopic { .. }) => {
+            ExitCode::from(3)
+        }
         _ => ExitCode::from(1),
     }
 }

@@ -15,6 +15,9 @@ pub const BYTES_PRODUCED: &str = "outbox_relay_produced_bytes_total";
 pub const DELIVERY_ERRORS: &str = "outbox_relay_delivery_errors_total";
 pub const DEAD_LETTERED: &str = "outbox_relay_dead_lettered_total";
 pub const KAFKA_TRANSACTIONS: &str = "outbox_relay_kafka_transactions_total";
+pub const CHECKPOINTS_WRITTEN: &str = "outbox_relay_checkpoints_written_total";
+pub const CHECKPOINT_COMMIT_SECONDS: &str = "outbox_relay_checkpoint_commit_seconds";
+pub const SKIPPED_CHANGES: &str = "outbox_relay_skipped_changes_total";
 pub const INFLIGHT_EVENTS: &str = "outbox_relay_inflight_events";
 pub const INFLIGHT_TRANSACTIONS: &str = "outbox_relay_inflight_transactions";
 pub const RECEIVED_LSN: &str = "outbox_relay_received_lsn";
@@ -58,6 +61,9 @@ pub const ALL: &[&str] = &[
     DELIVERY_ERRORS,
     DEAD_LETTERED,
     KAFKA_TRANSACTIONS,
+    CHECKPOINTS_WRITTEN,
+    CHECKPOINT_COMMIT_SECONDS,
+    SKIPPED_CHANGES,
     INFLIGHT_EVENTS,
     INFLIGHT_TRANSACTIONS,
     RECEIVED_LSN,
@@ -102,10 +108,16 @@ pub const RESTART_REASONS: &[&str] = &[
     "dead_letter_pending",
     "producer_fenced",
     "kafka_transaction",
+    "checkpoint_read",
+    "checkpoint_contradicted",
 ];
 
 /// `result` label values of [`KAFKA_TRANSACTIONS`].
 pub const TRANSACTION_RESULTS: &[&str] = &["committed", "failed"];
+
+/// `result` label values of [`CHECKPOINTS_WRITTEN`]: `written` (committed with its Kafka
+/// transaction; without transactions, handed to the producer), `failed`.
+pub const CHECKPOINT_RESULTS: &[&str] = &["written", "failed"];
 
 /// `status` label values of [`SLOT_WAL_STATUS`] (PostgreSQL's `wal_status`).
 pub const WAL_STATUSES: &[&str] = &["reserved", "extended", "unreserved", "lost"];
@@ -133,7 +145,12 @@ fn builder() -> Result<PrometheusBuilder, BuildError> {
 /// Gives every series with known labels a value, so it is scraped before it first changes.
 pub fn init() {
     // Produced events and bytes are labelled by topic: their series appear with the first event.
-    for c in [DELIVERY_ERRORS, DEAD_LETTERED, MONITOR_ERRORS] {
+    for c in [
+        DELIVERY_ERRORS,
+        DEAD_LETTERED,
+        MONITOR_ERRORS,
+        SKIPPED_CHANGES,
+    ] {
         metrics::counter!(c).increment(0);
     }
     for g in [
@@ -151,6 +168,9 @@ pub fn init() {
     }
     for r in TRANSACTION_RESULTS {
         metrics::counter!(KAFKA_TRANSACTIONS, "result" => *r).increment(0);
+    }
+    for r in CHECKPOINT_RESULTS {
+        metrics::counter!(CHECKPOINTS_WRITTEN, "result" => *r).increment(0);
     }
     for alert in crate::alert::AlertKind::ALL {
         metrics::gauge!(ALERT_LEVEL, "alert" => alert.as_str()).set(0.0);
@@ -187,6 +207,19 @@ pub fn describe() {
     describe_counter!(
         KAFKA_TRANSACTIONS,
         "Kafka transactions ended with kafka.transactional_id set, by result (committed, failed)."
+    );
+    describe_counter!(
+        CHECKPOINTS_WRITTEN,
+        "Checkpoints written to kafka.checkpoint_topic, by result (written, failed)."
+    );
+    describe_histogram!(
+        CHECKPOINT_COMMIT_SECONDS,
+        Unit::Seconds,
+        "Time to write a checkpoint and commit the Kafka transaction it ends."
+    );
+    describe_counter!(
+        SKIPPED_CHANGES,
+        "Changes skipped after a start because a checkpoint says Kafka holds them."
     );
     describe_gauge!(
         INFLIGHT_EVENTS,

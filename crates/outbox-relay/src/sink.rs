@@ -57,9 +57,10 @@ impl Delivered {
     }
 }
 
-/// What travels with each record through librdkafka.
+/// What travels with each record through librdkafka: an event's origin, or nothing for a
+/// checkpoint (whose outcome the sink keeps itself: [`KafkaSink::checkpoint_failure`]).
 pub(crate) struct Pending {
-    origin: Origin,
+    origin: Option<Origin>,
     bytes: u64,
 }
 
@@ -70,6 +71,8 @@ pub(crate) struct SinkContext {
     /// With transactions: a topic the transaction coordinator refused to add to the
     /// transaction because the principal may not write it ([`KafkaSink::refused_topic`]).
     refused_topic: std::sync::Mutex<Option<String>>,
+    /// The error of the last checkpoint Kafka did not take, until read.
+    checkpoint_failure: std::sync::Mutex<Option<String>>,
 }
 
 /// The topic in librdkafka's `Failed to add partition "<topic>" [<p>] to transaction: Broker:
@@ -88,7 +91,27 @@ fn refused_topic_in(log_message: &str) -> Option<&str> {
 /// at debug so that the first lines a new user sees are the relay's own.
 fn is_benign(log_message: &str) -> bool {
     log_message.contains("Coordinator load in progress")
+        // The checkpoint reader and the admin client get the producer's extra properties.
+        || log_message.contains("is a producer property and will be ignored")
         || log_message.contains("enable.gapless.guarantee is experimental")
+}
+
+/// librdkafka's log lines, for every client of the relay: the benign ones at debug.
+pub(crate) fn log_librdkafka(level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+    if is_benign(log_message) {
+        tracing::debug!(facility = fac, "librdkafka: {log_message}");
+        return;
+    }
+    match level {
+        RDKafkaLogLevel::Emerg
+        | RDKafkaLogLevel::Alert
+        | RDKafkaLogLevel::Critical
+        | RDKafkaLogLevel::Error => {
+            tracing::error!(facility = fac, "librdkafka: {log_message}")
+        }
+        RDKafkaLogLevel::Warning => tracing::warn!(facility = fac, "librdkafka: {log_message}"),
+        _ => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
+    }
 }
 
 impl ClientContext for SinkContext {
@@ -99,20 +122,7 @@ impl ClientContext for SinkContext {
         {
             refused.get_or_insert_with(|| topic.to_string());
         }
-        if is_benign(log_message) {
-            tracing::debug!(facility = fac, "librdkafka: {log_message}");
-            return;
-        }
-        match level {
-            RDKafkaLogLevel::Emerg
-            | RDKafkaLogLevel::Alert
-            | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => {
-                tracing::error!(facility = fac, "librdkafka: {log_message}")
-            }
-            RDKafkaLogLevel::Warning => tracing::warn!(facility = fac, "librdkafka: {log_message}"),
-            _ => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
-        }
+        log_librdkafka(level, fac, log_message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
@@ -135,9 +145,17 @@ impl ProducerContext for SinkContext {
             Ok(msg) => (Ok(()), rdkafka::Message::topic(msg).to_string()),
             Err((e, msg)) => (Err(e.clone()), rdkafka::Message::topic(msg).to_string()),
         };
+        let Some(origin) = p.origin else {
+            if let Err(e) = outcome
+                && let Ok(mut f) = self.checkpoint_failure.lock()
+            {
+                *f = Some(e.to_string());
+            }
+            return;
+        };
         // The receiver is gone only when the pipeline is being torn down.
         let _ = self.reports.send(Delivered {
-            origin: p.origin,
+            origin,
             bytes: p.bytes,
             topic,
             outcome,
@@ -158,13 +176,8 @@ impl KafkaSink {
         cfg: &KafkaConfig,
     ) -> Result<(Self, mpsc::UnboundedReceiver<Delivered>), RelayError> {
         let (reports, rx) = mpsc::unbounded_channel();
-        let mut c = ClientConfig::new();
-        for (k, v) in &cfg.properties {
-            c.set(k, v.expose());
-        }
-        security_properties(cfg, &mut c)?;
-        c.set("bootstrap.servers", &cfg.brokers)
-            .set("enable.idempotence", "true")
+        let mut c = client_config(cfg)?;
+        c.set("enable.idempotence", "true")
             // A batch the broker refuses for good (too large, not authorised) must not leave a
             // gap that later batches of the same partition close: librdkafka then raises a
             // fatal error instead of writing them, and per-key order holds (K4).
@@ -183,6 +196,7 @@ impl KafkaSink {
                 reports,
                 last_error: Default::default(),
                 refused_topic: Default::default(),
+                checkpoint_failure: Default::default(),
             })
             .map_err(|e| Definite::KafkaSetup(e.to_string()))?;
         Ok((
@@ -247,10 +261,15 @@ impl KafkaSink {
                 value: v.as_deref(),
             });
         }
-        let mut record =
-            BaseRecord::with_opaque_to(&rec.topic, Box::new(Pending { origin, bytes }))
-                .key(&rec.key[..])
-                .headers(headers);
+        let mut record = BaseRecord::with_opaque_to(
+            &rec.topic,
+            Box::new(Pending {
+                origin: Some(origin),
+                bytes,
+            }),
+        )
+        .key(&rec.key[..])
+        .headers(headers);
         if let Some(v) = &rec.value {
             record = record.payload(&v[..]);
         }
@@ -265,6 +284,59 @@ impl KafkaSink {
                 }
                 Err((e, _)) => return Err(delivery_error(&e, &rec.topic)),
             }
+        }
+    }
+
+    /// Enqueues a checkpoint record (in the open Kafka transaction, if any). Its outcome is not
+    /// reported on the channel: a failed one fails the transaction's commit, and outside
+    /// transactions [`checkpoint_failure`](Self::checkpoint_failure) says so. `wait`: while
+    /// the local queue is full, wait for room (a transaction needs it); else give up at once.
+    pub(crate) async fn send_checkpoint(
+        &self,
+        topic: &str,
+        key: &str,
+        value: &[u8],
+        wait: bool,
+    ) -> Result<(), RelayError> {
+        let mut record = BaseRecord::with_opaque_to(
+            topic,
+            Box::new(Pending {
+                origin: None,
+                bytes: 0,
+            }),
+        )
+        .key(key)
+        .payload(value);
+        let mut delay = Duration::from_millis(1);
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) if wait => {
+                    record = r;
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_millis(50));
+                }
+                Err((e, _)) => return Err(delivery_error(&e, topic)),
+            }
+        }
+    }
+
+    /// The error of a checkpoint Kafka did not take since the last call.
+    pub(crate) fn checkpoint_failure(&self) -> Option<String> {
+        self.producer
+            .context()
+            .checkpoint_failure
+            .lock()
+            .ok()
+            .and_then(|mut f| f.take())
+    }
+
+    /// Waits (at most `timeout`) until librdkafka served the report of every record handed to
+    /// it: then the channel holds every report.
+    pub(crate) async fn reports_served(&self, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.producer.in_flight_count() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
 
@@ -334,10 +406,7 @@ impl KafkaSink {
         // rdkafka's commit_transaction first flushes, polling for reports in 100 ms steps; with
         // the producer's own thread serving them, every commit took 100 ms. Wait here for the
         // queue to drain (reports served), so that flush returns at once.
-        let deadline = tokio::time::Instant::now() + timeout;
-        while self.producer.in_flight_count() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        self.reports_served(timeout).await;
         self.transaction(move |p| {
             p.commit_transaction(timeout)?;
             p.begin_transaction()
@@ -387,6 +456,18 @@ fn is_fenced(code: RDKafkaErrorCode) -> bool {
             | RDKafkaErrorCode::ProducerFenced
             | RDKafkaErrorCode::InvalidProducerEpoch
     )
+}
+
+/// What every Kafka client of the relay shares (producer, checkpoint reader, admin): the
+/// brokers, the extra properties and the security options.
+pub(crate) fn client_config(cfg: &KafkaConfig) -> Result<ClientConfig, RelayError> {
+    let mut c = ClientConfig::new();
+    for (k, v) in &cfg.properties {
+        c.set(k, v.expose());
+    }
+    security_properties(cfg, &mut c)?;
+    c.set("bootstrap.servers", &cfg.brokers);
+    Ok(c)
 }
 
 /// The first-class security options as librdkafka properties (validated by the config).

@@ -76,7 +76,7 @@ pub(crate) async fn open(
     cfg: &Config,
     rcfg: ReplicationConfig,
     carry: &mut Carry,
-) -> Result<(ReplicationClient, Option<Memory>), RelayError> {
+) -> Result<Opened, RelayError> {
     let mut client = ReplicationClient::connect_gated(rcfg)
         .await
         .map_err(|e| classify(e, cfg))?;
@@ -87,9 +87,10 @@ pub(crate) async fn open(
     recall(cfg, carry)?;
     let seen = carry.identity.as_ref().map(|(s, t)| (s.as_str(), *t));
     check_system(cfg, seen.map(|(s, _)| s), &id.system_id)?;
+    // The server's history, for the failover check and the checkpoint's timeline.
+    let history = timeline_history(cfg, &mut client, id.timeline).await?;
     if let Some((_, streamed)) = seen {
         if streamed != id.timeline {
-            let history = timeline_history(cfg, &mut client, id.timeline).await?;
             check_timeline(cfg, &history, streamed, carry.published, id.timeline)?;
         }
     } else {
@@ -103,7 +104,21 @@ pub(crate) async fn open(
         .map(|path| Memory::new(path, &id.system_id, id.timeline));
     client.start().await.map_err(|e| classify(e, cfg))?;
     client.wait_started().await.map_err(|e| classify(e, cfg))?;
-    Ok((client, memory))
+    Ok(Opened {
+        client,
+        memory,
+        system_id: id.system_id,
+        history,
+    })
+}
+
+/// A replication session that streams, with what was learnt while opening it.
+pub(crate) struct Opened {
+    pub(crate) client: ReplicationClient,
+    pub(crate) memory: Option<Memory>,
+    pub(crate) system_id: String,
+    /// The history of the server's timeline (`timeline` is its current one).
+    pub(crate) history: relay_core::timeline::History,
 }
 
 /// The history of `timeline` as the server has it (timeline 1 has none).

@@ -170,6 +170,8 @@ mod tests {
     fn a_poison_row_is_kept_whole_with_reason_and_position() {
         let p = Poison {
             table: "public.outbox".into(),
+            routed: "public.outbox".into(),
+            fingerprint: crate::checkpoint::Fingerprint::Hash(1),
             row: r#"{"id":"1","aggregateid":null}"#.into(),
             error: RouteError::Null {
                 table: "public.outbox".into(),

@@ -7,12 +7,14 @@
 //! - an Insert for an OID with no Relation seen is a protocol violation, never a skip;
 //! - the cache is per connection: [`Decoder::reset`] on every reconnect.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use bytes::Bytes;
 
 use crate::{
-    Lsn, pgoutput,
+    Lsn,
+    checkpoint::Fingerprint,
+    pgoutput,
     pgoutput::{Message, Relation},
     route::{OutboxTable, Plan, Position, Record, RouteError},
 };
@@ -21,7 +23,12 @@ use crate::{
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decoded {
     /// An INSERT into an outbox table: publish this.
-    Record(Record),
+    Record {
+        record: Record,
+        /// The configured `[[outbox]]` table (`schema.table`) it is routed by.
+        routed: Arc<str>,
+        fingerprint: Fingerprint,
+    },
     /// A logical message (`pg_logical_emit_message`), for the caller to filter by prefix.
     LogicalMessage {
         transactional: bool,
@@ -32,11 +39,14 @@ pub enum Decoded {
     /// An INSERT into an outbox table that cannot become a record (NULL key, invalid topic,
     /// a mapped column missing). The caller halts or dead-letters it; it never skips it.
     Poison(Poison),
+    /// An INSERT into a table that is not an outbox table: nothing to publish, but it counts
+    /// in the transaction's change index ([`crate::checkpoint`]).
+    OtherInsert(Fingerprint),
     /// A Relation message for a configured outbox table (matched by OID) under another name:
     /// the table was renamed while in the publication. Its rows are still published with its
     /// mapping; the caller warns.
     OutboxRenamed { configured: String, now: String },
-    /// Anything that needs no action (Relation, a change to another table, Update, Delete...).
+    /// Anything that needs no action and is not a change (Relation, Update, Delete...).
     Nothing,
 }
 
@@ -44,6 +54,9 @@ pub enum Decoded {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Poison {
     pub table: String,
+    /// The configured `[[outbox]]` table it is routed by.
+    pub routed: Arc<str>,
+    pub fingerprint: Fingerprint,
     /// The whole row as a JSON object of column name → text (or null).
     pub row: String,
     pub error: RouteError,
@@ -87,11 +100,12 @@ pub enum DecodeError {
 }
 
 enum Cached {
-    Outbox(Box<Plan>),
+    /// The plan and the configured table name.
+    Outbox(Box<Plan>, Arc<str>),
     /// An outbox table whose description does not fit the mapping (a mapped column is
     /// missing). Every INSERT into it fails with this error; a Relation alone does not, so an
     /// `ALTER TABLE` that is fixed before the next insert stops nothing.
-    Broken(Relation, RouteError),
+    Broken(Relation, RouteError, Arc<str>),
     Other,
 }
 
@@ -142,17 +156,25 @@ impl Decoder {
                 tuple,
             } => match self.relations.get(&relation_oid) {
                 None => Err(DecodeError::UnknownRelation(relation_oid)),
-                Some(Cached::Other) => Ok(Decoded::Nothing),
-                Some(Cached::Outbox(plan)) => match plan.route(&tuple, pos) {
-                    Ok(rec) => Ok(Decoded::Record(rec)),
+                Some(Cached::Other) => Ok(Decoded::OtherInsert(Fingerprint::of_row(&tuple))),
+                Some(Cached::Outbox(plan, routed)) => match plan.route(&tuple, pos) {
+                    Ok(record) => Ok(Decoded::Record {
+                        record,
+                        routed: routed.clone(),
+                        fingerprint: plan.fingerprint(&tuple),
+                    }),
                     Err(error) => Ok(Decoded::Poison(Poison {
                         table: plan.table().to_string(),
+                        routed: routed.clone(),
+                        fingerprint: plan.fingerprint(&tuple),
                         row: row_json(plan.relation(), &tuple),
                         error,
                     })),
                 },
-                Some(Cached::Broken(rel, error)) => Ok(Decoded::Poison(Poison {
+                Some(Cached::Broken(rel, error, routed)) => Ok(Decoded::Poison(Poison {
                     table: format!("{}.{}", rel.namespace, rel.name),
+                    routed: routed.clone(),
+                    fingerprint: Fingerprint::of_row(&tuple),
                     row: row_json(rel, &tuple),
                     error: error.clone(),
                 })),
@@ -190,10 +212,14 @@ impl Decoder {
             }
         };
         let cached = match cfg {
-            Some(cfg) => match Plan::compile(cfg, &rel, self.relay_headers) {
-                Ok(plan) => Cached::Outbox(Box::new(plan)),
-                Err(e) => Cached::Broken(rel.clone(), e),
-            },
+            Some(cfg) => {
+                let (schema, table) = cfg.qualified_name();
+                let routed: Arc<str> = format!("{schema}.{table}").into();
+                match Plan::compile(cfg, &rel, self.relay_headers) {
+                    Ok(plan) => Cached::Outbox(Box::new(plan), routed),
+                    Err(e) => Cached::Broken(rel.clone(), e, routed),
+                }
+            }
             None => Cached::Other,
         };
         self.relations.insert(rel.oid, cached);
@@ -241,14 +267,17 @@ mod tests {
             100,
             &["e1", "order", "a1", "T", "{}"].map(|v| Some(v.as_bytes())),
         );
-        assert!(matches!(d.decode(row, POS).unwrap(), Decoded::Record(_)));
+        assert!(matches!(
+            d.decode(row, POS).unwrap(),
+            Decoded::Record { .. }
+        ));
         // Another table with another OID is still not an outbox.
         d.decode(relation(200, "public", "orders", &[("id", TEXT)]), POS)
             .unwrap();
-        assert_eq!(
+        assert!(matches!(
             d.decode(insert(200, &[Some(&b"1"[..])]), POS).unwrap(),
-            Decoded::Nothing
-        );
+            Decoded::OtherInsert(_)
+        ));
     }
 
     #[test]
@@ -275,10 +304,10 @@ mod tests {
         let mut d = decoder();
         d.decode(relation(200, "public", "orders", &[("id", TEXT)]), POS)
             .unwrap();
-        assert_eq!(
+        assert!(matches!(
             d.decode(insert(200, &[Some(b"1")]), POS).unwrap(),
-            Decoded::Nothing
-        );
+            Decoded::OtherInsert(_)
+        ));
     }
 
     #[test]
@@ -299,7 +328,7 @@ mod tests {
             Some(b"T"),
             Some(b"{}"),
         ];
-        let Decoded::Record(r) = d.decode(insert(100, &row), POS).unwrap() else {
+        let Decoded::Record { record: r, .. } = d.decode(insert(100, &row), POS).unwrap() else {
             panic!()
         };
         assert_eq!(r.key, "k1");
@@ -324,7 +353,7 @@ mod tests {
             Some(b"T"),
             Some(b"{}"),
         ];
-        let Decoded::Record(r) = d.decode(insert(100, &row), POS).unwrap() else {
+        let Decoded::Record { record: r, .. } = d.decode(insert(100, &row), POS).unwrap() else {
             panic!()
         };
         assert_eq!(

@@ -5,17 +5,20 @@
 //!        ──route::Router──▶ Record { topic, key, value, headers } ──(Kafka, in the binary)
 //! Begin/Commit/keepalive/ack ──▶ watermark::AckTracker ──▶ the one LSN safe to confirm
 //!   + in-flight limits, Kafka commits ──progress::Progress──▶ may read? what to confirm?
+//! checkpoint (last record of a Kafka txn) + stream ──skip::Skip──▶ skip or publish after a restart
 //! new timeline's history + last published commit ──timeline::follow──▶ follow or refuse
 //! ```
 //!
 //! Everything here is deterministic so it can be unit-, property- and fuzz-tested.
 
+pub mod checkpoint;
 pub mod deadletter;
 pub mod decode;
 pub mod lsn;
 pub mod pgoutput;
 pub mod progress;
 pub mod route;
+pub mod skip;
 pub mod timeline;
 pub mod watermark;
 

@@ -10,6 +10,10 @@
 //!   the open Kafka transaction holds records, confirmation is capped at the watermark it had when
 //!   it got its first one; [`Progress::kafka_committed`] lifts the cap.
 //! - **Confirmations never go backwards** and are handed out once ([`Progress::take_confirmation`]).
+//! - **In exactly-once mode, only what a committed checkpoint covers**
+//!   ([`Progress::with_checkpoints`]): confirmation is further capped at the covered LSN of the
+//!   last checkpoint committed in Kafka (or verified by the skip after a start), so a restart
+//!   can always tell from Kafka alone what it holds.
 //! - **Read only within the in-flight limits** ([`Progress::can_read`]): records and payload
 //!   bytes handed to Kafka and not acknowledged stay below the configured bounds.
 
@@ -38,6 +42,11 @@ pub struct Progress {
     /// With Kafka transactions, while the open one holds records: the watermark when it got its
     /// first one.
     confirm_cap: Option<Lsn>,
+    /// While skipping after a start, and always in exactly-once mode: the covered LSN of the
+    /// last committed (or verified) checkpoint.
+    checkpointed: Option<Lsn>,
+    exactly_once: bool,
+    kafka_txn_records: u64,
 }
 
 impl Progress {
@@ -53,7 +62,57 @@ impl Progress {
             in_flight_bytes: 0,
             acked: 0,
             confirm_cap: None,
+            checkpointed: None,
+            exactly_once: false,
+            kafka_txn_records: 0,
         }
+    }
+
+    /// After a start with a checkpoint to skip by ([`crate::skip`]): nothing is confirmed until
+    /// [`skip_done`](Self::skip_done). In exactly-once mode, never anything beyond what a
+    /// committed checkpoint covers.
+    pub fn with_checkpoints(mut self, exactly_once: bool) -> Self {
+        self.checkpointed = Some(self.confirmed);
+        self.exactly_once = exactly_once;
+        self
+    }
+
+    /// The skip after the start is over: `covered` (the checkpoint's) may be confirmed, and in
+    /// at-least-once mode checkpoints no longer cap anything.
+    pub fn skip_done(&mut self, covered: Lsn) {
+        if self.exactly_once {
+            self.checkpoint_committed(covered);
+        } else {
+            self.checkpointed = None;
+        }
+    }
+
+    /// Records handed to the open Kafka transaction (with transactions).
+    pub fn kafka_txn_records(&self) -> u64 {
+        self.kafka_txn_records
+    }
+
+    /// A checkpoint covering `covered` is in Kafka (committed with its transaction, or found and
+    /// verified by the skip after a start).
+    pub fn checkpoint_committed(&mut self, covered: Lsn) {
+        if let Some(c) = self.checkpointed.as_mut() {
+            *c = (*c).max(covered);
+        }
+    }
+
+    /// The LSN a checkpoint written now covers: the acknowledged prefix (with Kafka
+    /// transactions, call it once every record of the open one is acknowledged).
+    pub fn checkpoint_position(&self) -> Lsn {
+        self.tracker.watermark()
+    }
+
+    /// Exactly-once mode: the stream moved past the last checkpoint without records (idle
+    /// keepalives, heartbeats, other tables), so only a checkpoint lets that be confirmed.
+    pub fn checkpoint_due(&self) -> bool {
+        self.exactly_once
+            && self
+                .checkpointed
+                .is_some_and(|c| self.tracker.watermark() > c && !self.tracker.is_failed())
     }
 
     /// A Begin: `commit_lsn` is the transaction's final LSN.
@@ -73,6 +132,7 @@ impl Progress {
     /// and value are in flight, and with Kafka transactions the open one now holds a record.
     pub fn handed(&mut self, bytes: u64) {
         self.in_flight_bytes += bytes;
+        self.kafka_txn_records += 1;
         if self.transactional && self.confirm_cap.is_none() {
             self.confirm_cap = Some(self.tracker.watermark());
         }
@@ -112,6 +172,7 @@ impl Progress {
     /// (Every record in it was acknowledged before the commit was asked for.)
     pub fn kafka_committed(&mut self) {
         self.confirm_cap = None;
+        self.kafka_txn_records = 0;
     }
 
     /// The open Kafka transaction holds records that only a commit makes confirmable.
@@ -127,9 +188,13 @@ impl Progress {
 
     /// The highest LSN that may be confirmed now.
     pub fn confirmable(&self) -> Lsn {
-        match self.confirm_cap {
+        let w = match self.confirm_cap {
             Some(cap) => self.tracker.watermark().min(cap),
             None => self.tracker.watermark(),
+        };
+        match self.checkpointed {
+            Some(c) => w.min(c),
+            None => w,
         }
     }
 

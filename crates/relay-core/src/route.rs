@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde::Deserialize;
 
-use crate::{Lsn, pgoutput::Relation, pgoutput::Value};
+use crate::{Lsn, checkpoint::Fingerprint, pgoutput::Relation, pgoutput::Value};
 
 /// Header carrying the LSN of the source transaction's commit record (`X/Y` text).
 pub const HEADER_COMMIT_LSN: &str = "outbox-relay.commit-lsn";
@@ -308,6 +308,20 @@ impl Plan {
     /// The table description this plan was compiled against.
     pub fn relation(&self) -> &Relation {
         &self.relation
+    }
+
+    /// What identifies the row in a checkpoint: the value of the column mapped to the `id`
+    /// header (the event id of the Debezium layout), else a hash of the whole row.
+    pub fn fingerprint(&self, tuple: &[Value]) -> Fingerprint {
+        let id = self
+            .headers
+            .iter()
+            .find(|(name, _)| name == "id")
+            .and_then(|(_, i)| tuple.get(*i));
+        match id {
+            Some(Value::Text(b) | Value::Binary(b)) => Fingerprint::Id(b.clone()),
+            _ => Fingerprint::of_row(tuple),
+        }
     }
 
     /// Builds the record for one inserted row.

@@ -109,6 +109,43 @@ impl PgCluster {
         );
     }
 
+    /// The data directory (infra/pg/start.sh's layout).
+    fn data_dir(&self) -> PathBuf {
+        std::env::var("STACK_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| repo_root().join(".stack"))
+            .join(format!("pg-{}", self.port))
+    }
+
+    /// Copies the data directory of the stopped server aside (a file-level backup).
+    pub fn snapshot(&self) {
+        let base = self.data_dir();
+        let _ = std::fs::remove_dir_all(base.join("snapshot"));
+        let ok = Command::new("cp")
+            .args(["-a"])
+            .arg(base.join("data"))
+            .arg(base.join("snapshot"))
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "cannot copy {}", base.display());
+    }
+
+    /// Puts the copy of [`snapshot`](Self::snapshot) back in place of the stopped server's data
+    /// directory: the database goes back in time, with the same system identifier and timeline.
+    pub fn restore(&self) {
+        let base = self.data_dir();
+        std::fs::remove_dir_all(base.join("data")).unwrap();
+        let ok = Command::new("cp")
+            .args(["-a"])
+            .arg(base.join("snapshot"))
+            .arg(base.join("data"))
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "cannot restore {}", base.display());
+    }
+
     /// Connection string without `dbname`.
     pub fn base(&self) -> String {
         format!("host=127.0.0.1 port={} user=postgres", self.port)

@@ -86,6 +86,24 @@ pub struct KafkaConfig {
         deserialize_with = "from_str_or_native"
     )]
     pub transaction_interval_ms: u64,
+    /// With `transactional_id`: the most records one Kafka transaction holds. A larger source
+    /// transaction is split across Kafka transactions (each with its checkpoint), so that no
+    /// Kafka transaction outlives `transaction.timeout.ms` or holds read-committed consumers
+    /// behind the last stable offset for long; those consumers then see the source
+    /// transaction in parts. Default 10000.
+    #[serde(
+        default = "default_max_transaction_records",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub max_transaction_records: u64,
+    /// Topic of the relay's checkpoints: where Kafka says how far it holds the stream of each
+    /// slot (key `<system id>/<database>/<slot>`). One partition, `cleanup.policy=compact`; the
+    /// relay creates it, and in exactly-once mode refuses one with other settings. In
+    /// at-least-once mode, a topic the relay cannot write or read is warned about and the relay
+    /// works as without it (more duplicates after a PostgreSQL crash). Default
+    /// `outbox-relay.checkpoints`.
+    #[serde(default = "default_checkpoint_topic")]
+    pub checkpoint_topic: String,
     /// Extra librdkafka producer properties (ssl.* for client certificates, batch.size...).
     /// Properties that would break ordering or durability (`enable.idempotence`, `acks`,
     /// `partitioner`, `max.in.flight.requests.per.connection`, `retries`,
@@ -110,6 +128,12 @@ fn default_connect_timeout_ms() -> u64 {
 }
 fn default_transaction_interval_ms() -> u64 {
     100
+}
+fn default_max_transaction_records() -> u64 {
+    10_000
+}
+fn default_checkpoint_topic() -> String {
+    "outbox-relay.checkpoints".into()
 }
 
 /// Properties the relay fixes to keep per-key order and durability.
@@ -182,6 +206,15 @@ impl KafkaConfig {
                 "kafka.transaction_interval_ms = {} is out of range: use 10..=10000 (below \
                  Kafka's transaction.timeout.ms)",
                 self.transaction_interval_ms
+            ));
+        }
+        if self.max_transaction_records == 0 {
+            return Err("kafka.max_transaction_records must be > 0".into());
+        }
+        if !relay_core::route::valid_topic(&self.checkpoint_topic) {
+            return Err(format!(
+                "kafka.checkpoint_topic = {:?} is not a valid Kafka topic name",
+                self.checkpoint_topic
             ));
         }
         Ok(())

@@ -32,7 +32,7 @@ pub use kafka_security::{KafkaSecurityProtocol, SaslMechanism};
 pub use observability::{HeartbeatConfig, HttpConfig, MonitorConfig};
 pub(crate) use postgres::valid_identifier;
 pub use postgres::{PgSslMode, PostgresConfig};
-pub use relay::{PoisonPolicy, RelayConfig};
+pub use relay::{Delivery, PoisonPolicy, RelayConfig};
 pub use secret::Secret;
 
 /// Prefix of environment variables that override the file.
@@ -147,6 +147,14 @@ impl Config {
         }
         self.kafka.validate()?;
         self.relay.validate()?;
+        if self.relay.delivery == Delivery::ExactlyOnce && self.kafka.transactional_id.is_none() {
+            return Err(
+                "relay.delivery = \"exactly-once\" requires kafka.transactional_id (the id \
+                 shared by the instances of this slot, e.g. \"outbox-relay-<slot>\"): exactly-once \
+                 needs Kafka transactions"
+                    .into(),
+            );
+        }
         self.alerts.validate()?;
         self.monitor.validate()?;
         self.heartbeat.validate()

@@ -93,6 +93,14 @@ pub struct RelayConfig {
     /// go on. Nothing is ever dropped without a record.
     #[serde(default)]
     pub on_poison: PoisonPolicy,
+    /// `at-least-once` (default): nothing is lost; after a crash some events are sent again
+    /// (after a relay crash what was in flight, after a PostgreSQL crash fewer than before
+    /// thanks to the checkpoints in `kafka.checkpoint_topic`). `exactly-once`: read-committed
+    /// consumers see every event exactly once through relay, broker and database crashes.
+    /// Requires `kafka.transactional_id`; every Kafka transaction ends with a checkpoint, and
+    /// after a restart what Kafka already holds is skipped (docs/reliability.md).
+    #[serde(default)]
+    pub delivery: Delivery,
     /// Topic for dead-lettered rows. Default `outbox-relay.dead-letter`.
     #[serde(default = "default_dead_letter_topic")]
     pub dead_letter_topic: String,
@@ -144,6 +152,15 @@ pub enum PoisonPolicy {
     #[default]
     Halt,
     DeadLetter,
+}
+
+/// See [`RelayConfig::delivery`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Delivery {
+    #[default]
+    AtLeastOnce,
+    ExactlyOnce,
 }
 
 impl RelayConfig {
@@ -234,5 +251,23 @@ mod tests {
             .unwrap()
             .relay;
         assert_eq!(r.on_poison, PoisonPolicy::DeadLetter);
+    }
+
+    #[test]
+    fn exactly_once_needs_a_transactional_id() {
+        assert_eq!(load("", &[]).unwrap().relay.delivery, Delivery::AtLeastOnce);
+        let err = load("[relay]\ndelivery = \"exactly-once\"\n", &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("requires kafka.transactional_id"),
+            "{err}"
+        );
+        let c = load(
+            "[relay]\ndelivery = \"exactly-once\"\n[kafka]\ntransactional_id = \"t\"\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.relay.delivery, Delivery::ExactlyOnce);
+        assert_eq!(c.kafka.checkpoint_topic, "outbox-relay.checkpoints");
+        assert!(load("[relay]\ndelivery = \"twice\"\n", &[]).is_err());
     }
 }

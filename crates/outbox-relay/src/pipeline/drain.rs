@@ -7,6 +7,7 @@ use pgwire_replication::ReplicationClient;
 use tokio::sync::mpsc;
 
 use super::{
+    checkpoints::write_acknowledged,
     delivery::on_delivery,
     state::{State, confirm},
     txn::commit,
@@ -56,6 +57,12 @@ pub(super) async fn drain(
         {
             tracing::warn!(error = %e, "{SHUTDOWN_COMMIT_FAILED}: the last Kafka transaction's events stay unconfirmed and will be sent again");
         }
+    }
+    if !st.transactional && st.checkpoints.is_some() {
+        // The acknowledged prefix, so that a PostgreSQL crash before the next start re-sends
+        // nothing of it.
+        write_acknowledged(cfg, sink, st).await;
+        sink.reports_served(Duration::from_secs(2)).await;
     }
     confirm(client, st);
     let target = st.progress.confirmed().0;

@@ -16,6 +16,7 @@
 //! reserved/extended ([`release_due`]). A delivery error freezes the watermark and ends the
 //! loop; the supervisor restarts from the last confirmed LSN.
 
+mod checkpoints;
 mod delivery;
 mod drain;
 mod poison;
@@ -27,15 +28,17 @@ use std::time::{Duration, Instant};
 use pgwire_replication::{ReplicationClient, ReplicationEvent};
 use relay_core::{
     Lsn,
+    checkpoint::Fingerprint,
     deadletter::{self, Refusal},
     decode::{Decoded, Decoder},
     progress::{Limits, Progress},
     route::Position,
+    skip::Verdict,
 };
 use tokio::sync::{mpsc, watch};
 
 use crate::{
-    config::{Config, PoisonPolicy},
+    config::{Config, Delivery, PoisonPolicy},
     error::{Definite, RelayError, Transient},
     events::{
         KAFKA_PRODUCER_FENCED_OTHERS, LOGICAL_MESSAGE_IGNORED, OUTBOX_TABLE_RENAMED,
@@ -51,7 +54,9 @@ use self::{
     delivery::delivered,
     drain::drain,
     poison::{dead_letter_for, dead_lettered, produce, produce_alone},
-    state::{State, confirm, remember, report_gauges},
+    state::{
+        State, confirm, contradicted, handed_over as handed_over_skipped, remember, report_gauges,
+    },
     txn::{abort_open_transaction, commit, transaction_timeout},
 };
 use crate::carry::Carry;
@@ -75,7 +80,8 @@ pub(crate) async fn stream(
         tracing::info!("{SHUTDOWN_COMPLETE}: stopped before streaming (PostgreSQL did not answer)");
         return Ok(());
     };
-    let (mut client, memory) = opened?;
+    let opened = opened?;
+    let (mut client, memory) = (opened.client, opened.memory);
     // The slot is ours: only now fence the producers of earlier holders (never the active
     // instance's while this one merely waits for the slot).
     if let Some(id) = &cfg.kafka.transactional_id {
@@ -89,9 +95,30 @@ pub(crate) async fn stream(
         fenced?;
         tracing::info!(transactional_id = %id, "{KAFKA_PRODUCER_FENCED_OTHERS}: earlier producers with this transactional id can no longer write");
     }
+    // What Kafka already holds: read only now, after the fencing ended the previous holder's
+    // transaction.
+    let begun = checkpoints::start(
+        cfg,
+        slot.confirmed_flush,
+        &opened.system_id,
+        &opened.history,
+        carry,
+    );
+    let Some(begun) = unless_stopped(shutdown, begun).await else {
+        client.abort();
+        tracing::info!("{SHUTDOWN_COMPLETE}: stopped before streaming (reading the checkpoint)");
+        return Ok(());
+    };
+    let begun = match begun {
+        Ok(b) => b,
+        Err(e) => {
+            client.abort();
+            return Err(e);
+        }
+    };
     crate::health::set_streaming(true);
     tracing::info!(
-        slot = %pg.slot, confirmed_flush = %slot.confirmed_flush,
+        slot = %pg.slot, confirmed_flush = %begun.start,
         status_interval_ms = interval.as_millis() as u64, "{STREAMING_STARTED}"
     );
 
@@ -100,8 +127,13 @@ pub(crate) async fn stream(
         bytes: cfg.relay.max_in_flight_bytes,
     };
     let transactional = cfg.kafka.transactional_id.is_some();
+    let exactly_once = cfg.relay.delivery == Delivery::ExactlyOnce;
+    let mut progress = Progress::new(begun.start, limits, transactional);
+    if begun.checkpoints.is_some() {
+        progress = progress.with_checkpoints(exactly_once);
+    }
     let mut st = State {
-        progress: Progress::new(slot.confirmed_flush, limits, transactional),
+        progress,
         decoder: Decoder::new(&cfg.outbox, cfg.relay.relay_headers)
             .with_oids(slot.outbox_oids.clone()),
         txn: None,
@@ -111,7 +143,16 @@ pub(crate) async fn stream(
         published: &mut carry.published,
         memory,
         transactional,
+        exactly_once,
+        skip: begun.skip,
+        skip_released: false,
+        skipped: 0,
+        change_index: 0,
+        checkpoints: begun.checkpoints,
+        trail: begun.trail,
+        last_checkpoint: begun.start,
     };
+    confirm(&client, &mut st);
     // A state file that cannot be written is found now, not after a failover.
     let published = *st.published;
     st.memory
@@ -139,6 +180,10 @@ pub(crate) async fn stream(
             Ok(())
         }
         Err(e) => {
+            carry.ignore_checkpoint = matches!(
+                e,
+                RelayError::Transient(Transient::CheckpointContradicted(_))
+            );
             st.progress.fail();
             client.abort();
             if st.transactional {
@@ -169,6 +214,9 @@ async fn run_loop(
     let mut paused: Option<(Instant, u64)> = None;
     let release_after = Duration::from_millis(cfg.relay.backpressure_release_ms);
     let stop = shutdown.clone();
+    // Checkpoints without records (idle progress) or outside transactions: at most this often.
+    let checkpoint_every = status_interval(cfg, Duration::ZERO);
+    let mut last_checkpoint = Instant::now();
     loop {
         let can_read = st.progress.can_read();
         paused = match paused {
@@ -186,13 +234,8 @@ async fn run_loop(
             // stream and the reports are always ready, so after them the timers would starve
             // (no commit, no state-file write for as long as the backlog lasts).
             _ = commit_tick.tick(), if st.progress.kafka_commit_pending() => {
-                // A commit waits for Kafka, which may be away: neither a stop nor the
-                // release of the replication connection may wait for it.
-                let since = paused.map_or_else(Instant::now, |(t, _)| t);
-                tokio::select! {
-                    r = commit(cfg, sink, client, st, reports) => r?,
-                    _ = shutdown.changed() => return Ok(()),
-                    e = release_when_due(since, release_after) => return Err(e),
+                if !commit_unless(cfg, sink, client, st, reports, shutdown, paused, release_after).await? {
+                    return Ok(());
                 }
             }
             _ = tick.tick() => {
@@ -212,6 +255,19 @@ async fn run_loop(
                 }
                 remember(st);
                 report_gauges(st);
+                if last_checkpoint.elapsed() >= checkpoint_every && st.checkpoints.is_some() {
+                    last_checkpoint = Instant::now();
+                    if !st.transactional {
+                        checkpoints::write_acknowledged(cfg, sink, st).await;
+                    } else if st.progress.checkpoint_due() && !st.progress.kafka_commit_pending()
+                        && st.skip.is_verified()
+                        && !commit_unless(cfg, sink, client, st, reports, shutdown, paused, release_after).await?
+                    {
+                        // Exactly-once and idle: a checkpoint-only transaction lets the
+                        // stream's progress be confirmed.
+                        return Ok(());
+                    }
+                }
             }
             Some(d) = reports.recv() => {
                 delivered(sink, st, reports, d).await?;
@@ -226,7 +282,7 @@ async fn run_loop(
                     since_quiet += 1;
                     // Handling an event can wait for Kafka (a full queue, a suspect record's
                     // report): a stop must not wait for it.
-                    match unless_stopped(&stop, on_event(sink, client, st, reports, ev)).await {
+                    match unless_stopped(&stop, on_event(cfg, sink, client, st, reports, ev)).await {
                         Some(r) => r?,
                         None => return Ok(()),
                     }
@@ -237,12 +293,43 @@ async fn run_loop(
             // Nothing is ready: the stream went quiet (unless the task merely ran out of its
             // co-operative budget, which a busy catch-up does every ~128 events).
             _ = std::future::ready(()), if since_quiet > 0 => {
-                if since_quiet < COALESCE_BELOW && tokio::task::coop::has_budget_remaining() {
+                let quiet = tokio::task::coop::has_budget_remaining();
+                if since_quiet < COALESCE_BELOW && quiet {
                     coalesce_reads(coalesce);
                 }
                 since_quiet = 0;
+                // With transactions, commit as soon as the stream goes quiet: read-committed
+                // consumers see an event about one commit after PostgreSQL committed it. While
+                // the commit runs, the next events pile up and go into the next transaction.
+                if quiet && st.progress.kafka_commit_pending()
+                    && !commit_unless(cfg, sink, client, st, reports, shutdown, paused, release_after).await?
+                {
+                    return Ok(());
+                }
             }
         }
+    }
+}
+
+/// Commits the open Kafka transaction; `Ok(false)` if a stop came first. A commit waits for
+/// Kafka, which may be away: neither a stop nor the release of the replication connection
+/// may wait for it.
+#[allow(clippy::too_many_arguments)]
+async fn commit_unless(
+    cfg: &Config,
+    sink: &KafkaSink,
+    client: &ReplicationClient,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    shutdown: &mut watch::Receiver<bool>,
+    paused: Option<(Instant, u64)>,
+    release_after: Duration,
+) -> Result<bool, RelayError> {
+    let since = paused.map_or_else(Instant::now, |(t, _)| t);
+    tokio::select! {
+        r = commit(cfg, sink, client, st, reports) => r.map(|()| true),
+        _ = shutdown.changed() => Ok(false),
+        e = release_when_due(since, release_after) => Err(e),
     }
 }
 
@@ -288,6 +375,7 @@ fn coalesce_reads(pause: Duration) {
 }
 
 async fn on_event(
+    cfg: &Config,
     sink: &KafkaSink,
     client: &ReplicationClient,
     st: &mut State<'_>,
@@ -302,7 +390,9 @@ async fn on_event(
         } => {
             let commit_lsn = Lsn(final_lsn.as_u64());
             let commit_time_unix_us = commit_time_micros + PG_EPOCH_UNIX_US;
+            st.skip.begin(commit_lsn).map_err(|e| contradicted(st, e))?;
             st.progress.begin(commit_lsn, commit_time_unix_us)?;
+            st.change_index = 0;
             st.txn = Some(Position {
                 commit_lsn,
                 commit_time_unix_us,
@@ -317,15 +407,29 @@ async fn on_event(
                 commit_time_unix_us: 0,
                 seq: 0,
             });
-            match st.decoder.decode(data, pos)? {
-                Decoded::Record(rec) => match st.refusals.get(pos.commit_lsn, pos.seq).cloned() {
-                    None => produce(sink, st, rec, pos).await?,
-                    Some(Refusal::Suspect(_)) => produce_alone(sink, st, reports, rec, pos).await?,
-                    Some(Refusal::Confirmed(reason)) => {
-                        let dlq = dead_letter_for(st, &rec, &reason, pos);
-                        produce(sink, st, dlq, pos).await?;
+            let decoded = st.decoder.decode(data, pos)?;
+            if skipped(st, &decoded)? {
+                return Ok(());
+            }
+            let index = st.change_index.wrapping_sub(1);
+            match decoded {
+                Decoded::Record {
+                    record: rec,
+                    fingerprint,
+                    ..
+                } => {
+                    match st.refusals.get(pos.commit_lsn, pos.seq).cloned() {
+                        None => produce(sink, st, rec, pos).await?,
+                        Some(Refusal::Suspect(_)) => {
+                            produce_alone(sink, st, reports, rec, pos).await?
+                        }
+                        Some(Refusal::Confirmed(reason)) => {
+                            let dlq = dead_letter_for(st, &rec, &reason, pos);
+                            produce(sink, st, dlq, pos).await?;
+                        }
                     }
-                },
+                    published(cfg, sink, client, st, reports, pos, index, fingerprint).await?;
+                }
                 Decoded::LogicalMessage { prefix, .. } => {
                     tracing::trace!(prefix = %prefix, "{LOGICAL_MESSAGE_IGNORED}");
                 }
@@ -340,6 +444,8 @@ async fn on_event(
                         dead_lettered(&p.error.to_string(), pos);
                         let dlq = deadletter::from_poison(&p, pos, &st.dead_letter_topic);
                         produce(sink, st, dlq, pos).await?;
+                        published(cfg, sink, client, st, reports, pos, index, p.fingerprint)
+                            .await?;
                     }
                 },
                 Decoded::OutboxRenamed { configured, now } => {
@@ -350,16 +456,21 @@ async fn on_event(
                          (matched by OID). Point [[outbox]] table at the new name"
                     );
                 }
-                Decoded::Nothing => {}
+                Decoded::OtherInsert(_) | Decoded::Nothing => {}
             }
         }
         ReplicationEvent::Commit { lsn, end_lsn, .. } => {
-            st.progress
-                .commit(Lsn(lsn.as_u64()), Lsn(end_lsn.as_u64()))?;
+            st.skip.commit().map_err(|e| contradicted(st, e))?;
+            let end_lsn = Lsn(end_lsn.as_u64());
+            st.progress.commit(Lsn(lsn.as_u64()), end_lsn)?;
+            if st.checkpoints.is_some() {
+                st.trail.committed(end_lsn);
+            }
             st.txn = None;
             confirm(client, st);
         }
         ReplicationEvent::KeepAlive { wal_end, .. } => {
+            st.skip.keepalive(Lsn(wal_end.as_u64()));
             st.progress.keepalive(Lsn(wal_end.as_u64()));
             confirm(client, st);
         }
@@ -367,6 +478,67 @@ async fn on_event(
             tracing::trace!(prefix = %prefix, "{LOGICAL_MESSAGE_IGNORED}");
         }
         ReplicationEvent::StoppedAt { .. } => {}
+    }
+    Ok(())
+}
+
+/// Counts a change in the open transaction's change index and asks the skip about it. `true`:
+/// Kafka holds it already (a routed change still takes its position in the transaction).
+fn skipped(st: &mut State<'_>, decoded: &Decoded) -> Result<bool, RelayError> {
+    let index = st.change_index;
+    let refuse = |st: &State<'_>, e| contradicted(st, e);
+    let verdict = match decoded {
+        Decoded::Record {
+            routed,
+            fingerprint,
+            ..
+        } => st.skip.change(index, Some(routed), || fingerprint.render()),
+        Decoded::Poison(p) => st
+            .skip
+            .change(index, Some(&p.routed), || p.fingerprint.render()),
+        Decoded::OtherInsert(fp) => st.skip.change(index, None, || fp.render()),
+        Decoded::LogicalMessage {
+            transactional: true,
+            prefix,
+            content,
+            ..
+        } => st.skip.change(index, None, || {
+            Fingerprint::of_message(prefix, content).render()
+        }),
+        _ => return Ok(false),
+    }
+    .map_err(|e| refuse(st, e))?;
+    st.change_index += 1;
+    if verdict == Verdict::Publish {
+        return Ok(false);
+    }
+    st.skipped += 1;
+    metrics::counter!(crate::metrics::SKIPPED_CHANGES).increment(1);
+    if matches!(decoded, Decoded::Record { .. } | Decoded::Poison(_)) {
+        handed_over_skipped(st);
+    }
+    Ok(true)
+}
+
+/// A change got its record: the trail names it in the next checkpoint, and a Kafka transaction
+/// that reached `kafka.max_transaction_records` is committed now (a source transaction split
+/// across Kafka transactions; the change index keeps the skip exact).
+#[allow(clippy::too_many_arguments)]
+async fn published(
+    cfg: &Config,
+    sink: &KafkaSink,
+    client: &ReplicationClient,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    pos: Position,
+    index: u64,
+    fingerprint: Fingerprint,
+) -> Result<(), RelayError> {
+    if st.checkpoints.is_some() {
+        st.trail.published(pos.commit_lsn, index, fingerprint);
+    }
+    if st.transactional && st.progress.kafka_txn_records() >= cfg.kafka.max_transaction_records {
+        commit(cfg, sink, client, st, reports).await?;
     }
     Ok(())
 }

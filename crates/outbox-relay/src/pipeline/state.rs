@@ -7,10 +7,14 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pgwire_replication::ReplicationClient;
-use relay_core::{Lsn, deadletter::Refusals, decode::Decoder, progress::Progress, route::Position};
+use relay_core::{
+    Lsn, checkpoint::Trail, deadletter::Refusals, decode::Decoder, progress::Progress,
+    route::Position, skip::Skip,
+};
 
 use crate::{
-    config::PoisonPolicy, error::RelayError, failover::Memory, metrics as m, sink::Origin,
+    checkpoint::Identity, config::PoisonPolicy, error::RelayError, events::CHECKPOINT_SKIP_DONE,
+    failover::Memory, metrics as m, sink::Origin,
 };
 
 pub(super) struct State<'a> {
@@ -28,6 +32,21 @@ pub(super) struct State<'a> {
     pub(super) memory: Option<Memory>,
     /// `kafka.transactional_id` is set: records go out in Kafka transactions.
     pub(super) transactional: bool,
+    /// `relay.delivery = "exactly-once"`: a contradicted checkpoint stops the relay.
+    pub(super) exactly_once: bool,
+    /// What Kafka already holds after the start ([`relay_core::skip`]).
+    pub(super) skip: Skip,
+    /// The skip's end was handed to the progress rule.
+    pub(super) skip_released: bool,
+    pub(super) skipped: u64,
+    /// The change index of the next change of the open transaction.
+    pub(super) change_index: u64,
+    /// Checkpoints are written (the topic is usable): under this identity, naming the
+    /// trail's last change.
+    pub(super) checkpoints: Option<Identity>,
+    pub(super) trail: Trail,
+    /// Outside transactions: the covered LSN of the last checkpoint written.
+    pub(super) last_checkpoint: Lsn,
 }
 
 /// Counts one more record of the open transaction in the tracker and the failover memory;
@@ -51,8 +70,26 @@ pub(super) fn handed_over(st: &mut State<'_>) {
     }
 }
 
+/// The stream contradicts the checkpoint: a definite stop in exactly-once mode; in
+/// at-least-once mode a restart that skips nothing.
+pub(super) fn contradicted(st: &State<'_>, e: relay_core::skip::HistoryChanged) -> RelayError {
+    if st.exactly_once {
+        crate::error::Definite::HistoryChanged(e).into()
+    } else {
+        crate::error::Transient::CheckpointContradicted(e).into()
+    }
+}
+
 /// Hands the watermark to the replication client, which sends it with its next status update.
 pub(super) fn confirm(client: &ReplicationClient, st: &mut State<'_>) {
+    if !st.skip_released && st.skip.is_done() {
+        st.skip_released = true;
+        st.progress.skip_done(st.skip.covered());
+        tracing::info!(
+            skipped = st.skipped, covered = %st.skip.covered(),
+            "{CHECKPOINT_SKIP_DONE}: every later change is published"
+        );
+    }
     if let Some(w) = st.progress.take_confirmation() {
         client.update_applied_lsn(pgwire_replication::Lsn::from_u64(w.0));
         st.refusals.forget_below(w);

@@ -7,6 +7,7 @@ use pgwire_replication::ReplicationClient;
 use tokio::sync::mpsc;
 
 use super::{
+    checkpoints,
     delivery::delivered,
     state::{State, confirm},
 };
@@ -28,6 +29,17 @@ pub(super) async fn commit(
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
 ) -> Result<(), RelayError> {
     let started = Instant::now();
+    // The checkpoint that ends the transaction covers what is acknowledged once every report of
+    // it is read (the commit makes all of it visible, or none).
+    let mut covered = None;
+    if st.checkpoints.is_some() {
+        sink.reports_served(transaction_timeout(cfg)).await;
+        while let Ok(d) = reports.try_recv() {
+            delivered(sink, st, reports, d).await?;
+        }
+        let position = st.progress.checkpoint_position();
+        covered = checkpoints::write(cfg, sink, st, position).await?;
+    }
     let result = sink.commit_and_begin(transaction_timeout(cfg)).await;
     tracing::debug!(
         elapsed_us = started.elapsed().as_micros() as u64,
@@ -45,8 +57,17 @@ pub(super) async fn commit(
     while let Ok(d) = reports.try_recv() {
         delivered(sink, st, reports, d).await?;
     }
+    if covered.is_some() {
+        let r = if result.is_ok() { "written" } else { "failed" };
+        metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => r).increment(1);
+    }
     result?;
     st.progress.kafka_committed();
+    if let Some(c) = covered {
+        st.progress.checkpoint_committed(c);
+        st.trail.within(c);
+        metrics::histogram!(m::CHECKPOINT_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
+    }
     confirm(client, st);
     Ok(())
 }

@@ -1,0 +1,272 @@
+//! The checkpoint topic at the Kafka edge: created or checked once per process, read to its end
+//! after the slot is won and the producer fenced, written through the sink
+//! ([`crate::sink::KafkaSink::send_checkpoint`]). The rules of what a checkpoint says and what
+//! it lets the relay skip are in `relay_core::{checkpoint, skip}`.
+//!
+//! Invariant: the checkpoint read at a start is the newest *committed* one for this slot. It is
+//! read with `isolation.level=read_committed` up to the high watermark taken after
+//! `InitProducerId`, which has ended (aborted) the previous holder's open transaction, so no
+//! checkpoint of an earlier instance can appear later.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::{
+    ClientConfig, ClientContext, Message, Offset, TopicPartitionList,
+    admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication},
+    config::RDKafkaLogLevel,
+    consumer::{BaseConsumer, Consumer, ConsumerContext},
+    error::{KafkaError, RDKafkaErrorCode},
+};
+use relay_core::checkpoint::{ChangeRef, Checkpoint, VERSION};
+
+use crate::{
+    config::{Config, Delivery},
+    error::{Definite, RelayError, Transient},
+    events::{CHECKPOINT_TOPIC_CREATED, CHECKPOINT_TOPIC_UNUSABLE},
+    pg,
+    sink::{client_config, log_librdkafka},
+};
+
+/// The checkpoint reader's and the admin client's context: librdkafka's lines as the
+/// producer's are.
+struct Quiet;
+
+impl ClientContext for Quiet {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        log_librdkafka(level, fac, log_message);
+    }
+}
+
+impl ConsumerContext for Quiet {}
+
+/// Who writes checkpoints and under which key.
+#[derive(Debug, Clone)]
+pub(crate) struct Identity {
+    pub(crate) system_id: String,
+    pub(crate) database: String,
+    pub(crate) slot: String,
+    pub(crate) timeline: u32,
+    pub(crate) tables: Vec<String>,
+}
+
+impl Identity {
+    pub(crate) fn new(cfg: &Config, system_id: &str, timeline: u32) -> Self {
+        Self {
+            system_id: system_id.to_string(),
+            database: cfg.postgres.database.clone(),
+            slot: cfg.postgres.slot.clone(),
+            timeline,
+            tables: cfg
+                .outbox
+                .iter()
+                .map(|t| {
+                    let (s, n) = t.qualified_name();
+                    format!("{s}.{n}")
+                })
+                .collect(),
+        }
+    }
+
+    pub(crate) fn key(&self) -> String {
+        Checkpoint::key_for(&self.system_id, &self.database, &self.slot)
+    }
+
+    /// The checkpoint saying Kafka holds everything up to `covered`, `last` being the last change
+    /// with a record.
+    pub(crate) fn at(&self, covered: relay_core::Lsn, last: Option<ChangeRef>) -> Checkpoint {
+        Checkpoint {
+            version: VERSION,
+            system_id: self.system_id.clone(),
+            database: self.database.clone(),
+            slot: self.slot.clone(),
+            timeline: self.timeline,
+            covered_lsn: covered,
+            last,
+            tables: self.tables.clone(),
+        }
+    }
+}
+
+/// Creates the checkpoint topic if it is missing and checks its settings (one partition,
+/// compacted). `Ok(false)`: unusable in at-least-once mode (warned; the relay goes on without
+/// checkpoints). In exactly-once mode every problem is an error.
+pub(crate) async fn prepare_topic(cfg: &Config) -> Result<bool, RelayError> {
+    let exactly_once = cfg.relay.delivery == Delivery::ExactlyOnce;
+    match ensure_topic(cfg).await {
+        Ok(()) => Ok(true),
+        Err(e) if exactly_once => Err(e),
+        Err(e) => {
+            tracing::warn!(
+                topic = %cfg.kafka.checkpoint_topic, error = %e,
+                "{CHECKPOINT_TOPIC_UNUSABLE}: going on without checkpoints; after a PostgreSQL \
+                 crash more events are sent again (docs/security.md lists the grants)"
+            );
+            Ok(false)
+        }
+    }
+}
+
+async fn ensure_topic(cfg: &Config) -> Result<(), RelayError> {
+    let topic = &cfg.kafka.checkpoint_topic;
+    let timeout = Duration::from_millis(cfg.kafka.connect_timeout_ms);
+    let admin: AdminClient<Quiet> = client_config(&cfg.kafka)?
+        .create_with_context(Quiet)
+        .map_err(|e| Definite::KafkaSetup(e.to_string()))?;
+    let opts = AdminOptions::new().request_timeout(Some(timeout));
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
+    let created = admin
+        .create_topics([&new], &opts)
+        .await
+        .map_err(|e| unusable(topic, format!("cannot create it: {e}")))?;
+    match created.first() {
+        Some(Ok(_)) => {
+            tracing::info!(topic = %topic, "{CHECKPOINT_TOPIC_CREATED}: 1 partition, cleanup.policy=compact");
+            return Ok(());
+        }
+        Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => {}
+        Some(Err((_, code))) => {
+            return Err(unusable(
+                topic,
+                format!(
+                    "cannot create it ({code:?}); create it with 1 partition and cleanup.policy=compact, or grant CREATE"
+                ),
+            ));
+        }
+        None => return Err(unusable(topic, "no answer to CreateTopics".into())),
+    }
+    let meta = admin
+        .inner()
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|e| unusable(topic, format!("cannot describe it: {e}")))?;
+    let partitions = meta.topics().first().map_or(0, |t| t.partitions().len());
+    let configs = admin
+        .describe_configs([&ResourceSpecifier::Topic(topic)], &opts)
+        .await
+        .map_err(|e| unusable(topic, format!("cannot describe its configuration: {e}")))?;
+    let policy = configs
+        .first()
+        .and_then(|r| r.as_ref().ok())
+        .and_then(|r| r.get("cleanup.policy"))
+        .and_then(|e| e.value.clone())
+        .unwrap_or_default();
+    if partitions != 1 || policy != "compact" {
+        return Err(unusable(
+            topic,
+            format!(
+                "it has {partitions} partitions and cleanup.policy={policy:?}; the relay needs 1 \
+                 partition and cleanup.policy=compact: delete it (the relay re-creates it) or \
+                 set kafka.checkpoint_topic to another topic"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn unusable(topic: &str, detail: String) -> RelayError {
+    Definite::CheckpointTopic {
+        topic: topic.to_string(),
+        detail,
+    }
+    .into()
+}
+
+/// The newest committed checkpoint under `key`, read to the end of the topic.
+pub(crate) async fn read_latest(
+    cfg: &Config,
+    key: String,
+) -> Result<Option<Checkpoint>, RelayError> {
+    let topic = cfg.kafka.checkpoint_topic.clone();
+    let mut c = client_config(&cfg.kafka)?;
+    c.set("group.id", "outbox-relay-checkpoint-reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true");
+    // Read-committed consumers wait for open transactions of other slots' relays; Kafka ends
+    // those within their transaction timeout.
+    let limit = Duration::from_millis(cfg.kafka.connect_timeout_ms) + Duration::from_secs(70);
+    tokio::task::spawn_blocking(move || read_blocking(c, &topic, &key, limit))
+        .await
+        .map_err(|e| Transient::Checkpoint(e.to_string()))?
+}
+
+fn read_blocking(
+    c: ClientConfig,
+    topic: &str,
+    key: &str,
+    limit: Duration,
+) -> Result<Option<Checkpoint>, RelayError> {
+    let failed = |what: &str, e: KafkaError| {
+        RelayError::from(Transient::Checkpoint(format!("{what} {topic}: {e}")))
+    };
+    let consumer: BaseConsumer<Quiet> = c
+        .create_with_context(Quiet)
+        .map_err(|e| Definite::KafkaSetup(e.to_string()))?;
+    let (low, high) = consumer
+        .fetch_watermarks(topic, 0, Duration::from_secs(10))
+        .map_err(|e| failed("cannot read the offsets of", e))?;
+    if high <= low {
+        return Ok(None);
+    }
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .and_then(|()| consumer.assign(&tpl))
+        .map_err(|e| failed("cannot read", e))?;
+    let deadline = Instant::now() + limit;
+    let mut latest: Option<Option<Vec<u8>>> = None;
+    let mut position = low;
+    while position < high {
+        if Instant::now() > deadline {
+            return Err(Transient::Checkpoint(format!(
+                "reading {topic} stopped at offset {position} of {high} for {limit:?}: a Kafka \
+                 transaction there stays open"
+            ))
+            .into());
+        }
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                position = m.offset() + 1;
+                if m.key() == Some(key.as_bytes()) {
+                    latest = Some(m.payload().map(<[u8]>::to_vec));
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => {
+                // Control records (transaction markers) are never delivered: the position says
+                // how far the reader got.
+                if let Ok(p) = consumer.position()
+                    && let Some(Offset::Offset(o)) = p.find_partition(topic, 0).map(|e| e.offset())
+                {
+                    position = position.max(o);
+                }
+            }
+            Some(Err(e)) => return Err(failed("cannot read", e)),
+            None => {}
+        }
+    }
+    match latest.flatten() {
+        None => Ok(None),
+        Some(bytes) => Checkpoint::from_json(&bytes).map(Some).map_err(|e| {
+            Definite::CheckpointTopic {
+                topic: topic.to_string(),
+                detail: e.to_string(),
+            }
+            .into()
+        }),
+    }
+}
+
+/// The slot's `confirmed_flush_lsn` now that the slot is this instance's: where PostgreSQL
+/// starts sending (the preflight's value may be older if another instance confirmed since).
+pub(crate) async fn slot_start(cfg: &Config) -> Result<relay_core::Lsn, RelayError> {
+    let client = pg::connect(cfg).await?;
+    let row = client
+        .query_one(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&cfg.postgres.slot],
+        )
+        .await
+        .map_err(pg::query_err("reading the slot's confirmed position"))?;
+    let text: Option<String> = row.get(0);
+    text.unwrap_or_default()
+        .parse()
+        .map_err(|e| Definite::Precondition(format!("slot {:?}: {e}", cfg.postgres.slot)).into())
+}

@@ -1,0 +1,182 @@
+//! Checkpoints in the pipeline: at the start, the newest one read and its timeline checked,
+//! which sets up the skip; then the checkpoint that ends every Kafka transaction, and, without
+//! transactions, the one written after the acknowledgements it describes.
+//!
+//! Invariant: a checkpoint is written only once the skip is verified
+//! ([`relay_core::skip::Skip::is_verified`]): before that, the acknowledged prefix includes
+//! skipped changes that a changed history may not have, and a checkpoint covering them would
+//! hide the change from the next start.
+
+use relay_core::{
+    Lsn,
+    checkpoint::{ChangeRef, Trail},
+    skip::Skip,
+    timeline::{History, follow},
+};
+
+use super::state::State;
+use crate::{
+    carry::Carry,
+    checkpoint::{Identity, prepare_topic, read_latest, slot_start},
+    config::{Config, Delivery},
+    error::{Definite, RelayError},
+    events::{
+        CHECKPOINT_FOUND, CHECKPOINT_IGNORED, CHECKPOINT_MISSING, CHECKPOINT_TOPIC_UNUSABLE,
+        CHECKPOINT_WRITE_FAILED,
+    },
+    metrics as m,
+    sink::KafkaSink,
+};
+
+/// What the start found.
+pub(super) struct Start {
+    /// Where PostgreSQL streams from.
+    pub(super) start: Lsn,
+    pub(super) skip: Skip,
+    pub(super) trail: Trail,
+    /// `None`: no checkpoints on this connection (at-least-once, topic unusable).
+    pub(super) checkpoints: Option<Identity>,
+}
+
+/// After the slot is won and the producer fenced: reads the newest checkpoint of this slot.
+pub(super) async fn start(
+    cfg: &Config,
+    preflight_start: Lsn,
+    system_id: &str,
+    history: &History,
+    carry: &mut Carry,
+) -> Result<Start, RelayError> {
+    let exactly_once = cfg.relay.delivery == Delivery::ExactlyOnce;
+    let without = |start| Start {
+        start,
+        skip: Skip::none(),
+        trail: Trail::new(None),
+        checkpoints: None,
+    };
+    if !carry.checkpoint_topic_ready {
+        if !prepare_topic(cfg).await? {
+            return Ok(without(preflight_start));
+        }
+        carry.checkpoint_topic_ready = true;
+    }
+    let id = Identity::new(cfg, system_id, history.timeline);
+    let start = slot_start(cfg).await?;
+    let fresh = |id| Start {
+        start,
+        skip: Skip::none(),
+        trail: Trail::new(None),
+        checkpoints: Some(id),
+    };
+    if std::mem::take(&mut carry.ignore_checkpoint) && !exactly_once {
+        tracing::warn!(
+            "{CHECKPOINT_IGNORED}: the last connection found the checkpoint contradicted by the \
+             stream; streaming from the slot's position {start} without skipping"
+        );
+        return Ok(fresh(id));
+    }
+    let found = match read_latest(cfg, id.key()).await {
+        Ok(found) => found,
+        Err(e) if !exactly_once => {
+            tracing::warn!(error = %e, "{CHECKPOINT_TOPIC_UNUSABLE}: going on without checkpoints");
+            return Ok(without(start));
+        }
+        Err(e) => return Err(e),
+    };
+    let Some(mut c) = found else {
+        tracing::info!(
+            key = %id.key(), topic = %cfg.kafka.checkpoint_topic,
+            "{CHECKPOINT_MISSING}: streaming from the slot's position {start}; events sent \
+             before may be sent again, none is lost"
+        );
+        return Ok(fresh(id));
+    };
+    if c.timeline != history.timeline {
+        // Kafka holds changes of an earlier timeline: the server's history must contain them,
+        // and beyond the fork the new timeline's changes are its own.
+        let published = c.last.as_ref().map_or(Lsn::ZERO, |l| l.commit_lsn);
+        match follow(c.timeline, published, history) {
+            Ok(f) => c.covered_lsn = c.covered_lsn.min(f.fork),
+            // At-least-once: the failover checks of relay.state_file decide; the checkpoint
+            // only saves re-sends, it never stops the relay.
+            Err(divergence) if !exactly_once => {
+                tracing::warn!(
+                    divergence = %divergence,
+                    "{CHECKPOINT_IGNORED}: the checkpoint is of a history this server does not \
+                     have; streaming from the slot's position {start} without skipping"
+                );
+                return Ok(fresh(id));
+            }
+            Err(divergence) => {
+                return Err(Definite::HistoryDiverged {
+                    target: format!("{}:{}", cfg.postgres.host, cfg.postgres.port),
+                    divergence,
+                }
+                .into());
+            }
+        }
+    }
+    tracing::info!(
+        covered = %c.covered_lsn, last = ?c.last.as_ref().map(ChangeRef::to_string),
+        slot_start = %start, "{CHECKPOINT_FOUND}"
+    );
+    Ok(Start {
+        start,
+        skip: Skip::new(Some(&c), start),
+        trail: Trail::new(c.last.clone()),
+        checkpoints: Some(id),
+    })
+}
+
+/// Puts the checkpoint covering `covered` into the open Kafka transaction (or, without
+/// transactions, sends it). `None`: no checkpoint now (none configured, skip not verified).
+pub(super) async fn write(
+    cfg: &Config,
+    sink: &KafkaSink,
+    st: &mut State<'_>,
+    covered: Lsn,
+) -> Result<Option<Lsn>, RelayError> {
+    let Some(id) = st.checkpoints.as_ref() else {
+        return Ok(None);
+    };
+    if !st.skip.is_verified() {
+        return Ok(None);
+    }
+    let last = if st.transactional {
+        st.trail.latest()
+    } else {
+        st.trail.within(covered)
+    };
+    let c = id.at(covered, last);
+    sink.send_checkpoint(
+        &cfg.kafka.checkpoint_topic,
+        &c.key(),
+        &c.to_json(),
+        st.transactional,
+    )
+    .await?;
+    Ok(Some(covered))
+}
+
+/// Without transactions, at most once per status interval: a checkpoint for the acknowledged
+/// prefix, if it moved. A failure is warned about and changes nothing else.
+pub(super) async fn write_acknowledged(cfg: &Config, sink: &KafkaSink, st: &mut State<'_>) {
+    if let Some(e) = sink.checkpoint_failure() {
+        metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => "failed").increment(1);
+        tracing::warn!(
+            error = %e, topic = %cfg.kafka.checkpoint_topic,
+            "{CHECKPOINT_WRITE_FAILED}: more events are sent again after a PostgreSQL crash"
+        );
+    }
+    let covered = st.progress.checkpoint_position();
+    if covered <= st.last_checkpoint {
+        return;
+    }
+    match write(cfg, sink, st, covered).await {
+        Ok(Some(c)) => {
+            st.last_checkpoint = c;
+            metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => "written").increment(1);
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "{CHECKPOINT_WRITE_FAILED}"),
+    }
+}
