@@ -192,19 +192,30 @@ async fn chaos(p: Ports, name: &str, kafka_keys: &str, relay_keys: &str) -> chec
         .map(|i| tokio::spawn(resilient_writer(db.conninfo(), i, stop.clone())))
         .collect();
 
+    // CHAOS_FAULTS=pg_crash,kill9 draws from these kinds only.
+    let all = [
+        "kill9",
+        "sigterm",
+        "kafka_stop",
+        "pg_crash",
+        "cut_pg",
+        "cut_kafka",
+    ];
+    let chosen = std::env::var("CHAOS_FAULTS").unwrap_or_default();
+    let kinds: Vec<&str> = all
+        .into_iter()
+        .filter(|k| chosen.is_empty() || chosen.split(',').any(|c| c == *k))
+        .collect();
+    assert!(
+        !kinds.is_empty(),
+        "CHAOS_FAULTS={chosen:?} names no fault of {all:?}"
+    );
     let mut rng = StdRng::seed_from_u64(seed);
     let mut faults: Vec<&str> = Vec::new();
     let started = Instant::now();
     for _ in 0..rounds {
         tokio::time::sleep(Duration::from_millis(rng.random_range(500..2000))).await;
-        let fault = [
-            "kill9",
-            "sigterm",
-            "kafka_stop",
-            "pg_crash",
-            "cut_pg",
-            "cut_kafka",
-        ][rng.random_range(0..6)];
+        let fault = kinds[rng.random_range(0..kinds.len())];
         faults.push(fault);
         match fault {
             "kill9" => {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig};
+use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig, ReplicationEvent};
 
 use crate::{
     carry::Carry,
@@ -13,6 +13,34 @@ use crate::{
     events::SERVER_IDENTIFIED,
     failover::{Memory, check_system, check_timeline, recall},
 };
+
+/// What the pipeline's loop needs of a replication session: the seam that lets tests feed the
+/// loop without a server (`pipeline/tests.rs`).
+pub(crate) trait Session {
+    /// The next event; `Ok(None)` when the server closed the stream.
+    async fn recv(&mut self) -> Result<Option<ReplicationEvent>, PgWireError>;
+    /// The LSN to confirm with the next status update.
+    fn update_applied_lsn(&self, lsn: relay_core::Lsn);
+    /// The LSN the last status update sent.
+    fn last_applied_lsn(&self) -> relay_core::Lsn;
+    /// The session's connection is still up.
+    fn is_running(&self) -> bool;
+}
+
+impl Session for ReplicationClient {
+    async fn recv(&mut self) -> Result<Option<ReplicationEvent>, PgWireError> {
+        ReplicationClient::recv(self).await
+    }
+    fn update_applied_lsn(&self, lsn: relay_core::Lsn) {
+        ReplicationClient::update_applied_lsn(self, pgwire_replication::Lsn::from_u64(lsn.0));
+    }
+    fn last_applied_lsn(&self) -> relay_core::Lsn {
+        relay_core::Lsn(self.metrics().last_applied_lsn().as_u64())
+    }
+    fn is_running(&self) -> bool {
+        ReplicationClient::is_running(self)
+    }
+}
 
 /// Microseconds between 1970-01-01 and 2000-01-01 (PostgreSQL's epoch).
 pub(crate) const PG_EPOCH_UNIX_US: i64 = 946_684_800_000_000;

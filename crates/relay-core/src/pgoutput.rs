@@ -261,9 +261,10 @@ pub fn parse(data: Bytes) -> Result<Message, ParseError> {
     })
 }
 
-#[cfg(test)]
-pub(crate) mod fixtures {
-    //! Byte builders that write messages exactly as the PostgreSQL docs lay them out.
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures {
+    //! Byte builders that write messages exactly as the PostgreSQL docs lay them out (feature
+    //! `fixtures`: for the binary's loop tests).
     use bytes::{BufMut, Bytes, BytesMut};
 
     pub fn relation(oid: u32, ns: &str, name: &str, cols: &[(&str, u32)]) -> Bytes {

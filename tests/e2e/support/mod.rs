@@ -131,7 +131,10 @@ impl TestDb {
             brokers = kafka_brokers(),
             // Each test its own checkpoint topic: a relay killed in the middle of a commit
             // leaves a transaction open on it, which read-committed readers wait behind.
-            checkpoints = if extra.contains("checkpoint_topic") {
+            // RELAY_TEST_NO_CHECKPOINT_TOPIC=1: for builds before checkpoints (RELAY_TEST_BIN).
+            checkpoints = if extra.contains("checkpoint_topic")
+                || std::env::var("RELAY_TEST_NO_CHECKPOINT_TOPIC").is_ok_and(|v| v == "1")
+            {
                 String::new()
             } else {
                 format!("checkpoint_topic = \"{}.checkpoints\"\n", self.name)

@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use pgwire_replication::ReplicationClient;
 use tokio::sync::mpsc;
 
 use super::{
@@ -17,6 +16,7 @@ use crate::{
     error::{RelayError, Transient},
     events::{SHUTDOWN_COMMIT_FAILED, SHUTDOWN_DRAINING, SHUTDOWN_TIMEOUT},
     sink::{Delivered, KafkaSink},
+    source::Session,
 };
 
 /// Graceful stop: read nothing more, wait (bounded) for in-flight acks, confirm, and make sure
@@ -24,7 +24,7 @@ use crate::{
 pub(super) async fn drain(
     cfg: &Config,
     sink: &KafkaSink,
-    client: &mut ReplicationClient,
+    client: &mut impl Session,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
     interval: Duration,
@@ -67,7 +67,7 @@ pub(super) async fn drain(
     confirm(client, st);
     let target = st.progress.confirmed().0;
     let wait_until = Instant::now() + interval * 2 + Duration::from_secs(1);
-    while client.metrics().last_applied_lsn().as_u64() < target && Instant::now() < wait_until {
+    while client.last_applied_lsn().0 < target && Instant::now() < wait_until {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     Ok(())

@@ -6,7 +6,6 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use pgwire_replication::ReplicationClient;
 use relay_core::{
     Lsn, checkpoint::Trail, deadletter::Refusals, decode::Decoder, progress::Progress,
     route::Position, skip::Skip,
@@ -14,7 +13,7 @@ use relay_core::{
 
 use crate::{
     checkpoint::Identity, config::PoisonPolicy, error::RelayError, events::CHECKPOINT_SKIP_DONE,
-    failover::Memory, metrics as m, sink::Origin,
+    failover::Memory, metrics as m, sink::Origin, source::Session,
 };
 
 pub(super) struct State<'a> {
@@ -81,7 +80,7 @@ pub(super) fn contradicted(st: &State<'_>, e: relay_core::skip::HistoryChanged) 
 }
 
 /// Hands the watermark to the replication client, which sends it with its next status update.
-pub(super) fn confirm(client: &ReplicationClient, st: &mut State<'_>) {
+pub(super) fn confirm(client: &impl Session, st: &mut State<'_>) {
     if !st.skip_released && st.skip.is_done() {
         st.skip_released = true;
         st.progress.skip_done(st.skip.covered());
@@ -91,7 +90,7 @@ pub(super) fn confirm(client: &ReplicationClient, st: &mut State<'_>) {
         );
     }
     if let Some(w) = st.progress.take_confirmation() {
-        client.update_applied_lsn(pgwire_replication::Lsn::from_u64(w.0));
+        client.update_applied_lsn(w);
         st.refusals.forget_below(w);
         metrics::gauge!(m::CONFIRMED_LSN).set(w.0 as f64);
     }

@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use pgwire_replication::ReplicationClient;
 use tokio::sync::mpsc;
 
 use super::{
@@ -17,6 +16,7 @@ use crate::{
     events::{KAFKA_TRANSACTION_ABORT_FAILED, KAFKA_TRANSACTION_ABORTED, KAFKA_TRANSACTION_ENDED},
     metrics as m,
     sink::{Delivered, KafkaSink},
+    source::Session,
 };
 
 /// With `kafka.transactional_id`: commits the open Kafka transaction, after which its
@@ -24,7 +24,7 @@ use crate::{
 pub(super) async fn commit(
     cfg: &Config,
     sink: &KafkaSink,
-    client: &ReplicationClient,
+    client: &impl Session,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
 ) -> Result<(), RelayError> {

@@ -1,0 +1,212 @@
+//! One replication event through the pipeline: a transaction's boundaries into the progress
+//! rule and the skip, each change counted in its transaction's change index and either skipped
+//! (Kafka holds it) or routed and handed to Kafka under the poison policy.
+
+use pgwire_replication::ReplicationEvent;
+use relay_core::{
+    Lsn,
+    checkpoint::Fingerprint,
+    deadletter::{self, Refusal},
+    decode::Decoded,
+    route::Position,
+    skip::Verdict,
+};
+use tokio::sync::mpsc;
+
+use super::{
+    poison::{dead_letter_for, dead_lettered, produce, produce_alone},
+    state::{State, confirm, contradicted, handed_over},
+    txn::commit,
+};
+use crate::{
+    config::{Config, PoisonPolicy},
+    error::{Definite, RelayError},
+    events::{LOGICAL_MESSAGE_IGNORED, OUTBOX_TABLE_RENAMED},
+    sink::{Delivered, KafkaSink},
+    source::{PG_EPOCH_UNIX_US, Session},
+};
+
+pub(super) async fn on_event(
+    cfg: &Config,
+    sink: &KafkaSink,
+    client: &impl Session,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    ev: ReplicationEvent,
+) -> Result<(), RelayError> {
+    match ev {
+        ReplicationEvent::Begin {
+            final_lsn,
+            commit_time_micros,
+            ..
+        } => {
+            let commit_lsn = Lsn(final_lsn.as_u64());
+            let commit_time_unix_us = commit_time_micros + PG_EPOCH_UNIX_US;
+            st.skip.begin(commit_lsn).map_err(|e| contradicted(st, e))?;
+            st.progress.begin(commit_lsn, commit_time_unix_us)?;
+            st.change_index = 0;
+            st.txn = Some(Position {
+                commit_lsn,
+                commit_time_unix_us,
+                seq: 0,
+            });
+        }
+        ReplicationEvent::XLogData { data, wal_end, .. } => {
+            st.progress.saw(Lsn(wal_end.as_u64()));
+            // Relation messages may come outside a transaction; they need no position.
+            let pos = st.txn.unwrap_or(Position {
+                commit_lsn: Lsn::ZERO,
+                commit_time_unix_us: 0,
+                seq: 0,
+            });
+            let decoded = st.decoder.decode(data, pos)?;
+            if skipped(st, &decoded)? {
+                return Ok(());
+            }
+            let index = st.change_index.wrapping_sub(1);
+            match decoded {
+                Decoded::Record {
+                    record: rec,
+                    fingerprint,
+                    ..
+                } => {
+                    match st.refusals.get(pos.commit_lsn, pos.seq).cloned() {
+                        None => produce(sink, st, rec, pos).await?,
+                        Some(Refusal::Suspect(_)) => {
+                            produce_alone(sink, st, reports, rec, pos).await?
+                        }
+                        Some(Refusal::Confirmed(reason)) => {
+                            let dlq = dead_letter_for(st, &rec, &reason, pos);
+                            produce(sink, st, dlq, pos).await?;
+                        }
+                    }
+                    published(cfg, sink, client, st, reports, pos, index, fingerprint).await?;
+                }
+                Decoded::LogicalMessage { prefix, .. } => {
+                    tracing::trace!(prefix = %prefix, "{LOGICAL_MESSAGE_IGNORED}");
+                }
+                Decoded::Poison(p) => match st.policy {
+                    PoisonPolicy::Halt => {
+                        return Err(RelayError::from(Definite::Poison {
+                            table: p.table,
+                            reason: p.error.to_string(),
+                        }));
+                    }
+                    PoisonPolicy::DeadLetter => {
+                        dead_lettered(&p.error.to_string(), pos);
+                        let dlq = deadletter::from_poison(&p, pos, &st.dead_letter_topic);
+                        produce(sink, st, dlq, pos).await?;
+                        published(cfg, sink, client, st, reports, pos, index, p.fingerprint)
+                            .await?;
+                    }
+                },
+                Decoded::OutboxRenamed { configured, now } => {
+                    tracing::warn!(
+                        configured = %configured, now = %now,
+                        "{OUTBOX_TABLE_RENAMED}: the outbox table was renamed while in the \
+                         publication; its rows are still published with its [[outbox]] mapping \
+                         (matched by OID). Point [[outbox]] table at the new name"
+                    );
+                }
+                Decoded::OtherInsert(_) | Decoded::Nothing => {}
+            }
+        }
+        ReplicationEvent::Commit { lsn, end_lsn, .. } => {
+            st.skip.commit().map_err(|e| contradicted(st, e))?;
+            let end_lsn = Lsn(end_lsn.as_u64());
+            st.progress.commit(Lsn(lsn.as_u64()), end_lsn)?;
+            if st.checkpoints.is_some() {
+                st.trail.committed(end_lsn);
+            }
+            st.txn = None;
+            confirm(client, st);
+        }
+        ReplicationEvent::KeepAlive { wal_end, .. } => {
+            st.skip.keepalive(Lsn(wal_end.as_u64()));
+            st.progress.keepalive(Lsn(wal_end.as_u64()));
+            confirm(client, st);
+        }
+        ReplicationEvent::Message {
+            transactional,
+            prefix,
+            content,
+            lsn,
+        } => {
+            // pgwire-replication decodes logical messages itself. A transactional one is a
+            // change of its transaction: it counts in the change index.
+            let decoded = Decoded::LogicalMessage {
+                transactional,
+                lsn: Lsn(lsn.as_u64()),
+                prefix,
+                content,
+            };
+            skipped(st, &decoded)?;
+            if let Decoded::LogicalMessage { prefix, .. } = decoded {
+                tracing::trace!(prefix = %prefix, "{LOGICAL_MESSAGE_IGNORED}");
+            }
+        }
+        ReplicationEvent::StoppedAt { .. } => {}
+    }
+    Ok(())
+}
+
+/// Counts a change in the open transaction's change index and asks the skip about it. `true`:
+/// Kafka holds it already (a routed change still takes its position in the transaction).
+fn skipped(st: &mut State<'_>, decoded: &Decoded) -> Result<bool, RelayError> {
+    let index = st.change_index;
+    let refuse = |st: &State<'_>, e| contradicted(st, e);
+    let verdict = match decoded {
+        Decoded::Record {
+            routed,
+            fingerprint,
+            ..
+        } => st.skip.change(index, Some(routed), || fingerprint.render()),
+        Decoded::Poison(p) => st
+            .skip
+            .change(index, Some(&p.routed), || p.fingerprint.render()),
+        Decoded::OtherInsert(fp) => st.skip.change(index, None, || fp.render()),
+        Decoded::LogicalMessage {
+            transactional: true,
+            prefix,
+            content,
+            ..
+        } => st.skip.change(index, None, || {
+            Fingerprint::of_message(prefix, content).render()
+        }),
+        _ => return Ok(false),
+    }
+    .map_err(|e| refuse(st, e))?;
+    st.change_index += 1;
+    if verdict == Verdict::Publish {
+        return Ok(false);
+    }
+    st.skipped += 1;
+    metrics::counter!(crate::metrics::SKIPPED_CHANGES).increment(1);
+    if matches!(decoded, Decoded::Record { .. } | Decoded::Poison(_)) {
+        handed_over(st);
+    }
+    Ok(true)
+}
+
+/// A change got its record: the trail names it in the next checkpoint, and a Kafka transaction
+/// that reached `kafka.max_transaction_records` is committed now (a source transaction split
+/// across Kafka transactions; the change index keeps the skip exact).
+#[allow(clippy::too_many_arguments)]
+async fn published(
+    cfg: &Config,
+    sink: &KafkaSink,
+    client: &impl Session,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    pos: Position,
+    index: u64,
+    fingerprint: Fingerprint,
+) -> Result<(), RelayError> {
+    if st.checkpoints.is_some() {
+        st.trail.published(pos.commit_lsn, index, fingerprint);
+    }
+    if st.transactional && st.progress.kafka_txn_records() >= cfg.kafka.max_transaction_records {
+        commit(cfg, sink, client, st, reports).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,318 @@
+//! The loop without a server: a scripted replication session ([`Session`]) on one side,
+//! librdkafka's mock cluster on the other. What it checks is the wiring: that the loop confirms
+//! only what the progress rule allows, whatever Kafka does, and that in exactly-once mode the
+//! checkpoint that ends the Kafka transaction names the last change.
+
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use pgwire_replication::{Lsn as PgLsn, PgWireError, ReplicationEvent};
+use rdkafka::{
+    ClientConfig, Message, Offset, TopicPartitionList,
+    consumer::{BaseConsumer, Consumer},
+    mocking::MockCluster,
+};
+use relay_core::{
+    Lsn,
+    checkpoint::{Checkpoint, Trail},
+    deadletter::Refusals,
+    decode::Decoder,
+    pgoutput::fixtures::{insert, relation},
+    progress::{Limits, Progress},
+    skip::Skip,
+};
+use tokio::sync::{mpsc, watch};
+
+use super::{run_loop, state::State, txn::transaction_timeout};
+use crate::{
+    checkpoint::Identity,
+    config::Config,
+    sink::{Delivered, KafkaSink},
+    source::Session,
+};
+
+/// A replication session that plays `events`, then stays quiet; it records what the loop
+/// confirms.
+struct Scripted {
+    events: VecDeque<ReplicationEvent>,
+    applied: Arc<Mutex<Lsn>>,
+}
+
+impl Session for Scripted {
+    async fn recv(&mut self) -> Result<Option<ReplicationEvent>, PgWireError> {
+        match self.events.pop_front() {
+            Some(e) => Ok(Some(e)),
+            None => std::future::pending().await,
+        }
+    }
+    fn update_applied_lsn(&self, lsn: Lsn) {
+        *self.applied.lock().unwrap() = lsn;
+    }
+    fn last_applied_lsn(&self) -> Lsn {
+        *self.applied.lock().unwrap()
+    }
+    fn is_running(&self) -> bool {
+        true
+    }
+}
+
+const TEXT: u32 = 25;
+const COMMIT: u64 = 0x1000;
+const END: u64 = 0x1010;
+const IDLE: u64 = 0x1100;
+
+fn lsn(v: u64) -> PgLsn {
+    PgLsn::from_u64(v)
+}
+
+fn xlog(data: Bytes) -> ReplicationEvent {
+    ReplicationEvent::XLogData {
+        wal_start: lsn(0),
+        wal_end: lsn(0),
+        server_time_micros: 0,
+        data,
+    }
+}
+
+/// One transaction of three outbox rows and a row of another table, then a keepalive.
+fn script() -> VecDeque<ReplicationEvent> {
+    let cols: Vec<_> = ["id", "aggregatetype", "aggregateid", "type", "payload"]
+        .iter()
+        .map(|c| (*c, TEXT))
+        .collect();
+    let mut ev = VecDeque::from([
+        ReplicationEvent::Begin {
+            final_lsn: lsn(COMMIT),
+            xid: 7,
+            commit_time_micros: 0,
+        },
+        xlog(relation(100, "public", "outbox", &cols)),
+        xlog(relation(200, "public", "orders", &[("id", TEXT)])),
+    ]);
+    for i in 1..=3 {
+        let id = format!("e{i}");
+        ev.push_back(xlog(insert(
+            100,
+            &[id.as_str(), "order", "a1", "T", "{}"].map(|v| Some(v.as_bytes())),
+        )));
+        if i == 1 {
+            ev.push_back(xlog(insert(200, &[Some(b"o1")])));
+        }
+    }
+    ev.extend([
+        ReplicationEvent::Commit {
+            lsn: lsn(COMMIT),
+            end_lsn: lsn(END),
+            commit_time_micros: 0,
+        },
+        ReplicationEvent::KeepAlive {
+            wal_end: lsn(IDLE),
+            reply_requested: false,
+            server_time_micros: 0,
+        },
+    ]);
+    ev
+}
+
+fn config(brokers: &str, extra: &str) -> Config {
+    let dir = std::env::temp_dir().join(format!("relay-loop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}.toml", uuid_ish()));
+    std::fs::write(
+        &path,
+        format!("[kafka]\nbrokers = \"{brokers}\"\nlinger_ms = 0\n{extra}"),
+    )
+    .unwrap();
+    Config::load(Some(&path), std::iter::empty()).unwrap()
+}
+
+fn uuid_ish() -> u64 {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+struct Run {
+    cfg: Config,
+    sink: KafkaSink,
+    reports: mpsc::UnboundedReceiver<Delivered>,
+    applied: Arc<Mutex<Lsn>>,
+}
+
+impl Run {
+    fn new(cfg: Config) -> Self {
+        let (sink, reports) = KafkaSink::new(&cfg.kafka).unwrap();
+        Self {
+            cfg,
+            sink,
+            reports,
+            applied: Arc::new(Mutex::new(Lsn::ZERO)),
+        }
+    }
+
+    fn applied(&self) -> Lsn {
+        *self.applied.lock().unwrap()
+    }
+
+    /// Runs the loop over the script until `until` holds of the confirmed LSN (or 20 s pass),
+    /// calling `meanwhile` every 100 ms; then stops it as SIGTERM would.
+    async fn until(
+        &mut self,
+        checkpoints: Option<Identity>,
+        until: impl Fn(Lsn) -> bool,
+        mut meanwhile: impl FnMut(Lsn),
+    ) {
+        let exactly_once = checkpoints.is_some();
+        let transactional = self.cfg.kafka.transactional_id.is_some();
+        if transactional {
+            self.sink
+                .fence_and_begin(transaction_timeout(&self.cfg))
+                .await
+                .unwrap();
+        }
+        let (mut refusals, mut published) = (Refusals::default(), Lsn::ZERO);
+        let limits = Limits {
+            records: 100,
+            bytes: 1 << 20,
+        };
+        let mut progress = Progress::new(Lsn::ZERO, limits, transactional);
+        if exactly_once {
+            progress = progress.with_checkpoints(true);
+        }
+        let mut st = State {
+            progress,
+            decoder: Decoder::new(&self.cfg.outbox, false),
+            txn: None,
+            policy: self.cfg.relay.on_poison,
+            dead_letter_topic: self.cfg.relay.dead_letter_topic.clone(),
+            refusals: &mut refusals,
+            published: &mut published,
+            memory: None,
+            transactional,
+            exactly_once,
+            skip: Skip::none(),
+            skip_released: false,
+            skipped: 0,
+            change_index: 0,
+            checkpoints,
+            trail: Trail::new(None),
+            last_checkpoint: Lsn::ZERO,
+        };
+        let mut session = Scripted {
+            events: script(),
+            applied: self.applied.clone(),
+        };
+        let (stop, mut shutdown) = watch::channel(false);
+        let applied = self.applied.clone();
+        let watcher = async move {
+            for _ in 0..200 {
+                let now = *applied.lock().unwrap();
+                if until(now) {
+                    break;
+                }
+                meanwhile(now);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let _ = stop.send(true);
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            r = run_loop(&self.cfg, &self.sink, &mut session, &mut st, &mut self.reports, &mut shutdown) => r.unwrap(),
+            _ = watcher => unreachable!(),
+        }
+    }
+}
+
+/// A record's key and value.
+type KeyValue = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+fn read_all(brokers: &str, topic: &str) -> Vec<KeyValue> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "loop-tests")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let mut quiet = 0;
+    while quiet < 10 {
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                quiet = 0;
+                out.push((m.key().map(<[u8]>::to_vec), m.payload().map(<[u8]>::to_vec)));
+            }
+            _ => quiet += 1,
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn nothing_is_confirmed_while_kafka_is_down_and_all_of_it_once_kafka_is_back() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("outbox.event.order", 1, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    mock.broker_down(1).unwrap();
+    let mut run = Run::new(config(&brokers, ""));
+    // Three records are in flight and a keepalive passed them: nothing may be confirmed.
+    let mut ticks = 0;
+    run.until(
+        None,
+        |c| c >= Lsn(IDLE),
+        |c| {
+            ticks += 1;
+            if ticks < 15 {
+                assert_eq!(c, Lsn::ZERO, "confirmed while Kafka was down");
+            } else if ticks == 15 {
+                mock.broker_up(1).unwrap();
+            }
+        },
+    )
+    .await;
+    assert_eq!(run.applied(), Lsn(IDLE), "everything after Kafka came back");
+    assert!(
+        ticks >= 15,
+        "confirmed after {ticks} ticks, while Kafka was down"
+    );
+    let got = read_all(&brokers, "outbox.event.order");
+    assert_eq!(got.len(), 3, "each record once");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn exactly_once_ends_the_kafka_transaction_with_a_checkpoint_naming_the_last_change() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("outbox.event.order", 1, 1).unwrap();
+    mock.create_topic("cp", 1, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let cfg = config(
+        &brokers,
+        "transactional_id = \"loop\"\ncheckpoint_topic = \"cp\"\n[relay]\ndelivery = \"exactly-once\"\nstatus_interval_ms = 50\n",
+    );
+    let id = Identity::new(&cfg, "42", 1);
+    let mut run = Run::new(cfg);
+    run.until(Some(id), |c| c >= Lsn(IDLE), |_| {}).await;
+    // The keepalive's progress was confirmed only with a checkpoint-only transaction.
+    assert_eq!(run.applied(), Lsn(IDLE));
+    let checkpoints: Vec<Checkpoint> = read_all(&brokers, "cp")
+        .into_iter()
+        .map(|(k, v)| {
+            assert_eq!(k.as_deref(), Some(&b"42/postgres/outbox_relay"[..]));
+            Checkpoint::from_json(&v.unwrap()).unwrap()
+        })
+        .collect();
+    let first = checkpoints.first().expect("a checkpoint");
+    assert!(first.covered_lsn >= Lsn(END), "{first:?}");
+    let last = first.last.as_ref().unwrap();
+    // Change #4 of the transaction: three outbox rows and one row of another table before it.
+    assert_eq!((last.commit_lsn, last.index), (Lsn(COMMIT), 3));
+    assert_eq!(last.fingerprint, "id:e3");
+    assert_eq!(checkpoints.last().unwrap().covered_lsn, Lsn(IDLE));
+    assert_eq!(read_all(&brokers, "outbox.event.order").len(), 3);
+}
