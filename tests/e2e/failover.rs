@@ -44,12 +44,22 @@ struct Rehearsal {
 /// A primary with a relay streaming through the proxy, events `a` published and confirmed,
 /// and a streaming standby cloned from the primary (slot included).
 async fn rehearsal(primary_port: u16, standby_port: u16, relay_keys: &str) -> Rehearsal {
+    rehearsal_with(primary_port, standby_port, "", relay_keys).await
+}
+
+/// [`rehearsal`] with extra `[kafka]` keys.
+async fn rehearsal_with(
+    primary_port: u16,
+    standby_port: u16,
+    kafka_keys: &str,
+    relay_keys: &str,
+) -> Rehearsal {
     let primary = PgCluster::start(primary_port, "");
     let mut db = TestDb::new_on(&primary.base(), primary_port, "failover").await;
     let proxy = Proxy::start(0, primary_port).await;
     let cfg = db
         .relay_config(&format!(
-            "{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 500\n{relay_keys}",
+            "{kafka_keys}{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 500\n{relay_keys}",
             db.outbox_section()
         ))
         .replace(
@@ -181,6 +191,45 @@ async fn a_promoted_standby_that_has_every_published_event_is_followed_and_the_o
                 .contains("the server is on timeline 1, whose history does not contain timeline 2"),
         "{log}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_refuses_a_stale_standby_from_the_checkpoint_alone() {
+    // No relay.state_file, and the relay that published `b` is killed: only the checkpoint in
+    // Kafka knows how far the old timeline was published.
+    let mut r = rehearsal_with(
+        25477,
+        25478,
+        "transactional_id = \"failover-eos\"\n",
+        "delivery = \"exactly-once\"\n",
+    )
+    .await;
+    let b = publish_while_the_standby_is_down(&r).await;
+    r.relay.kill9();
+    let (sdb, slot_before, c) = promote_the_stale_standby(&r).await;
+
+    let mut relay = Relay::start(&r.db.name, &r.cfg);
+    let (status, log) = relay.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("history_diverged"), "{log}");
+    assert!(log.contains("lost in the failover"), "{log}");
+    assert_eq!(sdb.confirmed_flush().await, Some(slot_before));
+    let mut expected = r.written.clone();
+    expected.extend(b);
+    let got = kafka::consume(
+        vec![r.db.topic("order")],
+        Duration::from_secs(5),
+        expected.len() + c.len(),
+    )
+    .await;
+    let c_ids = ids(&c);
+    assert!(
+        got.iter().all(|rec| !c_ids.contains(&rec.header("id"))),
+        "an event of the new timeline was published"
+    );
+    let f = check::check("failover_refused_eos", |t| r.db.topic(t), &expected, &got);
+    f.assert_nothing_lost_or_reordered("");
+    assert_eq!(f.duplicated, 0, "{f:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
