@@ -206,18 +206,39 @@ async fn exactly_once_refuses_a_stale_standby_from_the_checkpoint_alone() {
     .await;
     let b = publish_while_the_standby_is_down(&r).await;
     r.relay.kill9();
-    let (sdb, slot_before, c) = promote_the_stale_standby(&r).await;
-
+    let promoted = promote_the_stale_standby(&r).await;
     let mut relay = Relay::start(&r.db.name, &r.cfg);
+    let f = assert_refused(
+        &r.db,
+        &r.written,
+        &mut relay,
+        b,
+        promoted,
+        "failover_refused_eos",
+    )
+    .await;
+    assert_eq!(f.duplicated, 0, "{f:?}");
+}
+
+/// `relay` exits 1 refusing the stale standby: nothing of the new history (`c`) published,
+/// the standby's slot not confirmed, everything published before (`a`, `b`) in Kafka.
+async fn assert_refused(
+    db: &TestDb,
+    written: &[Written],
+    relay: &mut Relay,
+    b: Vec<Written>,
+    (sdb, slot_before, c): (TestDb, relay_core::Lsn, Vec<Written>),
+    test: &str,
+) -> check::Figures {
     let (status, log) = relay.wait_exit(Duration::from_secs(60));
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(log.contains("history_diverged"), "{log}");
     assert!(log.contains("lost in the failover"), "{log}");
     assert_eq!(sdb.confirmed_flush().await, Some(slot_before));
-    let mut expected = r.written.clone();
+    let mut expected = written.to_vec();
     expected.extend(b);
     let got = kafka::consume(
-        vec![r.db.topic("order")],
+        vec![db.topic("order")],
         Duration::from_secs(5),
         expected.len() + c.len(),
     )
@@ -227,9 +248,9 @@ async fn exactly_once_refuses_a_stale_standby_from_the_checkpoint_alone() {
         got.iter().all(|rec| !c_ids.contains(&rec.header("id"))),
         "an event of the new timeline was published"
     );
-    let f = check::check("failover_refused_eos", |t| r.db.topic(t), &expected, &got);
+    let f = check::check(test, |t| db.topic(t), &expected, &got);
     f.assert_nothing_lost_or_reordered("");
-    assert_eq!(f.duplicated, 0, "{f:?}");
+    f
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,29 +258,16 @@ async fn a_promoted_standby_that_lost_published_events_is_refused() {
     let mut r = rehearsal(25452, 25453, "").await;
     let b = publish_while_the_standby_is_down(&r).await;
     // The primary crashes; the standby, which never saw `b`, is promoted and takes writes.
-    let (sdb, slot_before, c) = promote_the_stale_standby(&r).await;
-
-    let (status, log) = r.relay.wait_exit(Duration::from_secs(60));
-    assert_eq!(status.code(), Some(1), "{log}");
-    assert!(log.contains("history_diverged"), "{log}");
-    assert!(log.contains("lost in the failover"), "{log}");
-    // Nothing of the new history was published or confirmed.
-    assert_eq!(sdb.confirmed_flush().await, Some(slot_before));
-    let mut expected = r.written.clone();
-    expected.extend(b);
-    let got = kafka::consume(
-        vec![r.db.topic("order")],
-        Duration::from_secs(5),
-        expected.len() + c.len(),
+    let promoted = promote_the_stale_standby(&r).await;
+    assert_refused(
+        &r.db,
+        &r.written,
+        &mut r.relay,
+        b,
+        promoted,
+        "failover_refused",
     )
     .await;
-    let c_ids = ids(&c);
-    assert!(
-        got.iter().all(|rec| !c_ids.contains(&rec.header("id"))),
-        "an event of the new timeline was published"
-    );
-    let f = check::check("failover_refused", |t| r.db.topic(t), &expected, &got);
-    f.assert_nothing_lost_or_reordered("");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

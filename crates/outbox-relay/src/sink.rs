@@ -273,16 +273,26 @@ impl KafkaSink {
         if let Some(v) = &rec.value {
             record = record.payload(&v[..]);
         }
+        self.enqueue(record, true).await
+    }
+
+    /// Hands `record` to librdkafka. While its local queue is full: with `wait`, retries the
+    /// same record (nothing later may pass it); without, gives up at once.
+    async fn enqueue(
+        &self,
+        mut record: BaseRecord<'_, [u8], [u8], Box<Pending>>,
+        wait: bool,
+    ) -> Result<(), RelayError> {
         let mut delay = Duration::from_millis(1);
         loop {
             match self.producer.send(record) {
                 Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) if wait => {
                     record = r;
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_millis(50));
                 }
-                Err((e, _)) => return Err(delivery_error(&e, &rec.topic)),
+                Err((e, r)) => return Err(delivery_error(&e, r.topic)),
             }
         }
     }
@@ -298,27 +308,16 @@ impl KafkaSink {
         value: &[u8],
         wait: bool,
     ) -> Result<(), RelayError> {
-        let mut record = BaseRecord::with_opaque_to(
+        let record = BaseRecord::with_opaque_to(
             topic,
             Box::new(Pending {
                 origin: None,
                 bytes: 0,
             }),
         )
-        .key(key)
+        .key(key.as_bytes())
         .payload(value);
-        let mut delay = Duration::from_millis(1);
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) if wait => {
-                    record = r;
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_millis(50));
-                }
-                Err((e, _)) => return Err(delivery_error(&e, topic)),
-            }
-        }
+        self.enqueue(record, wait).await
     }
 
     /// The error of a checkpoint Kafka did not take since the last call.

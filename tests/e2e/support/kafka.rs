@@ -180,36 +180,31 @@ pub fn watermark_client() -> BaseConsumer {
 
 /// Creates `topic` with `partitions` partitions.
 pub async fn create_topic(topic: &str, partitions: i32) {
-    use rdkafka::{
-        admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
-        client::DefaultClientContext,
-    };
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
-        .create()
-        .expect("admin client");
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-    for r in admin
-        .create_topics(&[new], &AdminOptions::new())
-        .await
-        .expect("create topic")
-    {
-        r.unwrap_or_else(|(t, e)| panic!("cannot create topic {t}: {e}"));
-    }
+    create(rdkafka::admin::NewTopic::new(
+        topic,
+        partitions,
+        rdkafka::admin::TopicReplication::Fixed(1),
+    ))
+    .await
 }
 
 /// Creates `topic` with one partition and the broker-side `max.message.bytes` limit.
 pub async fn create_topic_with_max_bytes(topic: &str, max_message_bytes: u32) {
+    use rdkafka::admin::{NewTopic, TopicReplication};
+    let limit = max_message_bytes.to_string();
+    create(NewTopic::new(topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", &limit))
+        .await
+}
+
+async fn create(new: rdkafka::admin::NewTopic<'_>) {
     use rdkafka::{
-        admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
+        admin::{AdminClient, AdminOptions},
         client::DefaultClientContext,
     };
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", kafka_brokers())
         .create()
         .expect("admin client");
-    let limit = max_message_bytes.to_string();
-    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", &limit);
     let res = admin
         .create_topics(&[new], &AdminOptions::new())
         .await

@@ -157,9 +157,10 @@ pub(super) async fn write(
     Ok(Some(covered))
 }
 
-/// Without transactions, at most once per status interval: a checkpoint for the acknowledged
-/// prefix, if it moved. A failure is warned about and changes nothing else.
-pub(super) async fn write_acknowledged(cfg: &Config, sink: &KafkaSink, st: &mut State<'_>) {
+/// Without transactions (the caller calls it at most once per status interval): a checkpoint
+/// for the acknowledged prefix, if it moved. A failure is warned about and changes nothing
+/// else. `true`: one was handed to the producer.
+pub(super) async fn write_acknowledged(cfg: &Config, sink: &KafkaSink, st: &mut State<'_>) -> bool {
     if let Some(e) = sink.checkpoint_failure() {
         metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => "failed").increment(1);
         tracing::warn!(
@@ -169,14 +170,18 @@ pub(super) async fn write_acknowledged(cfg: &Config, sink: &KafkaSink, st: &mut 
     }
     let covered = st.progress.checkpoint_position();
     if covered <= st.last_checkpoint {
-        return;
+        return false;
     }
     match write(cfg, sink, st, covered).await {
         Ok(Some(c)) => {
             st.last_checkpoint = c;
             metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => "written").increment(1);
+            true
         }
-        Ok(None) => {}
-        Err(e) => tracing::warn!(error = %e, "{CHECKPOINT_WRITE_FAILED}"),
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(error = %e, "{CHECKPOINT_WRITE_FAILED}");
+            false
+        }
     }
 }

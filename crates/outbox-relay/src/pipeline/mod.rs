@@ -209,7 +209,9 @@ async fn run_loop(
     let stop = shutdown.clone();
     // Checkpoints without records (idle progress) or outside transactions: at most this often.
     let checkpoint_every = status_interval(cfg, Duration::ZERO);
-    let mut last_checkpoint = Instant::now();
+    let mut last_checkpoint: Option<Instant> = None;
+    let checkpoint_due =
+        |last: Option<Instant>| last.is_none_or(|t: Instant| t.elapsed() >= checkpoint_every);
     loop {
         let can_read = st.progress.can_read();
         paused = match paused {
@@ -248,17 +250,20 @@ async fn run_loop(
                 }
                 remember(st);
                 report_gauges(st);
-                if last_checkpoint.elapsed() >= checkpoint_every && st.checkpoints.is_some() {
-                    last_checkpoint = Instant::now();
+                if checkpoint_due(last_checkpoint) && st.checkpoints.is_some() {
                     if !st.transactional {
-                        checkpoints::write_acknowledged(cfg, sink, st).await;
+                        if checkpoints::write_acknowledged(cfg, sink, st).await {
+                            last_checkpoint = Some(Instant::now());
+                        }
                     } else if st.progress.checkpoint_due() && !st.progress.kafka_commit_pending()
                         && st.skip.is_verified()
-                        && !commit_unless(cfg, sink, client, st, reports, shutdown, paused, release_after).await?
                     {
                         // Exactly-once and idle: a checkpoint-only transaction lets the
                         // stream's progress be confirmed.
-                        return Ok(());
+                        last_checkpoint = Some(Instant::now());
+                        if !commit_unless(cfg, sink, client, st, reports, shutdown, paused, release_after).await? {
+                            return Ok(());
+                        }
                     }
                 }
             }
@@ -269,6 +274,12 @@ async fn run_loop(
                     delivered(sink, st, reports, d).await?;
                 }
                 confirm(client, st);
+                // Without transactions the checkpoint follows the acknowledgements.
+                if !st.transactional && st.checkpoints.is_some() && checkpoint_due(last_checkpoint)
+                    && checkpoints::write_acknowledged(cfg, sink, st).await
+                {
+                    last_checkpoint = Some(Instant::now());
+                }
             }
             ev = client.recv(), if can_read => match ev {
                 Ok(Some(ev)) => {
