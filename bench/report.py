@@ -6,6 +6,7 @@ usage: report.py RESULTS_JSON --md OUT.md --img IMG_DIR [--notes NOTES.md]
 import argparse
 import json
 import os
+import statistics
 import sys
 
 import matplotlib
@@ -13,11 +14,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ORDER = ["pg_recvlogical", "outbox-relay", "outbox-relay-fenced", "debezium-default", "debezium-tuned", "polling"]
+ORDER = ["pg_recvlogical", "outbox-relay", "outbox-relay-fenced", "outbox-relay-eos", "debezium-default",
+         "debezium-tuned", "polling"]
 COLORS = {
     "pg_recvlogical": "#888888",
     "outbox-relay": "#1f77b4",
     "outbox-relay-fenced": "#17becf",
+    "outbox-relay-eos": "#9467bd",
     "debezium-default": "#d62728",
     "debezium-tuned": "#ff7f0e",
     "polling": "#2ca02c",
@@ -307,7 +310,8 @@ def md_catchup(results, out):
                                      f"{ratio(relay['cpu_s'] / relay['events'], o['cpu_drain_s'] / o['events'])} "
                                      f"(its drain-window CPU); peak RSS "
                                      f"{ratio(relay['peak_rss_kb'], o['peak_rss_kb'], 3)}")
-            out.append("outbox-relay " + "; ".join(parts) + ".\n")
+            if parts:
+                out.append("outbox-relay " + "; ".join(parts) + ".\n")
         for r in runs:
             if r.get("note"):
                 out.append(f"- {r['system']}: {r['note']}")
@@ -395,6 +399,72 @@ def md_saturation(results, out):
                 f"{st['walsender_cpu_util']:.2f} | {st['pg_cpu_util']:.2f} | {st['kafka_cpu_util']:.2f} | "
                 f"{st['bench_cpu_util']:.2f} | {st['machine_cpu_util']:.2f} |")
     out.append("")
+
+
+RELAY_MODES = ["outbox-relay", "outbox-relay-fenced", "outbox-relay-eos"]
+
+
+def typical_p99(r):
+    """Median of the per-second p99s of the measured window: the typical second, which the
+    spikes of a shared machine move less than the window's p99."""
+    ps = [p["p99_ms"] for p in r.get("per_second") or []
+          if p["received"] and r["warmup_s"] <= p["t"] < r["warmup_s"] + r["seconds"]]
+    return statistics.median(ps) if ps else None
+
+
+def md_exactly_once(results, out):
+    """The three delivery modes of outbox-relay side by side, from this run (issue #11: exactly-once
+    p99 at most 2× at-least-once)."""
+    st = [c for c in results["steady"] if c["system"] in RELAY_MODES]
+    cu = [c for c in catchup_reps(results) if c["system"] in RELAY_MODES]
+    if not any(c["system"] == "outbox-relay-eos" for c in st + cu):
+        return
+    out.append("## Exactly-once (`relay.delivery = \"exactly-once\"`)\n")
+    out.append(
+        "outbox-relay (at-least-once, the default), outbox-relay-fenced (`kafka.transactional_id`: Kafka "
+        "transactions, committed every `transaction_interval_ms` and whenever the stream goes quiet) and "
+        "outbox-relay-eos (the same plus `relay.delivery = \"exactly-once\"`: a checkpoint record, in a checkpoint "
+        "topic of its own per run, ends every Kafka transaction), from the tables above. The latency consumer reads "
+        "with `isolation.level=read_committed`: a record counts when its transaction commits. *eos / at-least-once*: "
+        "outbox-relay-eos divided by outbox-relay.\n")
+    out.append("| workload | figure | outbox-relay | outbox-relay-fenced | outbox-relay-eos | eos / at-least-once |")
+    out.append("|---|---|---:|---:|---:|---:|")
+    targets = []
+    for k in sorted({steady_key(c) for c in st}):
+        runs = {c["system"]: c for c in st if steady_key(c) == k}
+        for label, get, nd in [("p50 ms", lambda r: r["latency_payload"]["p50_ms"], 1),
+                               ("p99 ms", lambda r: r["latency_payload"]["p99_ms"], 1),
+                               ("p99.9 ms", lambda r: r["latency_payload"]["p999_ms"], 1),
+                               ("median of the per-second p99s, ms", typical_p99, 1),
+                               ("CPU s per M events", lambda r: r["cpu_s_per_million"], 1),
+                               ("Kafka broker CPU (cores)", lambda r: r["kafka_cpu_s"] / r["seconds"], 2),
+                               ("other load (cores)", lambda r: others_cpu(r) / r["seconds"], 2)]:
+            vals = [get(runs[m]) if m in runs else None for m in RELAY_MODES]
+            cells = " | ".join(fmt(v, nd) for v in vals)
+            q = ratio(vals[2], vals[0]) if label != "other load (cores)" else ""
+            out.append(f"| steady {steady_name(k)} | {label} | {cells} | {q} |")
+        a, e = runs.get("outbox-relay"), runs.get("outbox-relay-eos")
+        if a and e:
+            v = e["latency_payload"]["p99_ms"] / a["latency_payload"]["p99_ms"]
+            targets.append((f"exactly-once p99 ≤ 2× at-least-once p99 at {steady_name(k)}", f"{v:.2f}×", v <= 2))
+    for k in sorted({shape_key(c) for c in cu}):
+        runs = {c["system"]: c for c in cu if shape_key(c) == k}
+        name = f"catch-up {shape_name(next(iter(runs.values())))}"
+        vals = [runs[m]["rate_from_start"] if m in runs else None for m in RELAY_MODES]
+        drains = " | ".join(", ".join(f"{x / 1000:.1f}k" for x in runs[m]["_rates"]) if m in runs else "–"
+                            for m in RELAY_MODES)
+        out.append(f"| {name} | ev/s from start (median) | {' | '.join(fmt(v) for v in vals)} | "
+                   f"{ratio(vals[2], vals[0])} |")
+        out.append(f"| {name} | all drains | {drains} | |")
+        vals = [runs[m]["cpu_s"] / runs[m]["events"] * 1e6 if m in runs else None for m in RELAY_MODES]
+        out.append(f"| {name} | CPU µs/event | {' | '.join(fmt(v, 1) for v in vals)} | {ratio(vals[2], vals[0])} |")
+    out.append("")
+    if targets:
+        out.append("| target | measured | met |")
+        out.append("|---|---:|:---:|")
+        for t, m, ok in targets:
+            out.append(f"| {t} | {m} | {'yes' if ok else '**no**'} |")
+        out.append("")
 
 
 def md_targets(results, out, title="## Targets of issue 5 (this run)"):
@@ -538,6 +608,7 @@ def main():
     md_catchup(results, out)
     md_steady(results, out)
     md_saturation(results, out)
+    md_exactly_once(results, out)
     if a.compare and os.path.exists(a.compare):
         md_compare(results, json.load(open(a.compare)), a.compare_label, out)
     if results.get("failures"):

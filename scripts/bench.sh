@@ -9,7 +9,8 @@
 #                               target/bench-results/quick/{benchmarks.md,*.png}
 #
 # Options: --quick; --systems a,b (pg_recvlogical,outbox-relay,debezium-default,debezium-tuned,polling;
-#   outbox-relay-fenced = outbox-relay with kafka.transactional_id, only when named);
+#   outbox-relay-fenced = outbox-relay with kafka.transactional_id, outbox-relay-eos = fenced with
+#   relay.delivery = "exactly-once", both only when named);
 #   --workloads catchup,steady,saturation; --events N (backlog size); --shapes 1000x200,1x200,1000x4096
 #   (catch-up: rows per transaction x payload bytes); --rates 1000x200,10000x200 (steady: events/s x
 #   payload bytes); --steady-seconds S; --repeat N (drains per backlog for pg_recvlogical and
@@ -42,7 +43,7 @@ while [ $# -gt 0 ]; do
     --out) OUT="$2"; shift ;;
     --systems|--workloads|--events|--steady-seconds|--shapes|--rates|--repeat) ARGS+=("$1" "$2"); shift ;;
     --relay-extra-toml) ARGS+=("$1" "$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift

@@ -147,6 +147,9 @@ impl LatencyConsumer {
                 std::env::var("BENCH_FETCH_WAIT_MS").unwrap_or_else(|_| "100".into()),
             )
             .set("fetch.min.bytes", "1")
+            // librdkafka's default, spelled out: the transactional systems are measured as a
+            // consumer of their guarantees sees them, when the Kafka transaction commits.
+            .set("isolation.level", "read_committed")
             .create()?;
         let mut tpl = TopicPartitionList::new();
         for p in 0..PARTITIONS {

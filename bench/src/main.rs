@@ -99,7 +99,8 @@ struct SuiteArgs {
     #[arg(long)]
     kafka_pid: Option<i32>,
     /// Systems, comma-separated: pg_recvlogical,outbox-relay,debezium-default,debezium-tuned,polling
-    /// (the default set), and outbox-relay-fenced (outbox-relay with kafka.transactional_id).
+    /// (the default set), outbox-relay-fenced (outbox-relay with kafka.transactional_id) and
+    /// outbox-relay-eos (fenced, with relay.delivery = "exactly-once").
     #[arg(long, value_delimiter = ',')]
     systems: Option<Vec<String>>,
     /// Workloads, comma-separated: catchup,steady,saturation.

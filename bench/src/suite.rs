@@ -333,7 +333,9 @@ impl Suite {
         }
         // Debezium and the polling relay after the repeated ones; polling last.
         runs.sort_by_key(|(s, rep, _, _)| match s {
-            System::RecvLogical | System::Relay | System::RelayFenced => (0, *rep),
+            System::RecvLogical | System::Relay | System::RelayFenced | System::RelayEos => {
+                (0, *rep)
+            }
             System::DbzDefault | System::DbzTuned => (1, 0),
             System::Polling => (2, 0),
         });
@@ -349,7 +351,7 @@ impl Suite {
                     }
                     pg::create_slot(&self.ctl, slot.as_deref().unwrap()).await?;
                 }
-                System::Relay | System::RelayFenced => {
+                System::Relay | System::RelayFenced | System::RelayEos => {
                     self.env.relay_setup(prefix, slot.as_deref().unwrap())?
                 }
                 System::DbzDefault | System::DbzTuned => {
@@ -737,7 +739,9 @@ impl Suite {
             kafka::create_topics(&self.env.brokers, std::slice::from_ref(&topic)).await?;
         }
         match s {
-            System::Relay | System::RelayFenced => self.env.relay_setup(&prefix, &slot)?,
+            System::Relay | System::RelayFenced | System::RelayEos => {
+                self.env.relay_setup(&prefix, &slot)?
+            }
             System::RecvLogical => {
                 pg::create_publication(&self.ctl, &s.publication().unwrap()).await?;
                 pg::create_slot(&self.ctl, &slot).await?;

@@ -18,6 +18,9 @@ pub enum System {
     /// outbox-relay with `kafka.transactional_id` (zombie fencing, Kafka transactions).
     #[serde(rename = "outbox-relay-fenced")]
     RelayFenced,
+    /// outbox-relay with `kafka.transactional_id` and `relay.delivery = "exactly-once"`.
+    #[serde(rename = "outbox-relay-eos")]
+    RelayEos,
     #[serde(rename = "polling")]
     Polling,
     #[serde(rename = "debezium-default")]
@@ -28,10 +31,11 @@ pub enum System {
 
 impl System {
     /// Every system, in the order a run takes them.
-    pub const CANONICAL: [System; 6] = [
+    pub const CANONICAL: [System; 7] = [
         System::RecvLogical,
         System::Relay,
         System::RelayFenced,
+        System::RelayEos,
         System::DbzDefault,
         System::DbzTuned,
         System::Polling,
@@ -51,6 +55,7 @@ impl System {
             System::RecvLogical => "pg_recvlogical",
             System::Relay => "outbox-relay",
             System::RelayFenced => "outbox-relay-fenced",
+            System::RelayEos => "outbox-relay-eos",
             System::Polling => "polling",
             System::DbzDefault => "debezium-default",
             System::DbzTuned => "debezium-tuned",
@@ -62,6 +67,7 @@ impl System {
             "pg_recvlogical" | "recvlogical" | "recv" => System::RecvLogical,
             "outbox-relay" | "relay" => System::Relay,
             "outbox-relay-fenced" | "relay-fenced" => System::RelayFenced,
+            "outbox-relay-eos" | "relay-eos" => System::RelayEos,
             "polling" | "poll" => System::Polling,
             "debezium-default" | "dbz-default" | "dbzd" => System::DbzDefault,
             "debezium-tuned" | "dbz-tuned" | "dbzt" => System::DbzTuned,
@@ -74,6 +80,7 @@ impl System {
             System::RecvLogical => "recv",
             System::Relay => "relay",
             System::RelayFenced => "relayf",
+            System::RelayEos => "relaye",
             System::Polling => "poll",
             System::DbzDefault => "dbzd",
             System::DbzTuned => "dbzt",
@@ -89,9 +96,9 @@ impl System {
         self.slot().map(|s| format!("{s}_pub"))
     }
 
-    /// outbox-relay, with or without fencing.
+    /// outbox-relay, in any of its delivery modes.
     pub fn is_relay(self) -> bool {
-        matches!(self, System::Relay | System::RelayFenced)
+        matches!(self, System::Relay | System::RelayFenced | System::RelayEos)
     }
 
     /// Whether it produces to Kafka (pg_recvlogical writes to /dev/null).
@@ -142,7 +149,7 @@ pub struct Running {
 }
 
 impl Env {
-    fn relay_config(&self, prefix: &str, slot: &str, fenced: bool) -> Result<PathBuf> {
+    fn relay_config(&self, prefix: &str, slot: &str, system: System) -> Result<PathBuf> {
         let path = self.work.join(format!("{prefix}-relay.toml"));
         let publ = System::Relay.publication().unwrap();
         let base = format!(
@@ -160,9 +167,18 @@ impl Env {
                 toml::Value::Table(toml::toml! { listen = "127.0.0.1:0" }),
             );
         }
-        if fenced {
+        if matches!(system, System::RelayFenced | System::RelayEos) {
             let id = format!("kafka.transactional_id = \"bench-{prefix}\"");
             merge(&mut table, id.parse()?);
+        }
+        if system == System::RelayEos {
+            // A checkpoint topic per run: every run starts like a first deployment, with no
+            // checkpoint left by an earlier run's slot of the same name to read and skip by.
+            let eos = format!(
+                "relay.delivery = \"exactly-once\"\n\
+                 kafka.checkpoint_topic = \"bench-{prefix}.checkpoints\""
+            );
+            merge(&mut table, eos.parse()?);
         }
         if let Some(extra) = &self.relay_extra_toml {
             let extra: toml::Table = extra.parse().context("--relay-extra-toml")?;
@@ -194,7 +210,7 @@ impl Env {
 
     /// `outbox-relay setup`: creates the relay's publication and slot.
     pub fn relay_setup(&self, prefix: &str, slot: &str) -> Result<()> {
-        let cfg = self.relay_config(prefix, slot, false)?;
+        let cfg = self.relay_config(prefix, slot, System::Relay)?;
         let out = Command::new(&self.relay_bin)
             .args(["setup", "-c"])
             .arg(&cfg)
@@ -258,8 +274,8 @@ impl Env {
                 let pid = c.id() as i32;
                 (Some(c), pid, None)
             }
-            System::Relay | System::RelayFenced => {
-                let cfg = self.relay_config(prefix, slot, system == System::RelayFenced)?;
+            System::Relay | System::RelayFenced | System::RelayEos => {
+                let cfg = self.relay_config(prefix, slot, system)?;
                 let c = Command::new(&self.relay_bin)
                     .args(["run", "-c"])
                     .arg(&cfg)
