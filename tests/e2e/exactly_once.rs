@@ -25,9 +25,20 @@ fn config(db: &TestDb, delivery: &str, extra: &str) -> String {
     } else {
         String::new()
     };
+    // At-least-once is the default: left unsaid, the config also runs builds before checkpoints
+    // (RELAY_TEST_BIN with RELAY_TEST_NO_CHECKPOINT_TOPIC=1), for comparison.
+    let mode = if delivery == "at-least-once" {
+        String::new()
+    } else {
+        format!("delivery = \"{delivery}\"\n")
+    };
+    let split = if delivery == "at-least-once" {
+        ""
+    } else {
+        "max_transaction_records = 10\n"
+    };
     db.relay_config(&format!(
-        "{txn}max_transaction_records = 10\n{extra}{}\n[relay]\ndelivery = \"{delivery}\"\n\
-         status_interval_ms = 200\nrestart_backoff_initial_ms = 100\n",
+        "{txn}{split}{extra}{}\n[relay]\n{mode}status_interval_ms = 200\nrestart_backoff_initial_ms = 100\n",
         db.outbox_section()
     ))
 }
@@ -312,6 +323,75 @@ async fn a_checkpoint_topic_with_other_settings_is_refused_in_exactly_once_mode(
     db.check_order_topic("alo_unusable_checkpoints", &[w], Duration::from_secs(30))
         .await
         .assert_nothing_lost_or_reordered("");
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_writes_checkpoints_while_streaming() {
+    let db = TestDb::new("alo_ckpt").await;
+    let cfg = config(&db, "at-least-once", "");
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let written = write_events(&db, "a", 3).await;
+    let end = db.current_wal_lsn().await;
+    db.wait_confirmed(end, Duration::from_secs(60)).await;
+    // The relay keeps running: the checkpoint follows the acknowledgements, not the stop.
+    let topic = format!("{}.checkpoints", db.name);
+    let covered = eventually(
+        "a checkpoint past the events",
+        Duration::from_secs(10),
+        || {
+            let topic = topic.clone();
+            async move {
+                let got = tokio::task::spawn_blocking(move || {
+                    kafka::consume_until(&[topic], Duration::from_secs(2), |r| !r.is_empty())
+                })
+                .await
+                .unwrap();
+                let last = got.last()?;
+                let c = relay_core::checkpoint::Checkpoint::from_json(
+                    last.value.as_deref()?.as_bytes(),
+                )
+                .unwrap();
+                (c.covered_lsn >= end).then_some(c)
+            }
+        },
+    )
+    .await;
+    let last = covered.last.expect("names the last event");
+    assert_eq!(
+        last.fingerprint,
+        format!("id:{}", written.last().unwrap().id)
+    );
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}
+
+/// Own cluster of the PostgreSQL-crash test.
+const CRASH_PG_PORT: u16 = 25479;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_after_postgres_crashes_resends_only_what_no_checkpoint_covers() {
+    let cluster = PgCluster::start(CRASH_PG_PORT, "");
+    let mut db = TestDb::new_on(&cluster.base(), CRASH_PG_PORT, "alo_crash").await;
+    let cfg = config(&db, "at-least-once", "");
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let mut written = Vec::new();
+    for round in 0..3 {
+        written.extend(write_events(&db, &format!("r{round}"), 3).await);
+        let end = db.current_wal_lsn().await;
+        db.wait_confirmed(end, Duration::from_secs(60)).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // A crash: the slot's position in memory is lost.
+        cluster.stop("immediate");
+        cluster.restart();
+        db = db.reconnect().await;
+    }
+    let got = consume_ids(&db, written.len()).await;
+    let f = check::check("alo_postgres_crashes", |t| db.topic(t), &written, &got);
+    f.assert_nothing_lost_or_reordered("");
+    let log = relay.log_text();
+    assert_eq!(f.duplicated, 0, "{f:?}\n{log}");
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }
