@@ -330,13 +330,21 @@ impl KafkaSink {
             .and_then(|mut f| f.take())
     }
 
-    /// Waits (at most `timeout`) until librdkafka served the report of every record handed to
-    /// it: then the channel holds every report.
+    /// Sends everything queued now, without waiting out `linger.ms`, and waits (at most
+    /// `timeout`) until librdkafka served the report of every record handed to it: then the
+    /// channel holds every report. This is librdkafka's own flush (`rd_kafka_flush`), which
+    /// treats the linger as elapsed while it runs; rdkafka's `flush` wrapper instead polls in
+    /// 100 ms steps, which the producer's own polling thread turns into 100 ms waits.
     pub(crate) async fn reports_served(&self, timeout: Duration) {
-        let deadline = tokio::time::Instant::now() + timeout;
-        while self.producer.in_flight_count() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        let producer = self.producer.clone();
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        let _ = tokio::task::spawn_blocking(move || {
+            // SAFETY: the handle is the producer's own and stays valid while `producer` (an
+            // `Arc` moved into this closure) lives; librdkafka's flush is thread-safe and only
+            // serves delivery reports, which the context sends on a channel.
+            unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), ms) }
+        })
+        .await;
     }
 
     /// With transactions: the topic whose partition the transaction coordinator refused
