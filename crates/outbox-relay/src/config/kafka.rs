@@ -86,6 +86,15 @@ pub struct KafkaConfig {
         deserialize_with = "from_str_or_native"
     )]
     pub transaction_interval_ms: u64,
+    /// With `transactional_id`: the relay commits as soon as the replication stream goes
+    /// quiet, but at most once per this many milliseconds (0..=`transaction_interval_ms`). Each
+    /// commit costs a round of transaction markers on the brokers and CPU in the relay; a
+    /// read-committed consumer sees an event up to about this much later. Default 10.
+    #[serde(
+        default = "default_commit_min_interval_ms",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub commit_min_interval_ms: u64,
     /// With `transactional_id`: the most records one Kafka transaction holds. A larger source
     /// transaction is split across Kafka transactions (each with its checkpoint), so that no
     /// Kafka transaction outlives `transaction.timeout.ms` or holds read-committed consumers
@@ -128,6 +137,9 @@ fn default_connect_timeout_ms() -> u64 {
 }
 fn default_transaction_interval_ms() -> u64 {
     100
+}
+fn default_commit_min_interval_ms() -> u64 {
+    10
 }
 fn default_max_transaction_records() -> u64 {
     10_000
@@ -206,6 +218,13 @@ impl KafkaConfig {
                 "kafka.transaction_interval_ms = {} is out of range: use 10..=10000 (below \
                  Kafka's transaction.timeout.ms)",
                 self.transaction_interval_ms
+            ));
+        }
+        if self.commit_min_interval_ms > self.transaction_interval_ms {
+            return Err(format!(
+                "kafka.commit_min_interval_ms = {} is above kafka.transaction_interval_ms = {}: \
+                 use at most the latter",
+                self.commit_min_interval_ms, self.transaction_interval_ms
             ));
         }
         if self.max_transaction_records == 0 {

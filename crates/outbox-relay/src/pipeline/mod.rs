@@ -200,6 +200,12 @@ async fn run_loop(
         tokio::time::interval(Duration::from_millis(cfg.kafka.transaction_interval_ms));
     commit_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let coalesce = Duration::from_micros(cfg.relay.read_coalesce_us);
+    // With transactions, a quiet stream commits at once, but never sooner than this after the
+    // last commit (the next commit is then timed for it): each commit costs the relay and the
+    // brokers a round of transaction markers.
+    let commit_gap = Duration::from_millis(cfg.kafka.commit_min_interval_ms);
+    let mut last_commit: Option<Instant> = None;
+    let mut quiet_commit_at: Option<tokio::time::Instant> = None;
     // Events handled since the stream last went quiet.
     let mut since_quiet = 0u32;
     // Since when the in-flight limits keep the loop from reading, and the acknowledged count
@@ -229,7 +235,16 @@ async fn run_loop(
             // stream and the reports are always ready, so after them the timers would starve
             // (no commit, no state-file write for as long as the backlog lasts).
             _ = commit_tick.tick(), if st.progress.kafka_commit_pending() => {
+                (last_commit, quiet_commit_at) = (Some(Instant::now()), None);
                 if !commit_unless(cfg, sink, client, st, reports, shutdown, paused, release_after).await? {
+                    return Ok(());
+                }
+            }
+            _ = sleep_until_some(quiet_commit_at), if quiet_commit_at.is_some() => {
+                (last_commit, quiet_commit_at) = (Some(Instant::now()), None);
+                if st.progress.kafka_commit_pending()
+                    && !commit_unless(cfg, sink, client, st, reports, shutdown, paused, release_after).await?
+                {
                     return Ok(());
                 }
             }
@@ -305,13 +320,27 @@ async fn run_loop(
                 // With transactions, commit as soon as the stream goes quiet: read-committed
                 // consumers see an event about one commit after PostgreSQL committed it. While
                 // the commit runs, the next events pile up and go into the next transaction.
-                if quiet && st.progress.kafka_commit_pending()
-                    && !commit_unless(cfg, sink, client, st, reports, shutdown, paused, release_after).await?
-                {
-                    return Ok(());
+                if quiet && st.progress.kafka_commit_pending() && quiet_commit_at.is_none() {
+                    match last_commit.map(|t| t + commit_gap).filter(|at| *at > Instant::now()) {
+                        Some(at) => quiet_commit_at = Some(at.into()),
+                        None => {
+                            last_commit = Some(Instant::now());
+                            if !commit_unless(cfg, sink, client, st, reports, shutdown, paused, release_after).await? {
+                                return Ok(());
+                            }
+                        }
+                    }
                 }
             }
         }
+    }
+}
+
+/// Waits until `at` (never, if `None`: the branch is disabled then anyway).
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
