@@ -11,6 +11,7 @@ mod failover;
 mod failover_slot;
 mod fencing;
 mod kafka_security;
+mod messages;
 mod observability;
 mod poison;
 mod preconditions;

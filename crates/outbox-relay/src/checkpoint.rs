@@ -63,6 +63,8 @@ impl Identity {
                     let (s, n) = t.qualified_name();
                     format!("{s}.{n}")
                 })
+                // Routed messages are routed changes too: the skip verifies them.
+                .chain(cfg.message.iter().map(|m| m.routed_name()))
                 .collect(),
         }
     }

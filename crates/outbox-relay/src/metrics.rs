@@ -18,6 +18,9 @@ pub const KAFKA_TRANSACTIONS: &str = "outbox_relay_kafka_transactions_total";
 pub const CHECKPOINTS_WRITTEN: &str = "outbox_relay_checkpoints_written_total";
 pub const CHECKPOINT_COMMIT_SECONDS: &str = "outbox_relay_checkpoint_commit_seconds";
 pub const SKIPPED_CHANGES: &str = "outbox_relay_skipped_changes_total";
+pub const LOGICAL_MESSAGES_IGNORED: &str = "outbox_relay_logical_messages_ignored_total";
+pub const OUTBOX_TABLES: &str = "outbox_relay_outbox_tables";
+pub const MESSAGE_PREFIXES: &str = "outbox_relay_message_prefixes";
 pub const INFLIGHT_EVENTS: &str = "outbox_relay_inflight_events";
 pub const INFLIGHT_TRANSACTIONS: &str = "outbox_relay_inflight_transactions";
 pub const RECEIVED_LSN: &str = "outbox_relay_received_lsn";
@@ -64,6 +67,9 @@ pub const ALL: &[&str] = &[
     CHECKPOINTS_WRITTEN,
     CHECKPOINT_COMMIT_SECONDS,
     SKIPPED_CHANGES,
+    LOGICAL_MESSAGES_IGNORED,
+    OUTBOX_TABLES,
+    MESSAGE_PREFIXES,
     INFLIGHT_EVENTS,
     INFLIGHT_TRANSACTIONS,
     RECEIVED_LSN,
@@ -150,6 +156,7 @@ pub fn init() {
         DEAD_LETTERED,
         MONITOR_ERRORS,
         SKIPPED_CHANGES,
+        LOGICAL_MESSAGES_IGNORED,
     ] {
         metrics::counter!(c).increment(0);
     }
@@ -347,6 +354,19 @@ pub fn describe() {
     describe_counter!(
         HEARTBEATS,
         "Heartbeat messages written with pg_logical_emit_message, by result (ok, error)."
+    );
+    describe_counter!(
+        LOGICAL_MESSAGES_IGNORED,
+        "Transactional or not, logical messages whose prefix no [[message]] section configures \
+         (the heartbeat's own are not counted): read and not published."
+    );
+    describe_gauge!(
+        OUTBOX_TABLES,
+        "Configured [[outbox]] tables; 0 means a table-less outbox ([[message]] sections only)."
+    );
+    describe_gauge!(
+        MESSAGE_PREFIXES,
+        "Configured [[message]] prefixes (logical messages published like outbox rows)."
     );
     describe_gauge!(
         HEARTBEAT_AGE_SECONDS,

@@ -173,13 +173,18 @@ async fn ensure_publication(
             format!("{}.{}", quote_ident(&s), quote_ident(&n))
         })
         .collect();
+    // `[[message]]` sections only: a publication of no table still carries logical messages.
+    let for_tables = if tables.is_empty() {
+        String::new()
+    } else {
+        format!(" FOR TABLE {}", tables.join(", "))
+    };
     match row {
         None if pg.create_publication => {
             let sql = format!(
-                "CREATE PUBLICATION {} FOR TABLE {} \
+                "CREATE PUBLICATION {}{for_tables} \
                  WITH (publish = 'insert', publish_via_partition_root = true)",
                 quote_ident(&pg.publication),
-                tables.join(", ")
             );
             client.batch_execute(&sql).await.map_err(|e| {
                 Definite::Precondition(format!(
@@ -188,16 +193,20 @@ async fn ensure_publication(
                     describe_pg(&e)
                 ))
             })?;
-            tracing::info!(publication = %pg.publication, tables = %tables.join(", "), "{PUBLICATION_CREATED}");
+            let tables = if tables.is_empty() {
+                "none ([[message]] sections only)".into()
+            } else {
+                tables.join(", ")
+            };
+            tracing::info!(publication = %pg.publication, tables = %tables, "{PUBLICATION_CREATED}");
             return Ok(());
         }
         None => {
             return Err(RelayError::from(Definite::Precondition(format!(
-                "publication {:?} does not exist: run CREATE PUBLICATION {} FOR TABLE {} WITH \
+                "publication {:?} does not exist: run CREATE PUBLICATION {}{for_tables} WITH \
                  (publish = 'insert'), or set postgres.create_publication = true",
                 pg.publication,
                 quote_ident(&pg.publication),
-                tables.join(", ")
             ))));
         }
         Some(row) => {

@@ -35,6 +35,8 @@ pub struct RelayView {
 pub struct StatusReport {
     pub slot_name: String,
     pub server: String,
+    /// What is published: the outbox tables and message prefixes ([`sources`]).
+    pub sources: String,
     pub snapshot: SlotSnapshot,
     pub findings: [Finding; 3],
     pub relay: Result<RelayView, String>,
@@ -69,10 +71,38 @@ pub async fn collect(cfg: &Config) -> Result<StatusReport, RelayError> {
             "{}:{} database {}",
             cfg.postgres.host, cfg.postgres.port, cfg.postgres.database
         ),
+        sources: sources(cfg),
         snapshot,
         findings,
         relay,
     })
+}
+
+/// `tables public.outbox; message prefixes "a"`, or `no outbox table` when only `[[message]]`
+/// sections are configured.
+pub fn sources(cfg: &Config) -> String {
+    let tables = if cfg.outbox.is_empty() {
+        "no outbox table".to_string()
+    } else {
+        let names: Vec<String> = cfg
+            .outbox
+            .iter()
+            .map(|t| {
+                let (s, n) = t.qualified_name();
+                format!("{s}.{n}")
+            })
+            .collect();
+        format!("tables {}", names.join(", "))
+    };
+    if cfg.message.is_empty() {
+        return tables;
+    }
+    let prefixes: Vec<String> = cfg
+        .message
+        .iter()
+        .map(|m| format!("{:?}", m.prefix))
+        .collect();
+    format!("{tables}; message prefixes {}", prefixes.join(", "))
 }
 
 /// Reads the relay's own metrics from Prometheus text.
@@ -152,6 +182,7 @@ impl StatusReport {
             o,
             "  server           {role}, WAL at {wal}, max_slot_wal_keep_size {max}"
         );
+        let _ = writeln!(o, "  publishes        {}", self.sources);
         match &snap.slot {
             None => {
                 let _ = writeln!(
@@ -308,6 +339,7 @@ mod tests {
         StatusReport {
             slot_name: "s".into(),
             server: "h:1 database d".into(),
+            sources: "no outbox table; message prefixes \"outbox\"".into(),
             findings: alert::evaluate(&cfg, &Observation::of(&snapshot, None)),
             snapshot,
             relay,
@@ -340,6 +372,7 @@ mod tests {
             "retains 4.0 KiB of WAL",
             "max_slot_wal_keep_size 64.0 MiB",
             "alerts           none",
+            "publishes        no outbox table; message prefixes \"outbox\"",
             "result: OK",
         ] {
             assert!(text.contains(needle), "{needle:?} missing in\n{text}");
@@ -400,5 +433,24 @@ mod tests {
         );
         assert_eq!(r.worst(), Some(Severity::Warning));
         assert!(r.render().contains("WARNING retained_wal"));
+    }
+
+    #[test]
+    fn sources_say_whether_there_is_an_outbox_table() {
+        let mut cfg = Config::load(None, []).unwrap();
+        assert_eq!(sources(&cfg), "tables public.outbox");
+        cfg.outbox.clear();
+        cfg.message = vec![relay_core::route::MessageRoute {
+            prefix: "outbox".into(),
+            ..cfg_message()
+        }];
+        assert_eq!(
+            sources(&cfg),
+            "no outbox table; message prefixes \"outbox\""
+        );
+    }
+
+    fn cfg_message() -> relay_core::route::MessageRoute {
+        toml::from_str("prefix = \"x\"").unwrap()
     }
 }

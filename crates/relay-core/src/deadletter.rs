@@ -14,13 +14,15 @@ use bytes::Bytes;
 use crate::{
     Lsn,
     decode::Poison,
-    route::{HEADER_COMMIT_LSN, HEADER_COMMIT_TIME, HEADER_SEQ, Position, Record},
+    route::{HEADER_COMMIT_LSN, HEADER_COMMIT_TIME, HEADER_SEQ, MessagePoison, Position, Record},
 };
 
 /// Why the event was dead-lettered.
 pub const HEADER_REASON: &str = "outbox-relay.dlq.reason";
 /// The outbox table the row came from (rows that could not be routed).
 pub const HEADER_TABLE: &str = "outbox-relay.dlq.table";
+/// The prefix of the logical message that could not be routed.
+pub const HEADER_PREFIX: &str = "outbox-relay.dlq.prefix";
 /// The topic the event should have gone to (empty when routing failed).
 pub const HEADER_TOPIC: &str = "outbox-relay.dlq.topic";
 /// Size in bytes of the original value when it was left out.
@@ -55,6 +57,28 @@ pub fn from_poison(p: &Poison, pos: Position, topic: &str) -> Record {
         topic: topic.to_string(),
         key: Bytes::from(p.table.clone()),
         value: Some(Bytes::from(p.row.clone())),
+        headers,
+    }
+}
+
+/// A logical message that could not be routed: key = the prefix, value = the content as sent.
+pub fn from_message_poison(p: &MessagePoison, pos: Position, topic: &str) -> Record {
+    let mut headers = vec![
+        (
+            HEADER_REASON.to_string(),
+            Some(Bytes::from(p.error.to_string())),
+        ),
+        (
+            HEADER_PREFIX.to_string(),
+            Some(Bytes::from(p.prefix.clone())),
+        ),
+        (HEADER_TOPIC.to_string(), Some(Bytes::new())),
+    ];
+    headers.extend(position_headers(pos));
+    Record {
+        topic: topic.to_string(),
+        key: Bytes::from(p.prefix.clone()),
+        value: Some(p.content.clone()),
         headers,
     }
 }
@@ -229,5 +253,27 @@ mod tests {
         assert!(!m.is_empty());
         m.forget_below(Lsn(11));
         assert!(m.is_empty());
+    }
+
+    #[test]
+    fn a_message_that_cannot_be_routed_keeps_its_content_prefix_and_reason() {
+        let p = MessagePoison {
+            prefix: "outbox".into(),
+            routed: "message:outbox".into(),
+            fingerprint: crate::checkpoint::Fingerprint::of_message("outbox", b"[1]"),
+            content: Bytes::from_static(b"[1]"),
+            error: crate::route::MessageError::NotAnObject {
+                prefix: "outbox".into(),
+                detail: "invalid type".into(),
+                commit_lsn: POS.commit_lsn,
+                seq: POS.seq,
+            },
+        };
+        let r = from_message_poison(&p, POS, "dlq");
+        assert_eq!((r.topic.as_str(), &r.key[..]), ("dlq", &b"outbox"[..]));
+        assert_eq!(r.value.as_deref(), Some(&b"[1]"[..]));
+        assert_eq!(header(&r, HEADER_PREFIX), b"outbox");
+        assert!(String::from_utf8_lossy(header(&r, HEADER_REASON)).contains("not a JSON object"));
+        assert_eq!(header(&r, HEADER_COMMIT_LSN), b"0/20");
     }
 }

@@ -15,6 +15,10 @@ use serde::Deserialize;
 
 use crate::{Lsn, checkpoint::Fingerprint, pgoutput::Relation, pgoutput::Value};
 
+mod message;
+
+pub use message::{MessageError, MessagePoison, MessageRoute, MessageRoutes, RoutedMessage};
+
 /// Header carrying the LSN of the source transaction's commit record (`X/Y` text).
 pub const HEADER_COMMIT_LSN: &str = "outbox-relay.commit-lsn";
 /// Header carrying the source commit time, in microseconds since the Unix epoch (decimal text).
@@ -375,15 +379,7 @@ impl Plan {
             headers.push((name.clone(), text(*i)?));
         }
         if self.relay_headers {
-            headers.push((
-                HEADER_COMMIT_LSN.into(),
-                Some(pos.commit_lsn.to_string().into()),
-            ));
-            headers.push((
-                HEADER_COMMIT_TIME.into(),
-                Some(pos.commit_time_unix_us.to_string().into()),
-            ));
-            headers.push((HEADER_SEQ.into(), Some(pos.seq.to_string().into())));
+            push_relay_headers(&mut headers, pos);
         }
         Ok(Record {
             topic,
@@ -392,6 +388,19 @@ impl Plan {
             headers,
         })
     }
+}
+
+/// `relay.relay_headers`: the commit LSN, commit time and position of the source change.
+fn push_relay_headers(headers: &mut Vec<(String, Option<Bytes>)>, pos: Position) {
+    headers.push((
+        HEADER_COMMIT_LSN.into(),
+        Some(pos.commit_lsn.to_string().into()),
+    ));
+    headers.push((
+        HEADER_COMMIT_TIME.into(),
+        Some(pos.commit_time_unix_us.to_string().into()),
+    ));
+    headers.push((HEADER_SEQ.into(), Some(pos.seq.to_string().into())));
 }
 
 /// Kafka's rule for topic names (`Topic.validate` in the Java client).

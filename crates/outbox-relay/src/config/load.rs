@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, path::Path};
 
-use relay_core::route::OutboxTable;
+use relay_core::route::{MessageRoute, OutboxTable};
 
 use super::{Config, ConfigError, ENV_PREFIX};
 
@@ -36,10 +36,27 @@ pub(super) fn from_file_and_environment(
             }
         }
     }
+    if let Some(toml::Value::Array(entries)) = table.get("message") {
+        for (i, entry) in entries.iter().enumerate() {
+            if let Err(e) = entry.clone().try_into::<MessageRoute>() {
+                let prefix = format!("message[{i}]");
+                return Err(ConfigError::Parse(name_the_option(
+                    &e, entry, &prefix, &origins,
+                )));
+            }
+        }
+    }
+    // `[[message]]` sections and no `outbox` key: a table-less outbox, not the default table.
+    let tableless = !table.contains_key("outbox") && table.contains_key("message");
     let root = toml::Value::Table(table);
-    root.clone()
+    let mut cfg: Config = root
+        .clone()
         .try_into()
-        .map_err(|e| ConfigError::Parse(name_the_option(&e, &root, "", &origins)))
+        .map_err(|e| ConfigError::Parse(name_the_option(&e, &root, "", &origins)))?;
+    if tableless {
+        cfg.outbox.clear();
+    }
+    Ok(cfg)
 }
 
 /// Sets `[section] key = "value"` for every `OUTBOX_RELAY__SECTION__KEY=value` (as text: the

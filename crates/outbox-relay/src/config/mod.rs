@@ -23,7 +23,7 @@ mod secret;
 
 use std::{path::PathBuf, time::Duration};
 
-use relay_core::route::OutboxTable;
+use relay_core::route::{MessageRoute, OutboxTable};
 use serde::Deserialize;
 
 pub use alerts::{AlertsConfig, ExtendedLevel, WebhookConfig, WebhookFormat};
@@ -47,9 +47,14 @@ pub struct Config {
     /// Where to produce.
     #[serde(default)]
     pub kafka: KafkaConfig,
-    /// One entry per outbox table (`[[outbox]]`). Default: Debezium's `public.outbox` layout.
+    /// One entry per outbox table (`[[outbox]]`). Default: Debezium's `public.outbox` layout,
+    /// unless the file has `[[message]]` sections and no `outbox` key: then no table.
     #[serde(default = "default_outbox")]
     pub outbox: Vec<OutboxTable>,
+    /// One entry per logical-message prefix published like outbox rows (`[[message]]`): a
+    /// table-less outbox (`pg_logical_emit_message(true, prefix, json)`). Default: none.
+    #[serde(default)]
+    pub message: Vec<MessageRoute>,
     /// Pipeline limits and behaviour.
     #[serde(default)]
     pub relay: RelayConfig,
@@ -132,8 +137,28 @@ impl Config {
     /// The checks a deserializer cannot make; each message names the option.
     fn validate(&self) -> Result<(), String> {
         self.postgres.validate()?;
-        if self.outbox.is_empty() {
-            return Err("outbox: at least one [[outbox]] table is required".into());
+        if self.outbox.is_empty() && self.message.is_empty() {
+            return Err(
+                "outbox: at least one [[outbox]] table or [[message]] prefix is required".into(),
+            );
+        }
+        let mut prefixes = std::collections::HashSet::new();
+        for (i, m) in self.message.iter().enumerate() {
+            m.validate()
+                .map_err(|e| format!("message[{i}]: {}", e.to_string().replace("outbox ", "")))?;
+            if !prefixes.insert(m.prefix.as_str()) {
+                return Err(format!(
+                    "message[{i}].prefix = {:?}: the prefix is configured twice",
+                    m.prefix
+                ));
+            }
+            if m.prefix == self.heartbeat.prefix {
+                return Err(format!(
+                    "message[{i}].prefix = {:?} is heartbeat.prefix: heartbeats are never \
+                     published; choose another prefix for one of them",
+                    m.prefix
+                ));
+            }
         }
         let mut seen = std::collections::HashSet::new();
         for (i, t) in self.outbox.iter().enumerate() {
@@ -236,5 +261,42 @@ mod tests {
         );
         let e = load("outbox = []\n", &[]).unwrap_err();
         assert!(e.to_string().contains("at least one [[outbox]]"), "{e}");
+    }
+
+    #[test]
+    fn message_sections_alone_need_no_outbox_table() {
+        let c = load("[[message]]\nprefix = \"outbox\"\n", &[]).unwrap();
+        assert!(c.outbox.is_empty());
+        assert_eq!(c.message[0].prefix, "outbox");
+        assert_eq!(c.message[0].topic, "outbox.event.{aggregatetype}");
+        // Both, when the file says both.
+        let c = load("[[outbox]]\n[[message]]\nprefix = \"m\"\n", &[]).unwrap();
+        assert_eq!((c.outbox.len(), c.message.len()), (1, 1));
+        let c = load("outbox = []\n[[message]]\nprefix = \"m\"\n", &[]).unwrap();
+        assert!(c.outbox.is_empty());
+    }
+
+    #[test]
+    fn message_sections_are_checked_and_named_by_position() {
+        let two = "[[message]]\nprefix = \"a\"\n[[message]]\nprefix = \"a\"\n";
+        let e = load(two, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("message[1].prefix = \"a\"") && e.contains("twice"),
+            "{e}"
+        );
+        let e = load("[[message]]\nprefix = \"\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("message[0]: prefix is empty"), "{e}");
+        let e = load("[[message]]\nprefix = \"outbox-relay.heartbeat\"\n", &[]);
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("heartbeat.prefix"), "{e}");
+        let e = load("[[message]]\nprefix = \"a\"\ntable = \"x\"\n", &[]);
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("message[0].table: unknown field"), "{e}");
+        let e = load("[[message]]\ntopic = \"t\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("message[0]") && e.contains("prefix"), "{e}");
     }
 }

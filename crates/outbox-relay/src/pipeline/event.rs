@@ -8,12 +8,13 @@ use relay_core::{
     checkpoint::Fingerprint,
     deadletter::{self, Refusal},
     decode::Decoded,
-    route::Position,
+    route::{Position, Record},
     skip::Verdict,
 };
 use tokio::sync::mpsc;
 
 use super::{
+    message::on_message,
     poison::{dead_letter_for, dead_lettered, produce, produce_alone},
     state::{State, confirm, contradicted, handed_over},
     txn::commit,
@@ -21,7 +22,7 @@ use super::{
 use crate::{
     config::{Config, PoisonPolicy},
     error::{Definite, RelayError},
-    events::{LOGICAL_MESSAGE_IGNORED, OUTBOX_TABLE_RENAMED},
+    events::OUTBOX_TABLE_RENAMED,
     sink::{Delivered, KafkaSink},
     source::{PG_EPOCH_UNIX_US, Session},
 };
@@ -60,6 +61,26 @@ pub(super) async fn on_event(
                 seq: 0,
             });
             let decoded = st.decoder.decode(data, pos)?;
+            if let Decoded::LogicalMessage {
+                transactional,
+                lsn,
+                prefix,
+                content,
+            } = decoded
+            {
+                return on_message(
+                    cfg,
+                    sink,
+                    client,
+                    st,
+                    reports,
+                    transactional,
+                    lsn,
+                    prefix,
+                    content,
+                )
+                .await;
+            }
             if skipped(st, &decoded)? {
                 return Ok(());
             }
@@ -70,21 +91,10 @@ pub(super) async fn on_event(
                     fingerprint,
                     ..
                 } => {
-                    match st.refusals.get(pos.commit_lsn, pos.seq).cloned() {
-                        None => produce(sink, st, rec, pos).await?,
-                        Some(Refusal::Suspect(_)) => {
-                            produce_alone(sink, st, reports, rec, pos).await?
-                        }
-                        Some(Refusal::Confirmed(reason)) => {
-                            let dlq = dead_letter_for(st, &rec, &reason, pos);
-                            produce(sink, st, dlq, pos).await?;
-                        }
-                    }
-                    published(cfg, sink, client, st, reports, pos, index, fingerprint).await?;
+                    publish(cfg, sink, client, st, reports, rec, pos, index, fingerprint).await?;
                 }
-                Decoded::LogicalMessage { prefix, .. } => {
-                    tracing::trace!(prefix = %prefix, "{LOGICAL_MESSAGE_IGNORED}");
-                }
+                // Handed to `on_message` above.
+                Decoded::LogicalMessage { .. } => {}
                 Decoded::Poison(p) => match st.policy {
                     PoisonPolicy::Halt => {
                         return Err(RelayError::from(Definite::Poison {
@@ -134,16 +144,19 @@ pub(super) async fn on_event(
         } => {
             // pgwire-replication decodes logical messages itself. A transactional one is a
             // change of its transaction: it counts in the change index.
-            let decoded = Decoded::LogicalMessage {
+            let lsn = Lsn(lsn.as_u64());
+            on_message(
+                cfg,
+                sink,
+                client,
+                st,
+                reports,
                 transactional,
-                lsn: Lsn(lsn.as_u64()),
+                lsn,
                 prefix,
                 content,
-            };
-            skipped(st, &decoded)?;
-            if let Decoded::LogicalMessage { prefix, .. } = decoded {
-                tracing::trace!(prefix = %prefix, "{LOGICAL_MESSAGE_IGNORED}");
-            }
+            )
+            .await?;
         }
         ReplicationEvent::StoppedAt { .. } => {}
     }
@@ -153,46 +166,72 @@ pub(super) async fn on_event(
 /// Counts a change in the open transaction's change index and asks the skip about it. `true`:
 /// Kafka holds it already (a routed change still takes its position in the transaction).
 fn skipped(st: &mut State<'_>, decoded: &Decoded) -> Result<bool, RelayError> {
-    let index = st.change_index;
-    let refuse = |st: &State<'_>, e| contradicted(st, e);
-    let verdict = match decoded {
+    match decoded {
         Decoded::Record {
             routed,
             fingerprint,
             ..
-        } => st.skip.change(index, Some(routed), || fingerprint.render()),
-        Decoded::Poison(p) => st
-            .skip
-            .change(index, Some(&p.routed), || p.fingerprint.render()),
-        Decoded::OtherInsert(fp) => st.skip.change(index, None, || fp.render()),
-        Decoded::LogicalMessage {
-            transactional: true,
-            prefix,
-            content,
-            ..
-        } => st.skip.change(index, None, || {
-            Fingerprint::of_message(prefix, content).render()
-        }),
-        _ => return Ok(false),
+        } => skipped_change(st, Some(routed), fingerprint),
+        Decoded::Poison(p) => skipped_change(st, Some(&p.routed), &p.fingerprint),
+        Decoded::OtherInsert(fp) => skipped_change(st, None, fp),
+        _ => Ok(false),
     }
-    .map_err(|e| refuse(st, e))?;
+}
+
+/// [`skipped`] for one change: `routed` names the `[[outbox]]` table or `message:<prefix>` it
+/// is routed by (`None`: a change without a record, which counts in the index only).
+pub(super) fn skipped_change(
+    st: &mut State<'_>,
+    routed: Option<&str>,
+    fingerprint: &Fingerprint,
+) -> Result<bool, RelayError> {
+    let index = st.change_index;
+    let verdict = st
+        .skip
+        .change(index, routed, || fingerprint.render())
+        .map_err(|e| contradicted(st, e))?;
     st.change_index += 1;
     if verdict == Verdict::Publish {
         return Ok(false);
     }
     st.skipped += 1;
     metrics::counter!(crate::metrics::SKIPPED_CHANGES).increment(1);
-    if matches!(decoded, Decoded::Record { .. } | Decoded::Poison(_)) {
+    if routed.is_some() {
         handed_over(st);
     }
     Ok(true)
+}
+
+/// Hands a routed change's record to Kafka (alone if Kafka refused it in a batch before, its
+/// dead-letter record if refused alone), then [`published`].
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn publish(
+    cfg: &Config,
+    sink: &KafkaSink,
+    client: &impl Session,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    rec: Record,
+    pos: Position,
+    index: u64,
+    fingerprint: Fingerprint,
+) -> Result<(), RelayError> {
+    match st.refusals.get(pos.commit_lsn, pos.seq).cloned() {
+        None => produce(sink, st, rec, pos).await?,
+        Some(Refusal::Suspect(_)) => produce_alone(sink, st, reports, rec, pos).await?,
+        Some(Refusal::Confirmed(reason)) => {
+            let dlq = dead_letter_for(st, &rec, &reason, pos);
+            produce(sink, st, dlq, pos).await?;
+        }
+    }
+    published(cfg, sink, client, st, reports, pos, index, fingerprint).await
 }
 
 /// A change got its record: the trail names it in the next checkpoint, and a Kafka transaction
 /// that reached `kafka.max_transaction_records` is committed now (a source transaction split
 /// across Kafka transactions; the change index keeps the skip exact).
 #[allow(clippy::too_many_arguments)]
-async fn published(
+pub(super) async fn published(
     cfg: &Config,
     sink: &KafkaSink,
     client: &impl Session,

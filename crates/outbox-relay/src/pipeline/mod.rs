@@ -20,6 +20,7 @@ mod checkpoints;
 mod delivery;
 mod drain;
 mod event;
+mod message;
 mod poison;
 mod state;
 mod txn;
@@ -32,6 +33,7 @@ use std::time::{Duration, Instant};
 use relay_core::{
     decode::Decoder,
     progress::{Limits, Progress},
+    route::MessageRoutes,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -110,6 +112,8 @@ pub(crate) async fn stream(
         }
     };
     crate::health::set_streaming(true);
+    metrics::gauge!(crate::metrics::OUTBOX_TABLES).set(cfg.outbox.len() as f64);
+    metrics::gauge!(crate::metrics::MESSAGE_PREFIXES).set(cfg.message.len() as f64);
     tracing::info!(
         slot = %pg.slot, confirmed_flush = %begun.start,
         status_interval_ms = interval.as_millis() as u64, "{STREAMING_STARTED}"
@@ -129,6 +133,7 @@ pub(crate) async fn stream(
         progress,
         decoder: Decoder::new(&cfg.outbox, cfg.relay.relay_headers)
             .with_oids(slot.outbox_oids.clone()),
+        messages: MessageRoutes::new(&cfg.message, cfg.relay.relay_headers),
         txn: None,
         policy: cfg.relay.on_poison,
         dead_letter_topic: cfg.relay.dead_letter_topic.clone(),

@@ -7,8 +7,13 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use relay_core::{
-    Lsn, checkpoint::Trail, deadletter::Refusals, decode::Decoder, progress::Progress,
-    route::Position, skip::Skip,
+    Lsn,
+    checkpoint::Trail,
+    deadletter::Refusals,
+    decode::Decoder,
+    progress::Progress,
+    route::{MessageRoutes, Position},
+    skip::Skip,
 };
 
 use crate::{
@@ -20,6 +25,8 @@ pub(super) struct State<'a> {
     /// What may be read and confirmed ([`relay_core::progress`]).
     pub(super) progress: Progress,
     pub(super) decoder: Decoder,
+    /// The `[[message]]` sections, by prefix.
+    pub(super) messages: MessageRoutes,
     pub(super) txn: Option<Position>,
     pub(super) policy: PoisonPolicy,
     pub(super) dead_letter_topic: String,

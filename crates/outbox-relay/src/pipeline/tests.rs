@@ -185,6 +185,7 @@ impl Run {
         let mut st = State {
             progress,
             decoder: Decoder::new(&self.cfg.outbox, false),
+            messages: relay_core::route::MessageRoutes::new(&self.cfg.message, false),
             txn: None,
             policy: self.cfg.relay.on_poison,
             dead_letter_topic: self.cfg.relay.dead_letter_topic.clone(),

@@ -1,0 +1,363 @@
+//! A table-less outbox (`[[message]]`): transactional logical messages published like outbox
+//! rows, against the real servers. Messages and rows of one transaction arrive in commit order;
+//! messages in a rolled-back savepoint or an aborted transaction never arrive; a messages-only
+//! config needs no outbox table; poison halts or is dead-lettered; exactly-once survives a
+//! slot rewind with messages in the transactions.
+
+use std::time::Duration;
+
+use tokio_postgres::GenericClient;
+
+use crate::support::{TestDb, check, connect, eventually, kafka, relay::Relay, writer::Written};
+
+fn message_section(db: &TestDb) -> String {
+    format!(
+        "[[message]]\nprefix = \"outbox\"\ntopic = \"{}.{{aggregatetype}}\"\n",
+        db.name
+    )
+}
+
+/// Like `writer::insert_event`, as a transactional logical message with the Debezium envelope.
+async fn emit_event(
+    c: &impl GenericClient,
+    aggregate_type: &str,
+    agg: &str,
+) -> Result<Written, tokio_postgres::Error> {
+    let seq: i32 = c
+        .query_one(
+            "INSERT INTO agg(id, seq) VALUES ($1, 1) \
+             ON CONFLICT (id) DO UPDATE SET seq = agg.seq + 1 RETURNING seq",
+            &[&agg],
+        )
+        .await?
+        .get(0);
+    let id = uuid::Uuid::new_v4().to_string();
+    let payload = serde_json::json!({"aggregate": agg, "seq": seq, "writer": 9, "note": "m"});
+    c.execute(
+        "SELECT pg_logical_emit_message(true, 'outbox', json_build_object('id', $1::text, \
+         'aggregatetype', $2::text, 'aggregateid', $3::text, 'type', 'Event', \
+         'payload', $4::text::json)::text)",
+        &[&id, &aggregate_type, &agg, &payload.to_string()],
+    )
+    .await?;
+    Ok(Written {
+        id,
+        aggregate_type: aggregate_type.into(),
+        aggregate: agg.into(),
+        seq,
+        payload,
+    })
+}
+
+async fn consume_settled(db: &TestDb, topics: Vec<String>, n: usize) -> Vec<kafka::Rec> {
+    let got = kafka::consume(topics.clone(), Duration::from_secs(60), n).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let again = kafka::consume(topics, Duration::from_secs(5), n).await;
+    let _ = db;
+    if again.len() > got.len() { again } else { got }
+}
+
+/// Rows and messages interleaved on the same aggregates (the `agg` row lock makes their
+/// sequence the commit order), a rolled-back savepoint and an aborted transaction holding
+/// messages, and messages with other prefixes.
+async fn write_mixed(db: &TestDb, tag: &str) -> (Vec<Written>, Vec<String>) {
+    let mut c = connect(&db.conninfo()).await;
+    let (mut out, mut discarded) = (Vec::new(), Vec::new());
+    for i in 0..3 {
+        let tx = c.transaction().await.unwrap();
+        let agg = format!("{tag}-{}", i % 2);
+        out.push(
+            crate::support::writer::insert_event(&tx, "order", &agg, 0)
+                .await
+                .unwrap(),
+        );
+        out.push(emit_event(&tx, "order", &agg).await.unwrap());
+        tx.execute(
+            "SELECT pg_logical_emit_message(true, 'other-app', 'not for kafka')",
+            &[],
+        )
+        .await
+        .unwrap();
+        out.push(emit_event(&tx, "order", &agg).await.unwrap());
+        out.push(
+            crate::support::writer::insert_event(&tx, "order", &agg, 0)
+                .await
+                .unwrap(),
+        );
+        tx.commit().await.unwrap();
+    }
+    // A savepoint rolled back with a message (and a row) in it.
+    let tx = c.transaction().await.unwrap();
+    out.push(
+        emit_event(&tx, "order", &format!("{tag}-sp"))
+            .await
+            .unwrap(),
+    );
+    tx.batch_execute("SAVEPOINT s").await.unwrap();
+    let gone = emit_event(&tx, "order", &format!("{tag}-gone"))
+        .await
+        .unwrap();
+    discarded.push(gone.id);
+    let gone = crate::support::writer::insert_event(&tx, "order", &format!("{tag}-gone"), 0)
+        .await
+        .unwrap();
+    discarded.push(gone.id);
+    tx.batch_execute("ROLLBACK TO SAVEPOINT s").await.unwrap();
+    out.push(
+        emit_event(&tx, "order", &format!("{tag}-sp"))
+            .await
+            .unwrap(),
+    );
+    tx.commit().await.unwrap();
+    // An aborted transaction.
+    let tx = c.transaction().await.unwrap();
+    discarded.push(
+        emit_event(&tx, "order", &format!("{tag}-abort"))
+            .await
+            .unwrap()
+            .id,
+    );
+    tx.rollback().await.unwrap();
+    (out, discarded)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_and_messages_of_a_transaction_arrive_in_commit_order() {
+    let db = TestDb::new("msg_mixed").await;
+    let cfg = db.relay_config(&format!(
+        "{}{}[http]\nlisten = \"127.0.0.1:0\"\n",
+        db.outbox_section(),
+        message_section(&db)
+    ));
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let (written, discarded) = write_mixed(&db, "a").await;
+    // One message whose value is checked byte for byte: the payload text as PostgreSQL emitted it.
+    let c = connect(&db.conninfo()).await;
+    c.execute(
+        "SELECT pg_logical_emit_message(true, 'outbox', json_build_object('id', 'exact-1', \
+         'aggregatetype','exact','aggregateid','42','type','OrderCreated', \
+         'payload', json_build_object('total', 10))::text)",
+        &[],
+    )
+    .await
+    .unwrap();
+    let got = consume_settled(&db, vec![db.topic("order")], written.len()).await;
+    check::assert_absent(&discarded, &got);
+    let f = check::check("messages_mixed", |t| db.topic(t), &written, &got);
+    f.assert_nothing_lost_or_reordered("rows and messages");
+    assert_eq!((f.written, f.unexpected), (14, 0), "{f:?}");
+    let exact = kafka::consume(vec![db.topic("exact")], Duration::from_secs(30), 1).await;
+    assert_eq!(exact.len(), 1, "{exact:?}");
+    assert_eq!(exact[0].value.as_deref(), Some("{\"total\" : 10}"));
+    assert_eq!(exact[0].key.as_deref(), Some("42"));
+    assert_eq!(exact[0].header("eventType"), "OrderCreated");
+    assert_eq!(exact[0].header("id"), "exact-1");
+    // Everything confirmed, the other prefix counted, not published.
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
+        .await;
+    let addr = crate::support::http::relay_addr(&relay).await;
+    let scrape = crate::support::http::scrape(addr).await;
+    assert_eq!(
+        scrape.value("outbox_relay_logical_messages_ignored_total", &[]),
+        Some(3.0)
+    );
+    assert_eq!(scrape.value("outbox_relay_outbox_tables", &[]), Some(1.0));
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_messages_only_config_needs_no_outbox_table() {
+    let db = TestDb::new("msg_only").await;
+    db.client.batch_execute("DROP TABLE outbox").await.unwrap();
+    let cfg = db.relay_config(&message_section(&db));
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let tables: i64 = db
+        .client
+        .query_one(
+            "SELECT count(*) FROM pg_publication_tables WHERE pubname = $1",
+            &[&db.name],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 0, "the publication lists tables");
+    let mut c = connect(&db.conninfo()).await;
+    let mut written = Vec::new();
+    for i in 0..5 {
+        let tx = c.transaction().await.unwrap();
+        written.push(
+            emit_event(&tx, "order", &format!("k{}", i % 2))
+                .await
+                .unwrap(),
+        );
+        tx.execute("INSERT INTO business(note) VALUES ('x')", &[])
+            .await
+            .unwrap();
+        written.push(
+            emit_event(&tx, "order", &format!("k{}", i % 2))
+                .await
+                .unwrap(),
+        );
+        tx.commit().await.unwrap();
+    }
+    let got = consume_settled(&db, vec![db.topic("order")], written.len()).await;
+    let f = check::check("messages_only", |t| db.topic(t), &written, &got);
+    f.assert_nothing_lost_or_reordered("messages only");
+    assert_eq!(f.duplicated, 0, "{f:?}");
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
+        .await;
+    let out = std::process::Command::new(crate::support::relay::binary())
+        .args(["status", "--config"])
+        .arg(&relay.config)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run outbox-relay status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("publishes        no outbox table; message prefixes \"outbox\""),
+        "{text}"
+    );
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_transactional_message_with_a_configured_prefix_halts_naming_it() {
+    let db = TestDb::new("msg_nontx").await;
+    let cfg = db.relay_config(&message_section(&db));
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let c = connect(&db.conninfo()).await;
+    let good = emit_event(&c, "order", "k").await.unwrap();
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
+        .await;
+    c.execute(
+        "SELECT pg_logical_emit_message(false, 'outbox', '{\"aggregateid\": \"k\"}')",
+        &[],
+    )
+    .await
+    .unwrap();
+    let status = relay
+        .wait(Duration::from_secs(30))
+        .expect("the relay must stop on a non-transactional message");
+    assert_eq!(status.code(), Some(1), "{}", relay.log_text());
+    let log = relay.log_text();
+    assert!(
+        log.contains("non-transactional logical message with prefix \\\"outbox\\\"")
+            || log.contains("non-transactional logical message with prefix \"outbox\""),
+        "{log}"
+    );
+    let got = kafka::consume(vec![db.topic("order")], Duration::from_secs(30), 1).await;
+    let f = check::check("messages_nontx", |t| db.topic(t), &[good], &got);
+    assert_eq!((f.lost, f.unexpected), (0, 0), "{f:?}");
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_messages_halt_naming_the_prefix_or_are_dead_lettered() {
+    let db = TestDb::new("msg_poison").await;
+    let dlq = format!("{}.dlq", db.name);
+    let halt = db.relay_config(&message_section(&db));
+    let mut relay = Relay::streaming(&db.name, &halt).await;
+    let c = connect(&db.conninfo()).await;
+    let mut written = vec![emit_event(&c, "order", "k").await.unwrap()];
+    c.execute(
+        "SELECT pg_logical_emit_message(true, 'outbox', '[\"not an object\"]')",
+        &[],
+    )
+    .await
+    .unwrap();
+    let status = relay.wait(Duration::from_secs(30)).expect("halt");
+    assert_eq!(status.code(), Some(1), "{}", relay.log_text());
+    let log = relay.log_text();
+    assert!(log.contains("prefix") && log.contains("outbox") && log.contains("committed at"));
+    assert!(log.contains("not a JSON object"), "{log}");
+
+    let dead = format!(
+        "{}[relay]\non_poison = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n",
+        message_section(&db)
+    );
+    let mut relay = Relay::streaming(&db.name, &db.relay_config(&dead)).await;
+    written.push(emit_event(&c, "order", "k").await.unwrap());
+    let got = consume_settled(&db, vec![db.topic("order")], written.len()).await;
+    let f = check::check("messages_dead_letter", |t| db.topic(t), &written, &got);
+    f.assert_nothing_lost_or_reordered("around a dead-lettered message");
+    let dl = kafka::consume_until(std::slice::from_ref(&dlq), Duration::from_secs(30), |r| {
+        !r.is_empty()
+    });
+    assert!(!dl.is_empty(), "no dead-letter record");
+    assert_eq!(dl[0].key.as_deref(), Some("outbox"));
+    assert_eq!(dl[0].value.as_deref(), Some("[\"not an object\"]"));
+    assert!(
+        dl[0]
+            .header("outbox-relay.dlq.reason")
+            .contains("not a JSON object")
+    );
+    assert_eq!(dl[0].header("outbox-relay.dlq.prefix"), "outbox");
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_skips_messages_exactly_after_a_slot_rewind() {
+    let db = TestDb::new("msg_eos").await;
+    let cfg = db.relay_config(&format!(
+        "transactional_id = \"outbox-relay-{}\"\nmax_transaction_records = 5\n{}{}\
+         [relay]\ndelivery = \"exactly-once\"\nstatus_interval_ms = 200\n\
+         restart_backoff_initial_ms = 100\n",
+        db.name,
+        db.outbox_section(),
+        message_section(&db)
+    ));
+    let copy = format!("{}_copy", db.name);
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    relay.terminate(Duration::from_secs(30));
+    db.client
+        .execute(
+            "SELECT pg_copy_logical_replication_slot($1, $2)",
+            &[&db.name, &copy],
+        )
+        .await
+        .unwrap();
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let (mut written, _) = write_mixed(&db, "a").await;
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(60))
+        .await;
+    assert!(relay.terminate(Duration::from_secs(30)).success());
+    // The slot goes back to before every event.
+    eventually(
+        "the slot to be released",
+        Duration::from_secs(20),
+        || async { db.slot_active_pid().await.is_none().then_some(()) },
+    )
+    .await;
+    db.client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&db.name])
+        .await
+        .unwrap();
+    db.client
+        .execute(
+            "SELECT pg_copy_logical_replication_slot($1, $2)",
+            &[&copy, &db.name],
+        )
+        .await
+        .unwrap();
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    written.extend(write_mixed(&db, "b").await.0);
+    let got = consume_settled(&db, vec![db.topic("order")], written.len()).await;
+    let f = check::check("messages_eos_rewind", |t| db.topic(t), &written, &got);
+    check::record("messages_eos_rewind", &f);
+    let log = relay.log_text();
+    assert!(
+        log.contains(outbox_relay::events::CHECKPOINT_SKIP_DONE),
+        "{log}"
+    );
+    relay.terminate(Duration::from_secs(30));
+    let _ = db
+        .client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&copy])
+        .await;
+    f.assert_nothing_lost_or_reordered("messages after a rewind");
+    assert_eq!(f.duplicated, 0, "exactly-once re-sent events: {f:?}");
+    db.cleanup().await;
+}
