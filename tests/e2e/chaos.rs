@@ -1,7 +1,9 @@
 //! The chaos suite: concurrent writers while the relay is killed with `kill -9`, stopped with
 //! SIGTERM, cut off from PostgreSQL and from Kafka by a TCP proxy, while Kafka is stopped and
-//! PostgreSQL crashes (`pg_ctl -m immediate`). Ground truth is the outbox table itself (rows are
-//! kept), so commits whose acknowledgement was lost in a crash are counted correctly. An
+//! PostgreSQL crashes (`pg_ctl -m immediate`). One writer emits half its events as transactional
+//! logical messages (`[[message]]`). Ground truth is the outbox table itself (rows are kept) and,
+//! for the messages, a ledger row written in the same transaction, so commits whose
+//! acknowledgement was lost in a crash are counted correctly. An
 //! independent consumer then checks every committed event: lost (must be 0), out of order per
 //! aggregate (must be 0), duplicated (counted; only unconfirmed work repeats).
 //!
@@ -116,7 +118,19 @@ async fn resilient_writer(conninfo: String, id: usize, stop: Arc<AtomicBool>) ->
             let res: Result<(), tokio_postgres::Error> = async {
                 let tx = c.transaction().await?;
                 for _ in 0..n {
-                    writer::insert_event(&tx, "order", &agg, id).await?;
+                    // Writer 1 writes half its events as logical messages ([[message]]), into
+                    // a ledger table the relay does not publish: the ground truth for them.
+                    if id == 1 && rng.random_bool(0.5) {
+                        let w = writer::emit_event(&tx, "order", &agg, id).await?;
+                        tx.execute(
+                            "INSERT INTO msg_ledger(id, aggregateid, seq, payload) \
+                             VALUES ($1, $2, $3, $4::text::jsonb)",
+                            &[&w.id, &w.aggregate, &w.seq, &w.payload.to_string()],
+                        )
+                        .await?;
+                    } else {
+                        writer::insert_event(&tx, "order", &agg, id).await?;
+                    }
                 }
                 tx.commit().await
             }
@@ -172,10 +186,18 @@ async fn chaos(p: Ports, name: &str, kafka_keys: &str, relay_keys: &str) -> chec
 
     let base = format!("host=127.0.0.1 port={} user=postgres", p.pg);
     let db = TestDb::new_on(&base, p.pg, name).await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE msg_ledger (id text PRIMARY KEY, aggregateid text, seq int, payload jsonb)",
+        )
+        .await
+        .unwrap();
     let cfg = db
         .relay_config(&format!(
-            "{kafka_keys}{}\n[relay]\n{relay_keys}restart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 1000\n",
-            db.outbox_section()
+            "{kafka_keys}{}\n[[message]]\nprefix = \"outbox\"\ntopic = \"{}.{{aggregatetype}}\"\n\
+             \n[relay]\n{relay_keys}restart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 1000\n",
+            db.outbox_section(),
+            db.name
         ))
         .replace(
             &format!("port = {}", p.pg),
@@ -269,7 +291,8 @@ async fn chaos(p: Ports, name: &str, kafka_keys: &str, relay_keys: &str) -> chec
     let c = connect(&db.conninfo()).await;
     let written: Vec<writer::Written> = c
         .query(
-            "SELECT id::text, aggregateid, (payload->>'seq')::int, payload::text FROM outbox",
+            "SELECT id::text, aggregateid, (payload->>'seq')::int, payload::text FROM outbox \
+             UNION ALL SELECT id, aggregateid, seq, payload::text FROM msg_ledger",
             &[],
         )
         .await

@@ -6,47 +6,17 @@
 
 use std::time::Duration;
 
-use tokio_postgres::GenericClient;
-
-use crate::support::{TestDb, check, connect, eventually, kafka, relay::Relay, writer::Written};
+use crate::support::{
+    TestDb, check, connect, eventually, kafka,
+    relay::Relay,
+    writer::{Written, emit_event},
+};
 
 fn message_section(db: &TestDb) -> String {
     format!(
         "[[message]]\nprefix = \"outbox\"\ntopic = \"{}.{{aggregatetype}}\"\n",
         db.name
     )
-}
-
-/// Like `writer::insert_event`, as a transactional logical message with the Debezium envelope.
-async fn emit_event(
-    c: &impl GenericClient,
-    aggregate_type: &str,
-    agg: &str,
-) -> Result<Written, tokio_postgres::Error> {
-    let seq: i32 = c
-        .query_one(
-            "INSERT INTO agg(id, seq) VALUES ($1, 1) \
-             ON CONFLICT (id) DO UPDATE SET seq = agg.seq + 1 RETURNING seq",
-            &[&agg],
-        )
-        .await?
-        .get(0);
-    let id = uuid::Uuid::new_v4().to_string();
-    let payload = serde_json::json!({"aggregate": agg, "seq": seq, "writer": 9, "note": "m"});
-    c.execute(
-        "SELECT pg_logical_emit_message(true, 'outbox', json_build_object('id', $1::text, \
-         'aggregatetype', $2::text, 'aggregateid', $3::text, 'type', 'Event', \
-         'payload', $4::text::json)::text)",
-        &[&id, &aggregate_type, &agg, &payload.to_string()],
-    )
-    .await?;
-    Ok(Written {
-        id,
-        aggregate_type: aggregate_type.into(),
-        aggregate: agg.into(),
-        seq,
-        payload,
-    })
 }
 
 async fn consume_settled(db: &TestDb, topics: Vec<String>, n: usize) -> Vec<kafka::Rec> {
@@ -71,14 +41,14 @@ async fn write_mixed(db: &TestDb, tag: &str) -> (Vec<Written>, Vec<String>) {
                 .await
                 .unwrap(),
         );
-        out.push(emit_event(&tx, "order", &agg).await.unwrap());
+        out.push(emit_event(&tx, "order", &agg, 9).await.unwrap());
         tx.execute(
             "SELECT pg_logical_emit_message(true, 'other-app', 'not for kafka')",
             &[],
         )
         .await
         .unwrap();
-        out.push(emit_event(&tx, "order", &agg).await.unwrap());
+        out.push(emit_event(&tx, "order", &agg, 9).await.unwrap());
         out.push(
             crate::support::writer::insert_event(&tx, "order", &agg, 0)
                 .await
@@ -89,12 +59,12 @@ async fn write_mixed(db: &TestDb, tag: &str) -> (Vec<Written>, Vec<String>) {
     // A savepoint rolled back with a message (and a row) in it.
     let tx = c.transaction().await.unwrap();
     out.push(
-        emit_event(&tx, "order", &format!("{tag}-sp"))
+        emit_event(&tx, "order", &format!("{tag}-sp"), 9)
             .await
             .unwrap(),
     );
     tx.batch_execute("SAVEPOINT s").await.unwrap();
-    let gone = emit_event(&tx, "order", &format!("{tag}-gone"))
+    let gone = emit_event(&tx, "order", &format!("{tag}-gone"), 9)
         .await
         .unwrap();
     discarded.push(gone.id);
@@ -104,7 +74,7 @@ async fn write_mixed(db: &TestDb, tag: &str) -> (Vec<Written>, Vec<String>) {
     discarded.push(gone.id);
     tx.batch_execute("ROLLBACK TO SAVEPOINT s").await.unwrap();
     out.push(
-        emit_event(&tx, "order", &format!("{tag}-sp"))
+        emit_event(&tx, "order", &format!("{tag}-sp"), 9)
             .await
             .unwrap(),
     );
@@ -112,7 +82,7 @@ async fn write_mixed(db: &TestDb, tag: &str) -> (Vec<Written>, Vec<String>) {
     // An aborted transaction.
     let tx = c.transaction().await.unwrap();
     discarded.push(
-        emit_event(&tx, "order", &format!("{tag}-abort"))
+        emit_event(&tx, "order", &format!("{tag}-abort"), 9)
             .await
             .unwrap()
             .id,
@@ -187,7 +157,7 @@ async fn a_messages_only_config_needs_no_outbox_table() {
     for i in 0..5 {
         let tx = c.transaction().await.unwrap();
         written.push(
-            emit_event(&tx, "order", &format!("k{}", i % 2))
+            emit_event(&tx, "order", &format!("k{}", i % 2), 9)
                 .await
                 .unwrap(),
         );
@@ -195,7 +165,7 @@ async fn a_messages_only_config_needs_no_outbox_table() {
             .await
             .unwrap();
         written.push(
-            emit_event(&tx, "order", &format!("k{}", i % 2))
+            emit_event(&tx, "order", &format!("k{}", i % 2), 9)
                 .await
                 .unwrap(),
         );
@@ -228,7 +198,7 @@ async fn a_non_transactional_message_with_a_configured_prefix_halts_naming_it() 
     let cfg = db.relay_config(&message_section(&db));
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     let c = connect(&db.conninfo()).await;
-    let good = emit_event(&c, "order", "k").await.unwrap();
+    let good = emit_event(&c, "order", "k", 9).await.unwrap();
     db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
         .await;
     c.execute(
@@ -260,7 +230,7 @@ async fn poison_messages_halt_naming_the_prefix_or_are_dead_lettered() {
     let halt = db.relay_config(&message_section(&db));
     let mut relay = Relay::streaming(&db.name, &halt).await;
     let c = connect(&db.conninfo()).await;
-    let mut written = vec![emit_event(&c, "order", "k").await.unwrap()];
+    let mut written = vec![emit_event(&c, "order", "k", 9).await.unwrap()];
     c.execute(
         "SELECT pg_logical_emit_message(true, 'outbox', '[\"not an object\"]')",
         &[],
@@ -278,7 +248,7 @@ async fn poison_messages_halt_naming_the_prefix_or_are_dead_lettered() {
         message_section(&db)
     );
     let mut relay = Relay::streaming(&db.name, &db.relay_config(&dead)).await;
-    written.push(emit_event(&c, "order", "k").await.unwrap());
+    written.push(emit_event(&c, "order", "k", 9).await.unwrap());
     let got = consume_settled(&db, vec![db.topic("order")], written.len()).await;
     let f = check::check("messages_dead_letter", |t| db.topic(t), &written, &got);
     f.assert_nothing_lost_or_reordered("around a dead-lettered message");

@@ -60,6 +60,39 @@ pub async fn insert_event(
     })
 }
 
+/// Like [`insert_event`], as a transactional logical message with the Debezium envelope.
+pub async fn emit_event(
+    c: &impl GenericClient,
+    aggregate_type: &str,
+    agg: &str,
+    writer: usize,
+) -> Result<Written, tokio_postgres::Error> {
+    let seq: i32 = c
+        .query_one(
+            "INSERT INTO agg(id, seq) VALUES ($1, 1) \
+             ON CONFLICT (id) DO UPDATE SET seq = agg.seq + 1 RETURNING seq",
+            &[&agg],
+        )
+        .await?
+        .get(0);
+    let id = uuid::Uuid::new_v4().to_string();
+    let payload = serde_json::json!({"aggregate": agg, "seq": seq, "writer": writer, "note": "m"});
+    c.execute(
+        "SELECT pg_logical_emit_message(true, 'outbox', json_build_object('id', $1::text, \
+         'aggregatetype', $2::text, 'aggregateid', $3::text, 'type', 'Event', \
+         'payload', $4::text::json)::text)",
+        &[&id, &aggregate_type, &agg, &payload.to_string()],
+    )
+    .await?;
+    Ok(Written {
+        id,
+        aggregate_type: aggregate_type.into(),
+        aggregate: agg.into(),
+        seq,
+        payload,
+    })
+}
+
 /// Runs `txns` transactions on its own connection: each touches 1-3 aggregates (locked in
 /// sorted order, so writers never deadlock), writes 1-4 events per aggregate, sometimes a
 /// savepoint that is rolled back, and commits (about 85%) or rolls back.
