@@ -29,6 +29,7 @@ pub mod metrics;
 mod monitor;
 mod pg;
 mod pipeline;
+mod publication;
 pub mod run;
 mod setup;
 mod sink;

@@ -35,7 +35,7 @@ use crate::{
     health::Shared,
     metrics as m,
     pg::{self, describe_pg},
-    setup,
+    publication,
     slot::{self, SlotSnapshot, WalStatus},
     webhook::{Dispatcher, Repeater},
 };
@@ -192,7 +192,7 @@ impl Monitor {
         let Some((client, _)) = self.conn.as_ref() else {
             return;
         };
-        match setup::publication_covers_outbox(client, &self.cfg).await {
+        match publication::publication_covers_outbox(client, &self.cfg).await {
             Err(e @ RelayError::Definite(Definite::Precondition(_))) => {
                 if let Some(fatal) = self.fatal.take() {
                     tracing::error!(error = %e, "{PUBLICATION_DRIFT}: stopping");

@@ -14,8 +14,9 @@ use tokio_postgres::Client;
 use crate::{
     config::{Config, valid_identifier},
     error::{Definite, RelayError},
-    events::{PUBLICATION_CREATED, SLOT_CREATED, SLOT_IN_USE, SLOT_RECREATED},
+    events::{SLOT_CREATED, SLOT_IN_USE, SLOT_RECREATED},
     pg::{describe_pg, query_err, quote_ident},
+    publication::ensure_publication,
     slot::server_version,
 };
 
@@ -147,126 +148,6 @@ pub(crate) async fn preflight(
     let mut slot = ensure_slot(client, cfg, policy).await?;
     slot.outbox_oids = outbox_oids;
     Ok(slot)
-}
-
-/// A partitioned outbox is published through its root (`publish_via_partition_root`), so its
-/// rows arrive under the root's name whichever partition holds them; the option is set on
-/// every publication the relay creates, so partitions attached later are covered too.
-async fn ensure_publication(
-    client: &Client,
-    cfg: &Config,
-    partitioned: bool,
-) -> Result<(), RelayError> {
-    let pg = &cfg.postgres;
-    let row = client
-        .query_opt(
-            "SELECT pubinsert, pubviaroot FROM pg_publication WHERE pubname = $1",
-            &[&pg.publication],
-        )
-        .await
-        .map_err(query_err("look up the publication"))?;
-    let tables: Vec<String> = cfg
-        .outbox
-        .iter()
-        .map(|t| {
-            let (s, n) = t.qualified_name();
-            format!("{}.{}", quote_ident(&s), quote_ident(&n))
-        })
-        .collect();
-    // `[[message]]` sections only: a publication of no table still carries logical messages.
-    let for_tables = if tables.is_empty() {
-        String::new()
-    } else {
-        format!(" FOR TABLE {}", tables.join(", "))
-    };
-    match row {
-        None if pg.create_publication => {
-            let sql = format!(
-                "CREATE PUBLICATION {}{for_tables} \
-                 WITH (publish = 'insert', publish_via_partition_root = true)",
-                quote_ident(&pg.publication),
-            );
-            client.batch_execute(&sql).await.map_err(|e| {
-                Definite::Precondition(format!(
-                    "cannot create publication {:?}: {}; create it as the table owner: {sql}",
-                    pg.publication,
-                    describe_pg(&e)
-                ))
-            })?;
-            let tables = if tables.is_empty() {
-                "none ([[message]] sections only)".into()
-            } else {
-                tables.join(", ")
-            };
-            tracing::info!(publication = %pg.publication, tables = %tables, "{PUBLICATION_CREATED}");
-            return Ok(());
-        }
-        None => {
-            return Err(RelayError::from(Definite::Precondition(format!(
-                "publication {:?} does not exist: run CREATE PUBLICATION {}{for_tables} WITH \
-                 (publish = 'insert'), or set postgres.create_publication = true",
-                pg.publication,
-                quote_ident(&pg.publication),
-            ))));
-        }
-        Some(row) => {
-            let inserts: bool = row.get(0);
-            let via_root: bool = row.get(1);
-            if partitioned && !via_root {
-                return Err(RelayError::from(Definite::Precondition(format!(
-                    "publication {:?} publishes the partitioned outbox per partition, so its \
-                     rows would arrive under partition names: run ALTER PUBLICATION {} SET \
-                     (publish = 'insert', publish_via_partition_root = true)",
-                    pg.publication,
-                    quote_ident(&pg.publication)
-                ))));
-            }
-            if !inserts {
-                return Err(RelayError::from(Definite::Precondition(format!(
-                    "publication {:?} does not publish INSERTs: run ALTER PUBLICATION {} SET \
-                     (publish = 'insert')",
-                    pg.publication,
-                    quote_ident(&pg.publication)
-                ))));
-            }
-        }
-    }
-    publication_covers_outbox(client, cfg).await
-}
-
-/// Checks that the publication still lists every outbox table. A table dropped and re-created
-/// silently leaves a `FOR TABLE` publication, after which its events never reach the relay:
-/// checked at start and, by the slot monitor, while running.
-pub(crate) async fn publication_covers_outbox(
-    client: &Client,
-    cfg: &Config,
-) -> Result<(), RelayError> {
-    let pg = &cfg.postgres;
-    for t in &cfg.outbox {
-        let (schema, table) = t.qualified_name();
-        let present = client
-            .query_opt(
-                "SELECT 1 FROM pg_publication_tables \
-                  WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
-                &[&pg.publication, &schema, &table],
-            )
-            .await
-            .map_err(query_err("list publication tables"))?
-            .is_some();
-        if !present {
-            return Err(RelayError::from(Definite::Precondition(format!(
-                "publication {:?} does not include {schema}.{table}, so its events would never \
-                 reach the relay (this also happens after the table is dropped and re-created): \
-                 run ALTER PUBLICATION {} ADD TABLE {}.{}; rows inserted while it was missing \
-                 were not published and must be re-published from the table",
-                pg.publication,
-                quote_ident(&pg.publication),
-                quote_ident(&schema),
-                quote_ident(&table)
-            ))));
-        }
-    }
-    Ok(())
 }
 
 async fn ensure_slot(

@@ -1,0 +1,129 @@
+use super::*;
+use crate::slot::SlotState;
+use relay_core::Lsn;
+
+fn report(slot: Option<SlotState>, relay: Result<RelayView, String>) -> StatusReport {
+    let snapshot = SlotSnapshot {
+        in_recovery: false,
+        server_lsn: Some(Lsn(0x3000000)),
+        max_slot_wal_keep_size: Some(64 << 20),
+        slot,
+    };
+    let cfg = crate::config::AlertsConfig::default();
+    StatusReport {
+        slot_name: "s".into(),
+        server: "h:1 database d".into(),
+        sources: "no outbox table; message prefixes \"outbox\"".into(),
+        findings: alert::evaluate(&cfg, &Observation::of(&snapshot, None)),
+        snapshot,
+        relay,
+    }
+}
+
+fn slot(status: &str, restart: u64) -> SlotState {
+    SlotState {
+        active: true,
+        active_pid: Some(42),
+        restart_lsn: Some(Lsn(restart)),
+        confirmed_flush: Some(Lsn(0x3000000 - 100)),
+        wal_status: Some(status.parse().unwrap()),
+        safe_wal_size: Some(40 << 20),
+        invalidation_reason: None,
+        stats: None,
+    }
+}
+
+#[test]
+fn healthy_slot_is_ok_and_shows_the_figures() {
+    let r = report(Some(slot("reserved", 0x3000000 - 4096)), Err("off".into()));
+    assert_eq!(r.worst(), None);
+    let text = r.render();
+    for needle in [
+        "active (pid 42)",
+        "wal_status reserved",
+        "safe_wal_size 40.0 MiB",
+        "lag 100 B",
+        "retains 4.0 KiB of WAL",
+        "max_slot_wal_keep_size 64.0 MiB",
+        "alerts           none",
+        "publishes        no outbox table; message prefixes \"outbox\"",
+        "result: OK",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing in\n{text}");
+    }
+}
+
+#[test]
+fn lost_missing_and_relay_reported_critical_alerts_are_critical() {
+    let mut lost = slot("lost", 0);
+    lost.restart_lsn = None;
+    lost.safe_wal_size = None;
+    let r = report(Some(lost), Err("off".into()));
+    assert_eq!(r.worst(), Some(Severity::Critical));
+    let text = r.render();
+    assert!(
+        text.contains("CRITICAL wal_status: the slot was invalidated"),
+        "{text}"
+    );
+    assert!(
+        text.contains("safe_wal_size none (lost)") && text.contains("retained WAL unknown"),
+        "{text}"
+    );
+    assert_eq!(
+        report(None, Err("off".into())).worst(),
+        Some(Severity::Critical)
+    );
+    assert!(report(None, Err("off".into())).render().contains("MISSING"));
+
+    let view = relay_view(
+        "# TYPE outbox_relay_alert_level gauge\n\
+         outbox_relay_alert_level{alert=\"time_lag\"} 2\n\
+         outbox_relay_alert_level{alert=\"retained_wal\"} 0\n\
+         outbox_relay_streaming 0\noutbox_relay_ready 0\n\
+         outbox_relay_slot_lag_seconds 12.5\n",
+    );
+    assert_eq!(view.streaming, Some(false));
+    assert_eq!(view.time_lag_secs, Some(12.5));
+    assert_eq!(view.alert_levels.len(), 2);
+    let r = report(Some(slot("reserved", 0x3000000 - 4096)), Ok(view));
+    assert_eq!(r.worst(), Some(Severity::Critical));
+    let text = r.render();
+    assert!(
+        text.contains("NOT streaming") && text.contains("time lag 12.5s"),
+        "{text}"
+    );
+    assert!(
+        text.contains("CRITICAL time_lag (reported by the relay"),
+        "{text}"
+    );
+}
+
+#[test]
+fn retained_wal_over_the_ratio_is_a_warning() {
+    // 40 MiB of 64 MiB: 62% (default warning 50%, critical 80%).
+    let r = report(
+        Some(slot("reserved", 0x3000000 - (40 << 20))),
+        Err("off".into()),
+    );
+    assert_eq!(r.worst(), Some(Severity::Warning));
+    assert!(r.render().contains("WARNING retained_wal"));
+}
+
+#[test]
+fn sources_say_whether_there_is_an_outbox_table() {
+    let mut cfg = Config::load(None, []).unwrap();
+    assert_eq!(sources(&cfg), "tables public.outbox");
+    cfg.outbox.clear();
+    cfg.message = vec![relay_core::route::MessageRoute {
+        prefix: "outbox".into(),
+        ..cfg_message()
+    }];
+    assert_eq!(
+        sources(&cfg),
+        "no outbox table; message prefixes \"outbox\""
+    );
+}
+
+fn cfg_message() -> relay_core::route::MessageRoute {
+    toml::from_str("prefix = \"x\"").unwrap()
+}
