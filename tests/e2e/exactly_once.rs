@@ -43,43 +43,6 @@ fn config(db: &TestDb, delivery: &str, extra: &str) -> String {
     ))
 }
 
-/// Drops the slot and puts `copy` (taken earlier) in its place: the slot goes back in time.
-async fn rewind_slot(db: &TestDb, copy: &str) {
-    let c = &db.client;
-    eventually(
-        "the slot to be released",
-        Duration::from_secs(20),
-        || async { db.slot_active_pid().await.is_none().then_some(()) },
-    )
-    .await;
-    c.execute("SELECT pg_drop_replication_slot($1)", &[&db.name])
-        .await
-        .unwrap();
-    c.execute(
-        "SELECT pg_copy_logical_replication_slot($1, $2)",
-        &[&copy, &db.name],
-    )
-    .await
-    .unwrap();
-}
-
-async fn copy_slot(db: &TestDb, copy: &str) {
-    db.client
-        .execute(
-            "SELECT pg_copy_logical_replication_slot($1, $2)",
-            &[&db.name, &copy],
-        )
-        .await
-        .unwrap();
-}
-
-async fn drop_slot(db: &TestDb, slot: &str) {
-    let _ = db
-        .client
-        .execute("SELECT pg_drop_replication_slot($1)", &[&slot])
-        .await;
-}
-
 /// Single-event transactions, then one transaction of 25 events interleaved with rows of
 /// another table (split across Kafka transactions of 10), then `tail` single-event ones.
 async fn write_events(db: &TestDb, tag: &str, tail: usize) -> Vec<writer::Written> {
@@ -118,14 +81,6 @@ async fn write_events(db: &TestDb, tag: &str, tail: usize) -> Vec<writer::Writte
     out
 }
 
-async fn consume_ids(db: &TestDb, n: usize) -> Vec<kafka::Rec> {
-    let got = kafka::consume(vec![db.topic("order")], Duration::from_secs(60), n).await;
-    // Anything sent twice would come right behind: give it the time to.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let again = kafka::consume(vec![db.topic("order")], Duration::from_secs(5), n).await;
-    if again.len() > got.len() { again } else { got }
-}
-
 /// Publishes, rewinds the slot to before everything, restarts: returns the figures.
 async fn rewound(delivery: &str, test: &str) -> check::Figures {
     let db = TestDb::new(test).await;
@@ -134,7 +89,7 @@ async fn rewound(delivery: &str, test: &str) -> check::Figures {
     // The relay creates the slot; the copy keeps its position from before any event.
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     relay.terminate(Duration::from_secs(30));
-    copy_slot(&db, &copy).await;
+    db.copy_slot(&copy).await;
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     let mut written = write_events(&db, "a", 3).await;
     let end = db.current_wal_lsn().await;
@@ -142,16 +97,16 @@ async fn rewound(delivery: &str, test: &str) -> check::Figures {
     let status = relay.terminate(Duration::from_secs(30));
     assert!(status.success(), "{}", relay.log_text());
 
-    rewind_slot(&db, &copy).await;
+    db.rewind_slot(&copy).await;
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     written.extend(write_events(&db, "b", 2).await);
-    let got = consume_ids(&db, written.len()).await;
+    let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
     let f = check::check(test, |t| db.topic(t), &written, &got);
     let log = relay.log_text();
     assert!(log.contains(events::CHECKPOINT_FOUND), "{log}");
     assert!(log.contains(events::CHECKPOINT_SKIP_DONE), "{log}");
     relay.terminate(Duration::from_secs(30));
-    drop_slot(&db, &copy).await;
+    db.drop_slot(&copy).await;
     db.cleanup().await;
     f
 }
@@ -184,13 +139,13 @@ async fn a_changed_mapping_below_the_checkpoint_is_refused() {
     let copy = format!("{}_copy", db.name);
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     relay.terminate(Duration::from_secs(30));
-    copy_slot(&db, &copy).await;
+    db.copy_slot(&copy).await;
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     let written = write_events(&db, "a", 1).await;
     db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(60))
         .await;
     relay.terminate(Duration::from_secs(30));
-    rewind_slot(&db, &copy).await;
+    db.rewind_slot(&copy).await;
     let before = db.confirmed_flush().await.unwrap();
 
     // The event id now comes from another column: the checkpoint's change no longer matches.
@@ -239,7 +194,7 @@ async fn a_changed_mapping_below_the_checkpoint_is_refused() {
         "every event sent again, none lost"
     );
     relay.terminate(Duration::from_secs(30));
-    drop_slot(&db, &copy).await;
+    db.drop_slot(&copy).await;
     db.cleanup().await;
 }
 
@@ -387,7 +342,7 @@ async fn at_least_once_after_postgres_crashes_resends_only_what_no_checkpoint_co
         cluster.restart();
         db = db.reconnect().await;
     }
-    let got = consume_ids(&db, written.len()).await;
+    let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
     let f = check::check("alo_postgres_crashes", |t| db.topic(t), &written, &got);
     f.assert_nothing_lost_or_reordered("");
     let log = relay.log_text();

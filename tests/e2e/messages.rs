@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::support::{
-    TestDb, check, connect, eventually, kafka,
+    TestDb, check, connect, kafka,
     relay::Relay,
     writer::{Written, emit_event},
 };
@@ -17,14 +17,6 @@ fn message_section(db: &TestDb) -> String {
         "[[message]]\nprefix = \"outbox\"\ntopic = \"{}.{{aggregatetype}}\"\n",
         db.name
     )
-}
-
-async fn consume_settled(db: &TestDb, topics: Vec<String>, n: usize) -> Vec<kafka::Rec> {
-    let got = kafka::consume(topics.clone(), Duration::from_secs(60), n).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let again = kafka::consume(topics, Duration::from_secs(5), n).await;
-    let _ = db;
-    if again.len() > got.len() { again } else { got }
 }
 
 /// Rows and messages interleaved on the same aggregates (the `agg` row lock makes their
@@ -111,7 +103,7 @@ async fn rows_and_messages_of_a_transaction_arrive_in_commit_order() {
     )
     .await
     .unwrap();
-    let got = consume_settled(&db, vec![db.topic("order")], written.len()).await;
+    let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
     check::assert_absent(&discarded, &got);
     let f = check::check("messages_mixed", |t| db.topic(t), &written, &got);
     f.assert_nothing_lost_or_reordered("rows and messages");
@@ -171,7 +163,7 @@ async fn a_messages_only_config_needs_no_outbox_table() {
         );
         tx.commit().await.unwrap();
     }
-    let got = consume_settled(&db, vec![db.topic("order")], written.len()).await;
+    let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
     let f = check::check("messages_only", |t| db.topic(t), &written, &got);
     f.assert_nothing_lost_or_reordered("messages only");
     assert_eq!(f.duplicated, 0, "{f:?}");
@@ -249,7 +241,7 @@ async fn poison_messages_halt_naming_the_prefix_or_are_dead_lettered() {
     );
     let mut relay = Relay::streaming(&db.name, &db.relay_config(&dead)).await;
     written.push(emit_event(&c, "order", "k", 9).await.unwrap());
-    let got = consume_settled(&db, vec![db.topic("order")], written.len()).await;
+    let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
     let f = check::check("messages_dead_letter", |t| db.topic(t), &written, &got);
     f.assert_nothing_lost_or_reordered("around a dead-lettered message");
     let dl = kafka::consume_until(std::slice::from_ref(&dlq), Duration::from_secs(30), |r| {
@@ -282,39 +274,17 @@ async fn exactly_once_skips_messages_exactly_after_a_slot_rewind() {
     let copy = format!("{}_copy", db.name);
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     relay.terminate(Duration::from_secs(30));
-    db.client
-        .execute(
-            "SELECT pg_copy_logical_replication_slot($1, $2)",
-            &[&db.name, &copy],
-        )
-        .await
-        .unwrap();
+    db.copy_slot(&copy).await;
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     let (mut written, _) = write_mixed(&db, "a").await;
     db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(60))
         .await;
     assert!(relay.terminate(Duration::from_secs(30)).success());
     // The slot goes back to before every event.
-    eventually(
-        "the slot to be released",
-        Duration::from_secs(20),
-        || async { db.slot_active_pid().await.is_none().then_some(()) },
-    )
-    .await;
-    db.client
-        .execute("SELECT pg_drop_replication_slot($1)", &[&db.name])
-        .await
-        .unwrap();
-    db.client
-        .execute(
-            "SELECT pg_copy_logical_replication_slot($1, $2)",
-            &[&copy, &db.name],
-        )
-        .await
-        .unwrap();
+    db.rewind_slot(&copy).await;
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     written.extend(write_mixed(&db, "b").await.0);
-    let got = consume_settled(&db, vec![db.topic("order")], written.len()).await;
+    let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
     let f = check::check("messages_eos_rewind", |t| db.topic(t), &written, &got);
     check::record("messages_eos_rewind", &f);
     let log = relay.log_text();
@@ -323,10 +293,7 @@ async fn exactly_once_skips_messages_exactly_after_a_slot_rewind() {
         "{log}"
     );
     relay.terminate(Duration::from_secs(30));
-    let _ = db
-        .client
-        .execute("SELECT pg_drop_replication_slot($1)", &[&copy])
-        .await;
+    db.drop_slot(&copy).await;
     f.assert_nothing_lost_or_reordered("messages after a rewind");
     assert_eq!(f.duplicated, 0, "exactly-once re-sent events: {f:?}");
     db.cleanup().await;

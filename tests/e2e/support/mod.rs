@@ -221,6 +221,48 @@ impl TestDb {
         check::check(test, |t| self.topic(t), written, &got)
     }
 
+    /// Copies the slot as it is now to `copy` (`pg_copy_logical_replication_slot`).
+    pub async fn copy_slot(&self, copy: &str) {
+        self.client
+            .execute(
+                "SELECT pg_copy_logical_replication_slot($1, $2)",
+                &[&self.name, &copy],
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Once the relay released the slot, drops it and puts `copy` (taken earlier with
+    /// [`copy_slot`](Self::copy_slot)) in its place: the slot goes back in time, as after a
+    /// PostgreSQL crash that lost its position.
+    pub async fn rewind_slot(&self, copy: &str) {
+        eventually(
+            "the slot to be released",
+            Duration::from_secs(20),
+            || async { self.slot_active_pid().await.is_none().then_some(()) },
+        )
+        .await;
+        self.client
+            .execute("SELECT pg_drop_replication_slot($1)", &[&self.name])
+            .await
+            .unwrap();
+        self.client
+            .execute(
+                "SELECT pg_copy_logical_replication_slot($1, $2)",
+                &[&copy, &self.name],
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Drops another slot of this test (a copy), if it exists.
+    pub async fn drop_slot(&self, slot: &str) {
+        let _ = self
+            .client
+            .execute("SELECT pg_drop_replication_slot($1)", &[&slot])
+            .await;
+    }
+
     /// Drops the slot (after the relay stopped) and the database.
     pub async fn cleanup(self) {
         let admin = connect(&format!("{} dbname=postgres", self.base)).await;

@@ -28,6 +28,17 @@ pub struct WriteStats {
     pub discarded: Vec<String>,
 }
 
+/// The next sequence number of `agg`, under its row lock (so sequence order is commit order).
+async fn next_seq(c: &impl GenericClient, agg: &str) -> Result<i32, tokio_postgres::Error> {
+    Ok(c.query_one(
+        "INSERT INTO agg(id, seq) VALUES ($1, 1) \
+         ON CONFLICT (id) DO UPDATE SET seq = agg.seq + 1 RETURNING seq",
+        &[&agg],
+    )
+    .await?
+    .get(0))
+}
+
 /// Inserts one outbox event for `agg` in the current transaction (sequence under row lock).
 pub async fn insert_event(
     c: &impl GenericClient,
@@ -35,14 +46,7 @@ pub async fn insert_event(
     agg: &str,
     writer: usize,
 ) -> Result<Written, tokio_postgres::Error> {
-    let seq: i32 = c
-        .query_one(
-            "INSERT INTO agg(id, seq) VALUES ($1, 1) \
-             ON CONFLICT (id) DO UPDATE SET seq = agg.seq + 1 RETURNING seq",
-            &[&agg],
-        )
-        .await?
-        .get(0);
+    let seq = next_seq(c, agg).await?;
     let id = uuid::Uuid::new_v4().to_string();
     let payload = serde_json::json!({"aggregate": agg, "seq": seq, "writer": writer, "note": "x"});
     c.execute(
@@ -67,14 +71,7 @@ pub async fn emit_event(
     agg: &str,
     writer: usize,
 ) -> Result<Written, tokio_postgres::Error> {
-    let seq: i32 = c
-        .query_one(
-            "INSERT INTO agg(id, seq) VALUES ($1, 1) \
-             ON CONFLICT (id) DO UPDATE SET seq = agg.seq + 1 RETURNING seq",
-            &[&agg],
-        )
-        .await?
-        .get(0);
+    let seq = next_seq(c, agg).await?;
     let id = uuid::Uuid::new_v4().to_string();
     let payload = serde_json::json!({"aggregate": agg, "seq": seq, "writer": writer, "note": "m"});
     c.execute(
