@@ -113,17 +113,20 @@ impl OutboxTable {
         if schema.is_empty() || table.is_empty() || table.contains('.') {
             return Err(ConfigError::BadTableName(self.table.clone()));
         }
-        parse_template(&self.topic)?;
-        for (name, what) in [
-            (&self.key_column, "key_column"),
-            (&self.payload_column, "payload_column"),
-        ] {
-            if name.is_empty() {
-                return Err(ConfigError::EmptyColumn(what));
-            }
-        }
-        Ok(())
+        validate_mapping(&self.topic, &self.key_column, &self.payload_column)
     }
+}
+
+/// The checks shared by `[[outbox]]` and `[[message]]`: a valid topic template and named key
+/// and payload columns (fields).
+pub(crate) fn validate_mapping(topic: &str, key: &str, payload: &str) -> Result<(), ConfigError> {
+    parse_template(topic)?;
+    for (name, what) in [(key, "key_column"), (payload, "payload_column")] {
+        if name.is_empty() {
+            return Err(ConfigError::EmptyColumn(what));
+        }
+    }
+    Ok(())
 }
 
 /// A mistake in the routing configuration, found before connecting to anything.

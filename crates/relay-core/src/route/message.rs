@@ -60,16 +60,7 @@ impl MessageRoute {
         if self.prefix.is_empty() {
             return Err(ConfigError::EmptyColumn("prefix"));
         }
-        parse_template(&self.topic)?;
-        for (name, what) in [
-            (&self.key_column, "key_column"),
-            (&self.payload_column, "payload_column"),
-        ] {
-            if name.is_empty() {
-                return Err(ConfigError::EmptyColumn(what));
-            }
-        }
-        Ok(())
+        super::validate_mapping(&self.topic, &self.key_column, &self.payload_column)
     }
 }
 
