@@ -12,6 +12,7 @@ mod failover_slot;
 mod fencing;
 mod kafka_security;
 mod messages;
+mod messages_faults;
 mod observability;
 mod poison;
 mod preconditions;
