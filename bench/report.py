@@ -14,13 +14,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ORDER = ["pg_recvlogical", "outbox-relay", "outbox-relay-fenced", "outbox-relay-eos", "debezium-default",
-         "debezium-tuned", "polling"]
+ORDER = ["pg_recvlogical", "outbox-relay", "outbox-relay-fenced", "outbox-relay-eos", "outbox-relay-messages",
+         "debezium-default", "debezium-tuned", "polling"]
 COLORS = {
     "pg_recvlogical": "#888888",
     "outbox-relay": "#1f77b4",
     "outbox-relay-fenced": "#17becf",
     "outbox-relay-eos": "#9467bd",
+    "outbox-relay-messages": "#8c564b",
     "debezium-default": "#d62728",
     "debezium-tuned": "#ff7f0e",
     "polling": "#2ca02c",
@@ -467,6 +468,33 @@ def md_exactly_once(results, out):
         out.append("")
 
 
+def md_messages(results, out):
+    """The table-less outbox beside table rows, from this run (issue #12): the same writer, rate
+    and payloads, once as outbox rows and once as transactional logical messages."""
+    st = [c for c in results["steady"] if c["system"] in ("outbox-relay", "outbox-relay-messages")]
+    if not any(c["system"] == "outbox-relay-messages" for c in st):
+        return
+    out.append("## Table-less outbox (`[[message]]`) beside outbox rows\n")
+    out.append(
+        "outbox-relay reading outbox rows (the writers INSERT into `public.outbox`) and outbox-relay-messages "
+        "(the writers call `pg_logical_emit_message(true, 'outbox', …)` with the same Debezium envelope and payload; "
+        "no table is written), one after the other in this run. *messages / rows*: the second divided by the first.\n")
+    out.append("| workload | figure | rows (outbox-relay) | messages (outbox-relay-messages) | messages / rows |")
+    out.append("|---|---|---:|---:|---:|")
+    for k in sorted({steady_key(c) for c in st}):
+        runs = {c["system"]: c for c in st if steady_key(c) == k}
+        for label, get, nd in [("p50 ms", lambda r: r["latency_payload"]["p50_ms"], 1),
+                               ("p99 ms", lambda r: r["latency_payload"]["p99_ms"], 1),
+                               ("median of the per-second p99s, ms", typical_p99, 1),
+                               ("relay CPU s per M events", lambda r: r["cpu_s_per_million"], 1),
+                               ("walsender CPU (cores)", lambda r: r["walsender_cpu_s"] / r["seconds"], 3),
+                               ("PostgreSQL CPU (cores)", lambda r: r["pg_cpu_s"] / r["seconds"], 2)]:
+            vals = [get(runs[m]) if m in runs else None for m in ("outbox-relay", "outbox-relay-messages")]
+            out.append(f"| steady {steady_name(k)} | {label} | {fmt(vals[0], nd)} | {fmt(vals[1], nd)} | "
+                       f"{ratio(vals[1], vals[0])} |")
+    out.append("")
+
+
 def md_targets(results, out, title="## Targets of issue 5 (this run)"):
     cu = catchup_reps(results)
     st = results["steady"]
@@ -609,6 +637,7 @@ def main():
     md_steady(results, out)
     md_saturation(results, out)
     md_exactly_once(results, out)
+    md_messages(results, out)
     if a.compare and os.path.exists(a.compare):
         md_compare(results, json.load(open(a.compare)), a.compare_label, out)
     if results.get("failures"):

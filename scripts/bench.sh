@@ -10,7 +10,8 @@
 #
 # Options: --quick; --systems a,b (pg_recvlogical,outbox-relay,debezium-default,debezium-tuned,polling;
 #   outbox-relay-fenced = outbox-relay with kafka.transactional_id, outbox-relay-eos = fenced with
-#   relay.delivery = "exactly-once", both only when named);
+#   relay.delivery = "exactly-once", outbox-relay-messages = writers emitting logical messages to a
+#   [[message]] section (steady only), all three only when named);
 #   --workloads catchup,steady,saturation; --events N (backlog size); --shapes 1000x200,1x200,1000x4096
 #   (catch-up: rows per transaction x payload bytes); --rates 1000x200,10000x200 (steady: events/s x
 #   payload bytes); --steady-seconds S; --repeat N (drains per backlog for pg_recvlogical and

@@ -100,7 +100,8 @@ struct SuiteArgs {
     kafka_pid: Option<i32>,
     /// Systems, comma-separated: pg_recvlogical,outbox-relay,debezium-default,debezium-tuned,polling
     /// (the default set), outbox-relay-fenced (outbox-relay with kafka.transactional_id) and
-    /// outbox-relay-eos (fenced, with relay.delivery = "exactly-once").
+    /// outbox-relay-eos (fenced, with relay.delivery = "exactly-once") and outbox-relay-messages
+    /// (a `[[message]]` section, writers emitting logical messages; steady runs only).
     #[arg(long, value_delimiter = ',')]
     systems: Option<Vec<String>>,
     /// Workloads, comma-separated: catchup,steady,saturation.
@@ -157,7 +158,7 @@ fn main() -> Result<()> {
                 payload,
             } => {
                 pg::prepare(pg_port, &[payload]).await?;
-                let s = pg::steady_load(pg_port, 4, rate, seconds, payload, "order").await?;
+                let s = pg::steady_load(pg_port, 4, rate, seconds, payload, "order", false).await?;
                 eprintln!("{s:?}");
                 Ok(())
             }
@@ -288,7 +289,12 @@ fn plan(a: &SuiteArgs) -> Result<Plan> {
     Ok(Plan {
         quick,
         catchup,
-        catchup_systems: ordered.clone(),
+        // The catch-up backlog is one set of outbox rows for every system: no messages.
+        catchup_systems: ordered
+            .iter()
+            .copied()
+            .filter(|s| !s.emits_messages())
+            .collect(),
         catchup_repeat: a.repeat.unwrap_or(if quick { 3 } else { 2 }),
         steady,
         steady_systems: ordered.into_iter().filter(|s| s.produces()).collect(),

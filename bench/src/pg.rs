@@ -193,6 +193,13 @@ const INSERT: &str = "INSERT INTO public.outbox (id, aggregatetype, aggregateid,
      SELECT gen_random_uuid(), $1, $2, 'OrderCreated', p.body || jsonb_build_object('ts', $3::int8) \
        FROM public.bench_payloads p WHERE p.size = $4 AND p.i = $5";
 
+/// [`INSERT`] as a transactional logical message with the Debezium envelope (the table-less
+/// outbox): same parameters, same payload, nothing written to a table.
+const EMIT: &str = "SELECT pg_logical_emit_message(true, 'outbox', json_build_object(\
+     'id', gen_random_uuid(), 'aggregatetype', $1::text, 'aggregateid', $2::text, \
+     'type', 'OrderCreated', 'payload', p.body || jsonb_build_object('ts', $3::int8))::text) \
+       FROM public.bench_payloads p WHERE p.size = $4 AND p.i = $5";
+
 /// What the steady-rate writer achieved.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct LoadStats {
@@ -207,7 +214,7 @@ pub struct LoadStats {
 
 /// Open-loop writer: `rate` single-row transactions per second for `seconds`, over `conns`
 /// pipelined connections. Each payload carries `ts` = the writer's clock just before the INSERT
-/// is handed to the connection.
+/// is handed to the connection. `messages`: logical messages ([`EMIT`]) instead of rows.
 pub async fn steady_load(
     port: u16,
     conns: usize,
@@ -215,11 +222,12 @@ pub async fn steady_load(
     seconds: f64,
     psize: i32,
     atype: &str,
+    messages: bool,
 ) -> Result<LoadStats> {
     let mut clients = Vec::new();
     for _ in 0..conns {
         let c = connect(port, DB).await?;
-        let st = c.prepare(INSERT).await?;
+        let st = c.prepare(if messages { EMIT } else { INSERT }).await?;
         clients.push((Arc::new(c), st));
     }
     let atype: Arc<str> = Arc::from(atype);

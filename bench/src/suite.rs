@@ -333,9 +333,11 @@ impl Suite {
         }
         // Debezium and the polling relay after the repeated ones; polling last.
         runs.sort_by_key(|(s, rep, _, _)| match s {
-            System::RecvLogical | System::Relay | System::RelayFenced | System::RelayEos => {
-                (0, *rep)
-            }
+            System::RecvLogical
+            | System::Relay
+            | System::RelayFenced
+            | System::RelayEos
+            | System::RelayMessages => (0, *rep),
             System::DbzDefault | System::DbzTuned => (1, 0),
             System::Polling => (2, 0),
         });
@@ -351,7 +353,7 @@ impl Suite {
                     }
                     pg::create_slot(&self.ctl, slot.as_deref().unwrap()).await?;
                 }
-                System::Relay | System::RelayFenced | System::RelayEos => {
+                System::Relay | System::RelayFenced | System::RelayEos | System::RelayMessages => {
                     self.env.relay_setup(prefix, slot.as_deref().unwrap())?
                 }
                 System::DbzDefault | System::DbzTuned => {
@@ -609,6 +611,7 @@ impl Suite {
                 spec.warmup_s + spec.seconds,
                 spec.payload,
                 "order",
+                s.emits_messages(),
             ));
             // The walsender that streams during the measured window (Debezium opens more than
             // one replication connection while it starts).
@@ -769,7 +772,8 @@ impl Suite {
                 let k0 = kafka_total(&eo)?;
                 let (wal0, sent0) = pg::wal_and_sent(&self.ctl, pid).await?;
                 let load =
-                    pg::steady_load(self.env.pg_port, 4, rate, step_s, payload, "order").await?;
+                    pg::steady_load(self.env.pg_port, 4, rate, step_s, payload, "order", false)
+                        .await?;
                 let n = (load.sent - load.failed) as i64;
                 written += n;
                 let k1 = kafka_total(&eo)?;

@@ -21,6 +21,10 @@ pub enum System {
     /// outbox-relay with `kafka.transactional_id` and `relay.delivery = "exactly-once"`.
     #[serde(rename = "outbox-relay-eos")]
     RelayEos,
+    /// outbox-relay with a `[[message]]` section; the writers emit transactional logical
+    /// messages instead of outbox rows (the table-less outbox). Steady runs only.
+    #[serde(rename = "outbox-relay-messages")]
+    RelayMessages,
     #[serde(rename = "polling")]
     Polling,
     #[serde(rename = "debezium-default")]
@@ -31,11 +35,12 @@ pub enum System {
 
 impl System {
     /// Every system, in the order a run takes them.
-    pub const CANONICAL: [System; 7] = [
+    pub const CANONICAL: [System; 8] = [
         System::RecvLogical,
         System::Relay,
         System::RelayFenced,
         System::RelayEos,
+        System::RelayMessages,
         System::DbzDefault,
         System::DbzTuned,
         System::Polling,
@@ -56,6 +61,7 @@ impl System {
             System::Relay => "outbox-relay",
             System::RelayFenced => "outbox-relay-fenced",
             System::RelayEos => "outbox-relay-eos",
+            System::RelayMessages => "outbox-relay-messages",
             System::Polling => "polling",
             System::DbzDefault => "debezium-default",
             System::DbzTuned => "debezium-tuned",
@@ -68,6 +74,7 @@ impl System {
             "outbox-relay" | "relay" => System::Relay,
             "outbox-relay-fenced" | "relay-fenced" => System::RelayFenced,
             "outbox-relay-eos" | "relay-eos" => System::RelayEos,
+            "outbox-relay-messages" | "relay-messages" => System::RelayMessages,
             "polling" | "poll" => System::Polling,
             "debezium-default" | "dbz-default" | "dbzd" => System::DbzDefault,
             "debezium-tuned" | "dbz-tuned" | "dbzt" => System::DbzTuned,
@@ -81,6 +88,7 @@ impl System {
             System::Relay => "relay",
             System::RelayFenced => "relayf",
             System::RelayEos => "relaye",
+            System::RelayMessages => "relaym",
             System::Polling => "poll",
             System::DbzDefault => "dbzd",
             System::DbzTuned => "dbzt",
@@ -98,7 +106,15 @@ impl System {
 
     /// outbox-relay, in any of its delivery modes.
     pub fn is_relay(self) -> bool {
-        matches!(self, System::Relay | System::RelayFenced | System::RelayEos)
+        matches!(
+            self,
+            System::Relay | System::RelayFenced | System::RelayEos | System::RelayMessages
+        )
+    }
+
+    /// Whether its writers emit logical messages instead of outbox rows.
+    pub fn emits_messages(self) -> bool {
+        self == System::RelayMessages
     }
 
     /// Whether it produces to Kafka (pg_recvlogical writes to /dev/null).
@@ -179,6 +195,12 @@ impl Env {
                  kafka.checkpoint_topic = \"bench-{prefix}.checkpoints\""
             );
             merge(&mut table, eos.parse()?);
+        }
+        if system == System::RelayMessages {
+            let messages = format!(
+                "[[message]]\nprefix = \"outbox\"\ntopic = \"{prefix}.{{aggregatetype}}\"\n"
+            );
+            merge(&mut table, messages.parse()?);
         }
         if let Some(extra) = &self.relay_extra_toml {
             let extra: toml::Table = extra.parse().context("--relay-extra-toml")?;
@@ -274,7 +296,7 @@ impl Env {
                 let pid = c.id() as i32;
                 (Some(c), pid, None)
             }
-            System::Relay | System::RelayFenced | System::RelayEos => {
+            System::Relay | System::RelayFenced | System::RelayEos | System::RelayMessages => {
                 let cfg = self.relay_config(prefix, slot, system)?;
                 let c = Command::new(&self.relay_bin)
                     .args(["run", "-c"])

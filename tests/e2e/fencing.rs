@@ -202,3 +202,56 @@ async fn a_definite_exit_aborts_the_open_kafka_transaction() {
     assert!(log.contains(events::KAFKA_TRANSACTION_ABORTED), "{log}");
     db.cleanup().await;
 }
+
+/// The relay runs its transactions on two producers (`<id>` and `<id>.2`): at every start it
+/// fences both, so an older instance's open transaction on either is aborted and the older
+/// instance can no longer commit it. Here the "older instance" is a bare transactional
+/// producer with id `<id>.2`, holding an open transaction with one record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_fences_both_transactional_ids() {
+    use rdkafka::{
+        ClientConfig,
+        producer::{BaseProducer, BaseRecord, Producer},
+    };
+    let db = TestDb::new("fence2").await;
+    let topic = db.topic("order");
+    kafka::create_topic(&topic, 1).await;
+    let id = format!("outbox-relay-{}", db.name);
+    let zombie: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", crate::support::kafka_brokers())
+        .set("transactional.id", format!("{id}.2"))
+        // Longer than the test: only a fence may end its transaction.
+        .set("transaction.timeout.ms", "300000")
+        .create()
+        .unwrap();
+    let t = Duration::from_secs(20);
+    zombie.init_transactions(t).unwrap();
+    zombie.begin_transaction().unwrap();
+    zombie
+        .send(BaseRecord::to(&topic).key("k").payload("{}"))
+        .unwrap();
+    zombie.flush(t).unwrap();
+
+    let cfg = db.relay_config(&format!(
+        "transactional_id = \"{id}\"\n{}",
+        db.outbox_section()
+    ));
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let written = vec![
+        crate::support::writer::insert_event(&db.client, "order", "k", 0)
+            .await
+            .unwrap(),
+    ];
+    let got = kafka::consume_settled(vec![topic.clone()], written.len()).await;
+    let f = check::check("fence_both_ids", |t| db.topic(t), &written, &got);
+    f.assert_exactly_once("the relay's record, not the zombie's");
+    let commit = tokio::task::spawn_blocking(move || zombie.commit_transaction(t))
+        .await
+        .unwrap();
+    assert!(
+        commit.is_err(),
+        "the producer with id {id}.2 could still commit after the relay started"
+    );
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}

@@ -202,7 +202,8 @@ impl Broker {
         ]);
     }
 
-    /// What docs/security.md grants for `kafka.transactional_id`: WRITE and DESCRIBE on `id`.
+    /// What docs/security.md grants for `kafka.transactional_id`: WRITE and DESCRIBE on the
+    /// ids starting with `id` (`id` and `id.2`).
     fn grant_transactional_id(&self, user: &str, id: &str) {
         self.acl(&[
             "--add",
@@ -214,6 +215,8 @@ impl Broker {
             "Describe",
             "--transactional-id",
             id,
+            "--resource-pattern-type",
+            "prefixed",
         ]);
     }
 }
@@ -584,7 +587,7 @@ async fn a_transactional_id_the_principal_may_not_use_stops_the_relay_until_gran
     assert!(
         log.contains(&format!("Kafka refused kafka.transactional_id \"{id}\""))
             && log.contains(
-                "grant the relay's principal WRITE and DESCRIBE on that transactional id"
+                "grant the relay's principal WRITE and DESCRIBE on the transactional ids starting with it"
             ),
         "{log}"
     );

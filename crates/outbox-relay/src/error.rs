@@ -176,8 +176,9 @@ pub enum Definite {
     /// `kafka.transactional_id`: the brokers do not let the relay's principal use the id.
     #[error(
         "Kafka refused kafka.transactional_id {id:?} ({detail}): grant the relay's principal \
-         WRITE and DESCRIBE on that transactional id (docs/security.md), or remove \
-         kafka.transactional_id"
+         WRITE and DESCRIBE on the transactional ids starting with it ({id:?} and \
+         \"{id}.2\" with kafka.transaction_producers = 2, the default; a prefixed ACL covers \
+         both: docs/security.md), or remove kafka.transactional_id"
     )]
     KafkaTransactionRefused { id: String, detail: String },
 

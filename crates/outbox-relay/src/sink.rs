@@ -8,7 +8,13 @@
 //! agree with Java clients. A delivery error is never skipped: the pipeline stops confirming
 //! and restarts from the last confirmed LSN.
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
 use rdkafka::{
     ClientConfig, ClientContext,
@@ -64,15 +70,20 @@ pub(crate) struct Pending {
     bytes: u64,
 }
 
+type Shared = Arc<Mutex<Option<String>>>;
+
+/// One per producer; with two producers (`kafka.transaction_producers`) both share the
+/// channel and the slots below, so the sink reads them without asking which one wrote.
+#[derive(Clone)]
 pub(crate) struct SinkContext {
     reports: mpsc::UnboundedSender<Delivered>,
     /// The last client-level error (authentication, TLS handshake, ...), for the startup check.
-    last_error: std::sync::Mutex<Option<String>>,
+    last_error: Shared,
     /// With transactions: a topic the transaction coordinator refused to add to the
     /// transaction because the principal may not write it ([`KafkaSink::refused_topic`]).
-    refused_topic: std::sync::Mutex<Option<String>>,
+    refused_topic: Shared,
     /// The error of the last checkpoint Kafka did not take, until read.
-    checkpoint_failure: std::sync::Mutex<Option<String>>,
+    checkpoint_failure: Shared,
 }
 
 /// The topic in librdkafka's `Failed to add partition "<topic>" [<p>] to transaction: Broker:
@@ -163,9 +174,21 @@ impl ProducerContext for SinkContext {
     }
 }
 
+type Handle = Arc<ThreadedProducer<SinkContext>>;
+
 /// The producer plus the receiving end of its delivery reports.
+///
+/// With `kafka.transactional_id` and `kafka.transaction_producers = 2` there are two
+/// transactional producers, and each Kafka transaction runs on the one that did not run the
+/// previous: a producer whose transaction just committed has to wait (CONCURRENT_TRANSACTIONS,
+/// retried after 20 ms) until the coordinator wrote that commit's markers, the other does not.
+/// Order holds across them because transactions never overlap: every record of one is
+/// acknowledged and the transaction committed before the next one's first record is sent.
 pub(crate) struct KafkaSink {
-    producer: std::sync::Arc<ThreadedProducer<SinkContext>>,
+    producers: Vec<Handle>,
+    /// Index in `producers` of the one the open transaction (or every record, without
+    /// transactions) goes to.
+    active: AtomicUsize,
     brokers: String,
     transactional_id: Option<String>,
 }
@@ -188,20 +211,27 @@ impl KafkaSink {
             .set("compression.type", &cfg.compression)
             .set("message.timeout.ms", cfg.message_timeout_ms.to_string())
             .set("client.id", "outbox-relay");
-        if let Some(id) = &cfg.transactional_id {
-            c.set("transactional.id", id);
+        let context = SinkContext {
+            reports,
+            last_error: Default::default(),
+            refused_topic: Default::default(),
+            checkpoint_failure: Default::default(),
+        };
+        let ids = transactional_ids(cfg);
+        let mut producers = Vec::new();
+        for id in ids.iter().map(Some).chain(ids.is_empty().then_some(None)) {
+            if let Some(id) = id {
+                c.set("transactional.id", id);
+            }
+            let producer: ThreadedProducer<SinkContext> = c
+                .create_with_context(context.clone())
+                .map_err(|e| Definite::KafkaSetup(e.to_string()))?;
+            producers.push(Arc::new(producer));
         }
-        let producer: ThreadedProducer<SinkContext> = c
-            .create_with_context(SinkContext {
-                reports,
-                last_error: Default::default(),
-                refused_topic: Default::default(),
-                checkpoint_failure: Default::default(),
-            })
-            .map_err(|e| Definite::KafkaSetup(e.to_string()))?;
         Ok((
             Self {
-                producer: std::sync::Arc::new(producer),
+                producers,
+                active: AtomicUsize::new(0),
                 brokers: cfg.brokers.clone(),
                 transactional_id: cfg.transactional_id.clone(),
             },
@@ -209,9 +239,18 @@ impl KafkaSink {
         ))
     }
 
+    /// The producer the open transaction (or every record) goes to.
+    fn producer(&self) -> &Handle {
+        &self.producers[self.active.load(Ordering::Relaxed) % self.producers.len()]
+    }
+
+    fn context(&self) -> &SinkContext {
+        self.producer().context()
+    }
+
     /// Fails when no broker answers a metadata request within `timeout`.
     pub(crate) async fn check_reachable(&self, timeout: Duration) -> Result<(), RelayError> {
-        let producer = self.producer.clone();
+        let producer = self.producer().clone();
         let res = tokio::task::spawn_blocking(move || {
             producer
                 .client()
@@ -225,7 +264,6 @@ impl KafkaSink {
             Ok(_) => Err(self.unreachable("the cluster reported no brokers".into())),
             Err(e) => {
                 let last = self
-                    .producer
                     .context()
                     .last_error
                     .lock()
@@ -285,7 +323,7 @@ impl KafkaSink {
     ) -> Result<(), RelayError> {
         let mut delay = Duration::from_millis(1);
         loop {
-            match self.producer.send(record) {
+            match self.producer().send(record) {
                 Ok(()) => return Ok(()),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) if wait => {
                     record = r;
@@ -322,8 +360,7 @@ impl KafkaSink {
 
     /// The error of a checkpoint Kafka did not take since the last call.
     pub(crate) fn checkpoint_failure(&self) -> Option<String> {
-        self.producer
-            .context()
+        self.context()
             .checkpoint_failure
             .lock()
             .ok()
@@ -336,13 +373,16 @@ impl KafkaSink {
     /// treats the linger as elapsed while it runs; rdkafka's `flush` wrapper instead polls in
     /// 100 ms steps, which the producer's own polling thread turns into 100 ms waits.
     pub(crate) async fn reports_served(&self, timeout: Duration) {
-        let producer = self.producer.clone();
+        let producers = self.producers.clone();
         let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
         let _ = tokio::task::spawn_blocking(move || {
-            // SAFETY: the handle is the producer's own and stays valid while `producer` (an
-            // `Arc` moved into this closure) lives; librdkafka's flush is thread-safe and only
-            // serves delivery reports, which the context sends on a channel.
-            unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), ms) }
+            for producer in producers {
+                // SAFETY: the handle is the producer's own and stays valid while `producer`
+                // (an `Arc` moved into this closure) lives; librdkafka's flush is thread-safe
+                // and only serves delivery reports, which the context sends on a channel. The
+                // producer that is not active has nothing queued: its flush returns at once.
+                unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), ms) };
+            }
         })
         .await;
     }
@@ -351,8 +391,7 @@ impl KafkaSink {
     /// (authorisation). librdkafka then fails the transaction and purges every record, so the
     /// reports alone do not say which record was at fault.
     pub(crate) fn refused_topic(&self) -> Option<String> {
-        self.producer
-            .context()
+        self.context()
             .refused_topic
             .lock()
             .ok()
@@ -375,14 +414,14 @@ impl KafkaSink {
 
     /// Records handed to librdkafka whose reports have not been served yet.
     pub(crate) fn in_flight(&self) -> i32 {
-        self.producer.in_flight_count()
+        self.producers.iter().map(|p| p.in_flight_count()).sum()
     }
 
     /// The fatal error librdkafka raised, if any (the producer must then be rebuilt).
     pub(crate) fn fatal_error(&self) -> Option<RelayError> {
-        self.producer
-            .client()
-            .fatal_error()
+        self.producers
+            .iter()
+            .find_map(|p| p.client().fatal_error())
             .map(|(code, reason)| match code {
                 c if is_fenced(c) => {
                     Transient::ProducerFenced(format!("{code:?}: {reason}")).into()
@@ -400,6 +439,13 @@ impl KafkaSink {
     /// coordinator, which fences every earlier producer with it and aborts its unfinished
     /// transaction, then opens the first transaction.
     pub(crate) async fn fence_and_begin(&self, timeout: Duration) -> Result<(), RelayError> {
+        // Every id of the relay before anything is read or written: the checkpoint read
+        // after this sees whatever an older instance committed with either of them.
+        for i in 1..self.producers.len() {
+            self.transaction_on(i, move |p| p.init_transactions(timeout))
+                .await?;
+        }
+        self.active.store(0, Ordering::Relaxed);
         self.transaction(move |p| {
             p.init_transactions(timeout)?;
             p.begin_transaction()
@@ -414,11 +460,19 @@ impl KafkaSink {
         // the producer's own thread serving them, every commit took 100 ms. Wait here for the
         // queue to drain (reports served), so that flush returns at once.
         self.reports_served(timeout).await;
-        self.transaction(move |p| {
-            p.commit_transaction(timeout)?;
-            p.begin_transaction()
-        })
-        .await
+        if self.producers.len() == 1 {
+            return self
+                .transaction(move |p| {
+                    p.commit_transaction(timeout)?;
+                    p.begin_transaction()
+                })
+                .await;
+        }
+        self.transaction(move |p| p.commit_transaction(timeout))
+            .await?;
+        // The next transaction on the other producer: its last one ended a transaction ago.
+        self.active.fetch_add(1, Ordering::Relaxed);
+        self.transaction(move |p| p.begin_transaction()).await
     }
 
     /// Aborts the open transaction: its records are purged and never visible to
@@ -435,7 +489,19 @@ impl KafkaSink {
         + Send
         + 'static,
     ) -> Result<(), RelayError> {
-        let producer = self.producer.clone();
+        let active = self.active.load(Ordering::Relaxed);
+        self.transaction_on(active, call).await
+    }
+
+    /// Runs a blocking transaction call on producer `index` off the runtime's thread.
+    async fn transaction_on(
+        &self,
+        index: usize,
+        call: impl FnOnce(&ThreadedProducer<SinkContext>) -> rdkafka::error::KafkaResult<()>
+        + Send
+        + 'static,
+    ) -> Result<(), RelayError> {
+        let producer = self.producers[index % self.producers.len()].clone();
         tokio::task::spawn_blocking(move || call(&producer))
             .await
             .map_err(|e| Transient::KafkaTransaction(e.to_string()))?
@@ -465,6 +531,16 @@ fn is_fenced(code: RDKafkaErrorCode) -> bool {
     )
 }
 
+/// The transactional ids of the relay's producers: none without `kafka.transactional_id`,
+/// else `<id>` and, with `kafka.transaction_producers = 2`, `<id>.2`.
+pub(crate) fn transactional_ids(cfg: &KafkaConfig) -> Vec<String> {
+    match &cfg.transactional_id {
+        None => Vec::new(),
+        Some(id) if cfg.transaction_producers >= 2 => vec![id.clone(), format!("{id}.2")],
+        Some(id) => vec![id.clone()],
+    }
+}
+
 /// What every Kafka client of the relay shares (producer, checkpoint reader, admin): the
 /// brokers, the extra properties and the security options.
 pub(crate) fn client_config(cfg: &KafkaConfig) -> Result<ClientConfig, RelayError> {
@@ -474,6 +550,11 @@ pub(crate) fn client_config(cfg: &KafkaConfig) -> Result<ClientConfig, RelayErro
     }
     security_properties(cfg, &mut c)?;
     c.set("bootstrap.servers", &cfg.brokers);
+    // librdkafka writes the contexts named in `debug` at its debug level, which rdkafka
+    // filters out unless told otherwise: asking for `debug` means wanting to see it.
+    if cfg.properties.contains_key("debug") {
+        c.set_log_level(RDKafkaLogLevel::Debug);
+    }
     Ok(c)
 }
 
@@ -544,6 +625,60 @@ pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
 
 #[cfg(test)]
 mod tests {
+    use std::{sync::atomic::Ordering, time::Duration};
+
+    use rdkafka::{mocking::MockCluster, producer::Producer};
+
+    use super::{KafkaSink, transactional_ids};
+    use crate::config::Config;
+
+    fn kafka_config(brokers: &str, extra: &str) -> crate::config::KafkaConfig {
+        let dir = std::env::temp_dir().join(format!("relay-sink-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{}.toml", extra.len()));
+        std::fs::write(
+            &path,
+            format!("[kafka]\nbrokers = \"{brokers}\"\nlinger_ms = 0\n{extra}"),
+        )
+        .unwrap();
+        Config::load(Some(&path), std::iter::empty()).unwrap().kafka
+    }
+
+    #[test]
+    fn two_transactional_ids_by_default_one_on_request_none_without() {
+        let ids = |extra| transactional_ids(&kafka_config("127.0.0.1:1", extra));
+        assert_eq!(ids("transactional_id = \"r\"\n"), ["r", "r.2"]);
+        assert_eq!(
+            ids("transactional_id = \"r\"\ntransaction_producers = 1\n"),
+            ["r"]
+        );
+        assert!(ids("").is_empty());
+    }
+
+    /// Transactions alternate between the two producers. (That a new instance fences both
+    /// needs a real broker, whose coordinator bumps the epoch; librdkafka's mock does not:
+    /// e2e `fencing::a_start_fences_both_transactional_ids`.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn transactions_alternate_between_the_two_producers() {
+        let t = Duration::from_secs(10);
+        let mock = MockCluster::new(1).unwrap();
+        mock.create_topic("cp", 1, 1).unwrap();
+        let cfg = kafka_config(&mock.bootstrap_servers(), "transactional_id = \"tid\"\n");
+        let (sink, _reports) = KafkaSink::new(&cfg).unwrap();
+        assert_eq!(sink.producers.len(), 2);
+        sink.fence_and_begin(t).await.unwrap();
+        for expected in [1, 0, 1] {
+            sink.send_checkpoint("cp", "k", b"v", true).await.unwrap();
+            sink.commit_and_begin(t).await.unwrap();
+            assert_eq!(sink.active.load(Ordering::Relaxed) % 2, expected);
+        }
+        // The open transaction is on producer 1 only: producer 0 has none to commit.
+        let other = sink
+            .transaction_on(0, move |p| p.commit_transaction(t))
+            .await;
+        assert!(other.is_err(), "producer 0 had a transaction open too");
+    }
+
     #[test]
     fn the_refused_topic_is_read_from_librdkafkas_message() {
         let m = "TxnCoordinator/1: Failed to add partition \"t_kacl.secret\" [0] to transaction: \

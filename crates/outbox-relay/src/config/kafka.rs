@@ -105,6 +105,19 @@ pub struct KafkaConfig {
         deserialize_with = "from_str_or_native"
     )]
     pub max_transaction_records: u64,
+    /// With `transactional_id`: 2 (default) alternates the Kafka transactions between two
+    /// producers, `<transactional_id>` and `<transactional_id>.2`; 1 uses `<transactional_id>`
+    /// alone. A producer that starts its next transaction right after a commit waits while
+    /// the coordinator still writes the commit's markers (Kafka answers
+    /// CONCURRENT_TRANSACTIONS and librdkafka retries after 20 ms); with two, each producer's
+    /// previous transaction ended one transaction ago (docs/benchmarks.md).
+    /// Both ids are fenced at start; the principal needs WRITE and DESCRIBE on both (a
+    /// prefixed ACL on `<transactional_id>` covers them: docs/security.md).
+    #[serde(
+        default = "default_transaction_producers",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub transaction_producers: u64,
     /// Topic of the relay's checkpoints: where Kafka says how far it holds the stream of each
     /// slot (key `<system id>/<database>/<slot>`). One partition, `cleanup.policy=compact`; the
     /// relay creates it, and in exactly-once mode refuses one with other settings. In
@@ -143,6 +156,9 @@ fn default_commit_min_interval_ms() -> u64 {
 }
 fn default_max_transaction_records() -> u64 {
     10_000
+}
+fn default_transaction_producers() -> u64 {
+    2
 }
 fn default_checkpoint_topic() -> String {
     "outbox-relay.checkpoints".into()
@@ -225,6 +241,12 @@ impl KafkaConfig {
                 "kafka.commit_min_interval_ms = {} is above kafka.transaction_interval_ms = {}: \
                  use at most the latter",
                 self.commit_min_interval_ms, self.transaction_interval_ms
+            ));
+        }
+        if !(1..=2).contains(&self.transaction_producers) {
+            return Err(format!(
+                "kafka.transaction_producers = {}: use 1 or 2",
+                self.transaction_producers
             ));
         }
         if self.max_transaction_records == 0 {
