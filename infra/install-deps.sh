@@ -6,6 +6,7 @@
 #  - Kafka jars from Maven Central into infra/kafka/lib (infra/kafka/pom.xml)
 #  - PostgreSQL 17 and 13 server binaries from Maven Central into infra/pg/17 and infra/pg/13 (infra/pg/pom.xml):
 #    failover slots, and the refusal of servers older than 14
+#  - the Debezium PostgreSQL connector plugin into infra/debezium/plugins (infra/debezium/pom.xml)
 set -euo pipefail
 LOG_TAG=deps
 # shellcheck source=common.sh
@@ -124,4 +125,14 @@ PY
 }
 fetch_pg 17
 fetch_pg 13
+# 5. Debezium plugin jars (infra/debezium/pom.xml) for the side-by-side test (tests/e2e/debezium_compat.rs)
+#    and the benchmark peers.
+DBZ_JAR="$INFRA_DIR/debezium/plugins/debezium-connector-postgres/debezium-connector-postgres-3.6.1.Final.jar"
+if [ ! -f "$DBZ_JAR" ] || [ "$DBZ_JAR" -ot "$INFRA_DIR/debezium/pom.xml" ]; then
+  log "fetching the Debezium 3.6.1 plugin jars with Maven into $INFRA_DIR/debezium/plugins"
+  mkdir -p "$STACK_DIR"
+  mvn -B -q -Dstyle.color=never -f "$INFRA_DIR/debezium/pom.xml" dependency:unpack >"$STACK_DIR/mvn-debezium.out" 2>&1 \
+    || { cat "$STACK_DIR/mvn-debezium.out" >&2; die "Maven download of the Debezium plugin failed"; }
+  [ -f "$DBZ_JAR" ] || die "Maven finished but $DBZ_JAR is missing"
+fi
 log "all dependencies present"

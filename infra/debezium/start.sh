@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start Kafka Connect standalone (infra/kafka/lib, Kafka 4.3.1) with the Debezium PostgreSQL connector
 # and the Outbox Event Router, detached; wait until the connector task is RUNNING; print the JVM pid.
-# Usage: start.sh [CONNECTOR_PROPERTIES]   (default: connector-default.properties next to this script)
+# Usage: start.sh [CONNECTOR_PROPERTIES...]   (default: connector-default.properties next to this script;
+#        several files run several connectors in the one worker, each needs its own name, slot, publication)
 # Env: CONNECT_DATA (required: offsets, rendered configs, connect.out), CONNECT_REST_PORT (28083),
 #      KAFKA_BOOTSTRAP (127.0.0.1:$KAFKA_PORT, KAFKA_PORT default 19092), PGPORT (55432),
 #      DBZ_SLOT (dbz_outbox), DBZ_PUBLICATION (dbz_outbox_pub), DBZ_TOPIC_PREFIX (outbox.event),
@@ -10,7 +11,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 INFRA="$(cd "$HERE/.." && pwd)"
-CONNECTOR="${1:-$HERE/connector-default.properties}"
+[ $# -gt 0 ] || set -- "$HERE/connector-default.properties"
 : "${CONNECT_DATA:?set CONNECT_DATA to a scratch directory}"
 REST_PORT="${CONNECT_REST_PORT:-28083}"
 BOOTSTRAP="${KAFKA_BOOTSTRAP:-127.0.0.1:${KAFKA_PORT:-19092}}"
@@ -26,10 +27,14 @@ mkdir -p "$CONNECT_DATA"
 CONNECT_DATA="$(cd "$CONNECT_DATA" && pwd)"
 sed -e "s#@BOOTSTRAP@#$BOOTSTRAP#" -e "s#@REST_PORT@#$REST_PORT#" -e "s#@PLUGINS@#$PLUGINS#" \
     -e "s#@DATA@#$CONNECT_DATA#" "$HERE/worker.properties.in" >"$CONNECT_DATA/worker.properties"
-sed -e "s#@PGPORT@#${PGPORT:-55432}#" -e "s#@SLOT@#${DBZ_SLOT:-dbz_outbox}#" \
-    -e "s#@PUBLICATION@#${DBZ_PUBLICATION:-dbz_outbox_pub}#" \
-    -e "s#@TOPIC_PREFIX@#${DBZ_TOPIC_PREFIX:-outbox.event}#" "$CONNECTOR" >"$CONNECT_DATA/connector.properties"
-name="$(sed -n 's/^name=//p' "$CONNECT_DATA/connector.properties")"
+rendered=() names=() i=0
+for connector in "$@"; do
+  out="$CONNECT_DATA/connector.properties"; [ "$i" = 0 ] || out="$CONNECT_DATA/connector-$i.properties"
+  sed -e "s#@PGPORT@#${PGPORT:-55432}#" -e "s#@SLOT@#${DBZ_SLOT:-dbz_outbox}#" \
+      -e "s#@PUBLICATION@#${DBZ_PUBLICATION:-dbz_outbox_pub}#" \
+      -e "s#@TOPIC_PREFIX@#${DBZ_TOPIC_PREFIX:-outbox.event}#" "$connector" >"$out"
+  rendered+=("$out"); names+=("$(sed -n 's/^name=//p' "$out")"); i=$((i + 1))
+done
 
 # Detached, own session; the pid file holds the JVM's pid (bash execs kjava, which execs java).
 rm -f "$CONNECT_DATA/connect.pid"
@@ -39,21 +44,26 @@ KAFKA_LOG4J_OPTS="-Dlog4j2.configurationFile=$INFRA/kafka/config/connect-log4j2.
 LOG_DIR="$CONNECT_DATA/logs" \
   setsid -f bash -c 'echo $$ >"$0"; exec "$@"' "$CONNECT_DATA/connect.pid" \
   "$INFRA/kafka/bin/kjava" org.apache.kafka.connect.cli.ConnectStandalone \
-  "$CONNECT_DATA/worker.properties" "$CONNECT_DATA/connector.properties" \
+  "$CONNECT_DATA/worker.properties" "${rendered[@]}" \
   >"$CONNECT_DATA/connect.out" 2>&1 </dev/null
 for _ in $(seq 1 50); do [ -s "$CONNECT_DATA/connect.pid" ] && break; sleep 0.1; done
 pid="$(cat "$CONNECT_DATA/connect.pid")"
 deadline=$(( $(date +%s) + ${CONNECT_START_TIMEOUT:-120} ))
+status() { curl -fsS "http://127.0.0.1:$REST_PORT/connectors/$1/status" 2>/dev/null; }
 while [ "$(date +%s)" -lt "$deadline" ]; do
-  if curl -fsS "http://127.0.0.1:$REST_PORT/connectors/$name/status" 2>/dev/null \
-      | grep -q '"tasks":\[{"id":0,"state":"RUNNING"'; then
-    log "connector $name RUNNING (pid $pid, rest $REST_PORT, log $CONNECT_DATA/connect.out)"
+  running=0
+  for name in "${names[@]}"; do
+    st="$(status "$name" || true)"
+    if printf '%s' "$st" | grep -q '"state":"FAILED"'; then
+      log "connector $name FAILED:"; printf '%s\n' "$st" >&2
+      kill -TERM "$pid" 2>/dev/null || true; exit 1
+    fi
+    if printf '%s' "$st" | grep -q '"tasks":\[{"id":0,"state":"RUNNING"'; then running=$((running + 1)); fi
+  done
+  if [ "$running" = "${#names[@]}" ]; then
+    log "connectors ${names[*]} RUNNING (pid $pid, rest $REST_PORT, log $CONNECT_DATA/connect.out)"
     echo "$pid"
     exit 0
-  fi
-  if curl -fsS "http://127.0.0.1:$REST_PORT/connectors/$name/status" 2>/dev/null | grep -q '"state":"FAILED"'; then
-    log "connector FAILED:"; curl -fsS "http://127.0.0.1:$REST_PORT/connectors/$name/status" >&2 || true
-    kill -TERM "$pid" 2>/dev/null || true; exit 1
   fi
   kill -0 "$pid" 2>/dev/null || { tail -60 "$CONNECT_DATA/connect.out" >&2; log "worker exited"; exit 1; }
   sleep 0.25

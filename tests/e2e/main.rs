@@ -5,6 +5,7 @@ mod support;
 
 mod backpressure;
 mod chaos;
+mod debezium_compat;
 mod delivery;
 mod exactly_once;
 mod failover;

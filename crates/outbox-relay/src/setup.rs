@@ -28,6 +28,8 @@ pub(crate) struct SlotInfo {
     /// OID → configured `(schema, table)` of every outbox table: the stream matches tables by
     /// OID too, so a table renamed while in the publication is not taken for another.
     pub(crate) outbox_oids: std::collections::HashMap<u32, (String, String)>,
+    /// OID → NOT NULL columns of every outbox table (`[outbox.debezium]` schemas' `optional`).
+    pub(crate) outbox_not_null: std::collections::HashMap<u32, Vec<String>>,
 }
 
 /// The oldest PostgreSQL the relay streams from: pgoutput's `messages` option (the heartbeat,
@@ -101,13 +103,17 @@ pub(crate) async fn preflight(
 
     let mut partitioned = false;
     let mut outbox_oids = std::collections::HashMap::new();
+    let mut outbox_not_null = std::collections::HashMap::new();
     for t in &cfg.outbox {
         let (schema, table) = t.qualified_name();
         let row = client
             .query_opt(
                 "SELECT c.relkind::text, has_table_privilege(c.oid, 'SELECT'), c.oid, \
                         ARRAY(SELECT attname::text FROM pg_attribute \
-                               WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped) \
+                               WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped), \
+                        ARRAY(SELECT attname::text FROM pg_attribute \
+                               WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped \
+                                 AND attnotnull) \
                    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
                   WHERE n.nspname = $1 AND c.relname = $2",
                 &[&schema, &table],
@@ -141,12 +147,14 @@ pub(crate) async fn preflight(
             }
         }
         let oid: u32 = row.get(2);
+        outbox_not_null.insert(oid, row.get::<_, Vec<String>>(4));
         outbox_oids.insert(oid, (schema, table));
     }
 
     ensure_publication(client, cfg, partitioned).await?;
     let mut slot = ensure_slot(client, cfg, policy).await?;
     slot.outbox_oids = outbox_oids;
+    slot.outbox_not_null = outbox_not_null;
     Ok(slot)
 }
 
@@ -204,6 +212,7 @@ async fn ensure_slot(
             confirmed_flush: lsn,
             wal_sender_timeout,
             outbox_oids: Default::default(),
+            outbox_not_null: Default::default(),
         });
     };
 
@@ -247,6 +256,7 @@ async fn ensure_slot(
                 confirmed_flush: new,
                 wal_sender_timeout,
                 outbox_oids: Default::default(),
+                outbox_not_null: Default::default(),
             });
         }
         return Err(RelayError::from(Definite::Precondition(format!(
@@ -314,6 +324,7 @@ async fn ensure_slot(
         confirmed_flush,
         wal_sender_timeout,
         outbox_oids: Default::default(),
+        outbox_not_null: Default::default(),
     })
 }
 

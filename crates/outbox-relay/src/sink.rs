@@ -311,6 +311,12 @@ impl KafkaSink {
         if let Some(v) = &rec.value {
             record = record.payload(&v[..]);
         }
+        if let Some(p) = rec.partition {
+            record = record.partition(p);
+        }
+        if let Some(t) = rec.timestamp_ms {
+            record = record.timestamp(t);
+        }
         self.enqueue(record, true).await
     }
 

@@ -58,6 +58,8 @@ pub fn from_poison(p: &Poison, pos: Position, topic: &str) -> Record {
         key: Bytes::from(p.table.clone()),
         value: Some(Bytes::from(p.row.clone())),
         headers,
+        partition: None,
+        timestamp_ms: None,
     }
 }
 
@@ -80,6 +82,8 @@ pub fn from_message_poison(p: &MessagePoison, pos: Position, topic: &str) -> Rec
         key: Bytes::from(p.prefix.clone()),
         value: Some(p.content.clone()),
         headers,
+        partition: None,
+        timestamp_ms: None,
     }
 }
 
@@ -116,6 +120,8 @@ pub fn from_refused(
         key: rec.key.clone(),
         value,
         headers,
+        partition: None,
+        timestamp_ms: None,
     }
 }
 
@@ -224,6 +230,8 @@ mod tests {
             key: Bytes::from("k"),
             value: Some(Bytes::from(vec![b'x'; 100])),
             headers: vec![("id".into(), Some(Bytes::from("e1")))],
+            partition: None,
+            timestamp_ms: None,
         };
         let r = from_refused(&rec, "too large", POS, "dlq", 10);
         assert_eq!(

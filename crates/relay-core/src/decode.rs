@@ -16,7 +16,7 @@ use crate::{
     checkpoint::Fingerprint,
     pgoutput,
     pgoutput::{Message, Relation},
-    route::{OutboxTable, Plan, Position, Record, RouteError},
+    route::{OutboxTable, Plan, PlanEnv, Position, Record, RouteError},
 };
 
 /// What one message meant to the relay.
@@ -119,6 +119,9 @@ pub struct Decoder {
     oids: HashMap<u32, (String, String)>,
     relay_headers: bool,
     relations: HashMap<u32, Cached>,
+    /// OID → NOT NULL columns of each outbox table (Connect's `optional` for `[outbox.debezium]`).
+    not_null: HashMap<u32, Vec<String>>,
+    run_id: Arc<str>,
 }
 
 impl Decoder {
@@ -131,7 +134,17 @@ impl Decoder {
             oids: HashMap::new(),
             relay_headers,
             relations: HashMap::new(),
+            not_null: HashMap::new(),
+            run_id: Arc::from(""),
         }
+    }
+
+    /// What `[outbox.debezium]` needs from the catalog and the process: the NOT NULL columns
+    /// of each outbox table (by OID) and this run's id (the `__debezium.context.runId` header).
+    pub fn with_compat(mut self, not_null: HashMap<u32, Vec<String>>, run_id: &str) -> Self {
+        self.not_null = not_null;
+        self.run_id = Arc::from(run_id);
+        self
     }
 
     /// The OIDs of the configured outbox tables (OID → configured `(schema, table)`), as the
@@ -215,7 +228,12 @@ impl Decoder {
             Some(cfg) => {
                 let (schema, table) = cfg.qualified_name();
                 let routed: Arc<str> = format!("{schema}.{table}").into();
-                match Plan::compile(cfg, &rel, self.relay_headers) {
+                let env = PlanEnv {
+                    relay_headers: self.relay_headers,
+                    not_null: self.not_null.get(&rel.oid).cloned().unwrap_or_default(),
+                    run_id: self.run_id.clone(),
+                };
+                match Plan::compile_in(cfg, &rel, &env) {
                     Ok(plan) => Cached::Outbox(Box::new(plan), routed),
                     Err(e) => Cached::Broken(rel.clone(), e, routed),
                 }

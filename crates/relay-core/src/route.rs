@@ -15,8 +15,11 @@ use serde::Deserialize;
 
 use crate::{Lsn, checkpoint::Fingerprint, pgoutput::Relation, pgoutput::Value};
 
+pub mod connect;
+pub mod debezium;
 mod message;
 
+pub use debezium::{DebeziumOptions, OptionsError, PlanEnv};
 pub use message::{MessageError, MessagePoison, MessageRoute, MessageRoutes, RoutedMessage};
 
 /// Header carrying the LSN of the source transaction's commit record (`X/Y` text).
@@ -47,6 +50,10 @@ pub struct OutboxTable {
     /// Kafka header name → column. Debezium default: `id` = `id`, plus `eventType` = `type`.
     #[serde(default = "default_headers")]
     pub headers: BTreeMap<String, String>,
+    /// `[outbox.debezium]`: Debezium's converter and Outbox Event Router options, verbatim
+    /// ([`DebeziumOptions`]). Absent: the records as before (StringConverter-compatible).
+    #[serde(default)]
+    pub debezium: Option<DebeziumOptions>,
 }
 
 fn default_table() -> String {
@@ -76,6 +83,7 @@ impl Default for OutboxTable {
             key_column: default_key_column(),
             payload_column: default_payload_column(),
             headers: default_headers(),
+            debezium: None,
         }
     }
 }
@@ -104,6 +112,9 @@ impl OutboxTable {
         for (header, column) in &self.headers {
             cols.push((column.clone(), format!("header {header:?}")));
         }
+        if let Some(d) = &self.debezium {
+            cols.extend(d.mapped_columns());
+        }
         cols
     }
 
@@ -112,6 +123,9 @@ impl OutboxTable {
         let (schema, table) = self.qualified_name();
         if schema.is_empty() || table.is_empty() || table.contains('.') {
             return Err(ConfigError::BadTableName(self.table.clone()));
+        }
+        if let Some(d) = &self.debezium {
+            d.validate()?;
         }
         validate_mapping(&self.topic, &self.key_column, &self.payload_column)
     }
@@ -138,6 +152,8 @@ pub enum ConfigError {
     BadTemplate(String),
     #[error("outbox {0} is empty")]
     EmptyColumn(&'static str),
+    #[error(transparent)]
+    Debezium(#[from] OptionsError),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,6 +231,23 @@ pub enum RouteError {
     )]
     UnchangedToast { table: String, column: String },
     #[error(
+        "outbox table {table} does not fit its [outbox.debezium] options: {detail}; fix the \
+         column or the options"
+    )]
+    Debezium { table: String, detail: String },
+    #[error(
+        "an event in {table} has {detail} in {column:?}, which [outbox.debezium] uses as {role}; \
+         fix the writer or the options (event at commit LSN {commit_lsn}, position {seq})"
+    )]
+    BadValue {
+        table: String,
+        column: String,
+        role: &'static str,
+        detail: String,
+        commit_lsn: Lsn,
+        seq: u64,
+    },
+    #[error(
         "an INSERT into {table} has {got} values but its Relation message described {expected} \
          columns; the stream is corrupt"
     )]
@@ -240,6 +273,11 @@ pub struct Record {
     pub key: Bytes,
     pub value: Option<Bytes>,
     pub headers: Vec<(String, Option<Bytes>)>,
+    /// The partition, when `table.fields.additional.placement` sets it; else the key's.
+    pub partition: Option<i32>,
+    /// The record timestamp (ms), when `table.field.event.timestamp` sets it; else the
+    /// producer's time.
+    pub timestamp_ms: Option<i64>,
 }
 
 impl Record {
@@ -259,8 +297,14 @@ pub struct Plan {
     key: usize,
     key_name: String,
     payload: usize,
+    /// The payload column is bytea: its `\\x<hex>` text goes out as the raw bytes.
+    payload_bytea: bool,
     headers: Vec<(String, usize)>,
     relay_headers: bool,
+    /// `[outbox.debezium]`, compiled; `None` is the plain (fast) path.
+    compat: Option<Box<debezium::Compat>>,
+    /// Index of the topic template's first column: Debezium's `routedByValue`.
+    routed_by: Option<usize>,
 }
 
 impl Plan {
@@ -270,6 +314,21 @@ impl Plan {
         rel: &Relation,
         relay_headers: bool,
     ) -> Result<Plan, RouteError> {
+        let env = PlanEnv {
+            relay_headers,
+            ..PlanEnv::default()
+        };
+        Plan::compile_in(cfg, rel, &env)
+    }
+
+    /// [`Plan::compile`] with the column facts `[outbox.debezium]` needs (NOT NULL columns, the
+    /// run id).
+    pub fn compile_in(
+        cfg: &OutboxTable,
+        rel: &Relation,
+        env: &PlanEnv,
+    ) -> Result<Plan, RouteError> {
+        let relay_headers = env.relay_headers;
         let table = format!("{}.{}", rel.namespace, rel.name);
         let find = |column: &str, role: &str| {
             rel.columns
@@ -295,6 +354,30 @@ impl Plan {
         for (header, column) in &cfg.headers {
             headers.push((header.clone(), find(column, &format!("header {header:?}"))?));
         }
+        let routed_by = topic.iter().find_map(|(i, _)| *i);
+        let compat = match &cfg.debezium {
+            None => None,
+            Some(opts) => {
+                // Debezium writes the event id header first.
+                let mut ordered = headers.clone();
+                ordered.sort_by_key(|(name, _)| name != "id");
+                let mapped = debezium::Mapped {
+                    key,
+                    payload,
+                    headers: &ordered,
+                };
+                let compiled = debezium::Compat::compile(opts, rel, env, &mapped, &find).map_err(
+                    |e| match e {
+                        debezium::CompileError::Route(r) => r,
+                        debezium::CompileError::Compat(c) => RouteError::Debezium {
+                            table: table.clone(),
+                            detail: c.to_string(),
+                        },
+                    },
+                )?;
+                Some(Box::new(compiled))
+            }
+        };
         Ok(Plan {
             table,
             relation: rel.clone(),
@@ -303,8 +386,11 @@ impl Plan {
             key,
             key_name: cfg.key_column.clone(),
             payload,
+            payload_bytea: rel.columns[payload].type_oid == connect::oid::BYTEA,
             headers,
             relay_headers,
+            compat,
+            routed_by,
         })
     }
 
@@ -376,7 +462,20 @@ impl Plan {
             });
         }
         let key = text(self.key)?.ok_or_else(|| null(&self.key_name, "the key"))?;
-        let value = text(self.payload)?;
+        let mut value = text(self.payload)?;
+        if self.payload_bytea {
+            value = match value {
+                None => None,
+                Some(hex) => Some(
+                    connect::raw_bytes(connect::ConnectType::Bytes, &hex).ok_or_else(|| {
+                        self.bad_value(self.payload, "the payload", "not bytea hex text", pos)
+                    })?,
+                ),
+            };
+        }
+        if let Some(compat) = &self.compat {
+            return self.route_compat(compat, tuple, topic, key, value, pos);
+        }
         let mut headers = Vec::with_capacity(self.headers.len() + 3);
         for (name, i) in &self.headers {
             headers.push((name.clone(), text(*i)?));
@@ -389,6 +488,89 @@ impl Plan {
             key,
             value,
             headers,
+            partition: None,
+            timestamp_ms: None,
+        })
+    }
+
+    fn bad_value(&self, i: usize, role: &'static str, detail: &str, pos: Position) -> RouteError {
+        RouteError::BadValue {
+            table: self.table.clone(),
+            column: self.relation.columns[i].name.clone(),
+            role,
+            detail: detail.to_string(),
+            commit_lsn: pos.commit_lsn,
+            seq: pos.seq,
+        }
+    }
+
+    /// The `[outbox.debezium]` path: every value as Debezium's converters encode it.
+    fn route_compat(
+        &self,
+        compat: &debezium::Compat,
+        tuple: &[Value],
+        topic: String,
+        key: Bytes,
+        payload: Option<Bytes>,
+        pos: Position,
+    ) -> Result<Record, RouteError> {
+        let mut row: Vec<Option<Bytes>> = Vec::with_capacity(tuple.len());
+        for (i, v) in tuple.iter().enumerate() {
+            row.push(match v {
+                Value::Null => None,
+                Value::Text(_) | Value::Binary(_) if i == self.payload => payload.clone(),
+                Value::Text(b) | Value::Binary(b) => Some(b.clone()),
+                Value::UnchangedToast => {
+                    return Err(RouteError::UnchangedToast {
+                        table: self.table.clone(),
+                        column: self.relation.columns[i].name.clone(),
+                    });
+                }
+            });
+        }
+        for (i, c) in self.relation.columns.iter().enumerate() {
+            if c.type_oid == connect::oid::BYTEA
+                && i != self.payload
+                && let Some(hex) = &row[i]
+            {
+                row[i] = Some(
+                    connect::raw_bytes(connect::ConnectType::Bytes, hex).ok_or_else(|| {
+                        self.bad_value(i, "a bytea column", "not bytea hex text", pos)
+                    })?,
+                );
+            }
+        }
+        let routed_by = self
+            .routed_by
+            .and_then(|i| row[i].as_ref())
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default();
+        let enc = compat
+            .encode(&key, &row, self.payload, &routed_by)
+            .map_err(|b| RouteError::BadValue {
+                table: self.table.clone(),
+                column: b
+                    .column
+                    .strip_prefix('#')
+                    .and_then(|i| i.parse::<usize>().ok())
+                    .and_then(|i| self.relation.columns.get(i))
+                    .map_or(b.column.clone(), |c| c.name.clone()),
+                role: b.role,
+                detail: b.detail,
+                commit_lsn: pos.commit_lsn,
+                seq: pos.seq,
+            })?;
+        let mut headers = enc.headers;
+        if self.relay_headers {
+            push_relay_headers(&mut headers, pos);
+        }
+        Ok(Record {
+            topic,
+            key: enc.key,
+            value: enc.value,
+            headers,
+            partition: enc.partition,
+            timestamp_ms: enc.timestamp_ms,
         })
     }
 }
@@ -417,182 +599,4 @@ pub fn valid_topic(t: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::pgoutput::Column;
-
-    fn rel(cols: &[&str]) -> Relation {
-        Relation {
-            oid: 1,
-            namespace: "public".into(),
-            name: "outbox".into(),
-            columns: cols
-                .iter()
-                .map(|c| Column {
-                    name: c.to_string(),
-                    type_oid: 25,
-                })
-                .collect(),
-        }
-    }
-    fn t(s: &str) -> Value {
-        Value::Text(Bytes::copy_from_slice(s.as_bytes()))
-    }
-    const POS: Position = Position {
-        commit_lsn: Lsn(0x10),
-        commit_time_unix_us: 5,
-        seq: 2,
-    };
-
-    #[test]
-    fn debezium_defaults_route_by_aggregate_type() {
-        let r = rel(&["id", "aggregatetype", "aggregateid", "type", "payload"]);
-        let plan = Plan::compile(&OutboxTable::default(), &r, false).unwrap();
-        let rec = plan
-            .route(
-                &[
-                    t("e-1"),
-                    t("order"),
-                    t("o-7"),
-                    t("OrderCreated"),
-                    t("{\"a\": 1}"),
-                ],
-                POS,
-            )
-            .unwrap();
-        assert_eq!(rec.topic, "outbox.event.order");
-        assert_eq!(rec.key, "o-7");
-        assert_eq!(rec.value.as_deref(), Some(&b"{\"a\": 1}"[..]));
-        assert_eq!(
-            rec.headers,
-            vec![
-                ("eventType".to_string(), Some(Bytes::from("OrderCreated"))),
-                ("id".to_string(), Some(Bytes::from("e-1"))),
-            ]
-        );
-    }
-
-    #[test]
-    fn seed_layout_takes_the_topic_from_a_column_and_adds_relay_headers() {
-        let cfg = OutboxTable {
-            topic: "{topic}".into(),
-            key_column: "aggregate_id".into(),
-            headers: BTreeMap::from([("eventType".into(), "event_type".into())]),
-            ..OutboxTable::default()
-        };
-        let r = rel(&["id", "aggregate_id", "topic", "event_type", "payload"]);
-        let plan = Plan::compile(&cfg, &r, true).unwrap();
-        let rec = plan.route(
-            &[t("1"), t("a-1"), t("payments"), t("Paid"), Value::Null],
-            POS,
-        );
-        let rec = rec.unwrap();
-        assert_eq!(rec.topic, "payments");
-        assert_eq!(rec.key, "a-1");
-        assert_eq!(rec.value, None);
-        assert_eq!(
-            rec.headers[1],
-            (HEADER_COMMIT_LSN.to_string(), Some(Bytes::from("0/10")))
-        );
-        assert_eq!(
-            rec.headers[2],
-            (HEADER_COMMIT_TIME.to_string(), Some(Bytes::from("5")))
-        );
-        assert_eq!(
-            rec.headers[3],
-            (HEADER_SEQ.to_string(), Some(Bytes::from("2")))
-        );
-    }
-
-    #[test]
-    fn columns_are_found_by_name_whatever_their_position() {
-        let r = rel(&[
-            "payload",
-            "extra",
-            "type",
-            "aggregateid",
-            "aggregatetype",
-            "id",
-        ]);
-        let plan = Plan::compile(
-            &OutboxTable {
-                topic: "fixed".into(),
-                ..Default::default()
-            },
-            &r,
-            false,
-        )
-        .unwrap();
-        let rec = plan
-            .route(&[t("p"), t("x"), t("T"), t("k"), t("agg"), t("i")], POS)
-            .unwrap();
-        assert_eq!(
-            (rec.topic.as_str(), &rec.key[..], rec.value.as_deref()),
-            ("fixed", &b"k"[..], Some(&b"p"[..]))
-        );
-    }
-
-    #[test]
-    fn a_missing_column_names_the_table_the_column_and_its_role() {
-        let err = Plan::compile(&OutboxTable::default(), &rel(&["id", "payload"]), false);
-        let msg = err.unwrap_err().to_string();
-        assert!(
-            msg.contains("public.outbox") && msg.contains("aggregatetype"),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn null_key_bad_topic_and_toast_are_errors_not_skips() {
-        let r = rel(&["id", "aggregatetype", "aggregateid", "type", "payload"]);
-        let plan = Plan::compile(&OutboxTable::default(), &r, false).unwrap();
-        let row = |agg_type: Value, key: Value| vec![t("1"), agg_type, key, t("T"), t("{}")];
-        assert!(matches!(
-            plan.route(&row(t("o"), Value::Null), POS),
-            Err(RouteError::Null { .. })
-        ));
-        assert!(matches!(
-            plan.route(&row(Value::Null, t("k")), POS),
-            Err(RouteError::Null { .. })
-        ));
-        assert!(matches!(
-            plan.route(&row(t("bad topic!"), t("k")), POS),
-            Err(RouteError::InvalidTopic { .. })
-        ));
-        assert!(matches!(
-            plan.route(&row(t("o"), Value::UnchangedToast), POS),
-            Err(RouteError::UnchangedToast { .. })
-        ));
-        assert!(matches!(
-            plan.route(&[t("1")], POS),
-            Err(RouteError::Arity { .. })
-        ));
-    }
-
-    #[test]
-    fn templates_are_validated() {
-        assert!(parse_template("a{b}c").is_ok());
-        for bad in ["", "a{b", "a}b", "{}", "{a{b}}"] {
-            assert!(parse_template(bad).is_err(), "{bad:?} accepted");
-        }
-        assert_eq!(
-            OutboxTable {
-                table: "a.b.c".into(),
-                ..Default::default()
-            }
-            .validate(),
-            Err(ConfigError::BadTableName("a.b.c".into()))
-        );
-    }
-
-    #[test]
-    fn kafka_topic_names() {
-        assert!(valid_topic("outbox.event.order-v1_x"));
-        assert!(
-            !valid_topic("a b")
-                && !valid_topic("")
-                && !valid_topic("..")
-                && !valid_topic(&"a".repeat(250))
-        );
-    }
-}
+mod tests;

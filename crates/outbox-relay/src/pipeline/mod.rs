@@ -132,7 +132,8 @@ pub(crate) async fn stream(
     let mut st = State {
         progress,
         decoder: Decoder::new(&cfg.outbox, cfg.relay.relay_headers)
-            .with_oids(slot.outbox_oids.clone()),
+            .with_oids(slot.outbox_oids.clone())
+            .with_compat(slot.outbox_not_null.clone(), &run_id()),
         messages: MessageRoutes::new(&cfg.message, cfg.relay.relay_headers),
         txn: None,
         policy: cfg.relay.on_poison,
@@ -410,4 +411,26 @@ fn coalesce_reads(pause: Duration) {
     if !pause.is_zero() {
         std::thread::sleep(pause);
     }
+}
+
+/// This run's id, as Debezium 3.x's `__debezium.context.runId` header carries one per task
+/// run: a UUID version 7 (time-ordered) string.
+fn run_id() -> String {
+    use rand::Rng as _;
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let r: u128 = rand::rng().random();
+    let v = (u128::from(ms) << 80) | (r & ((1u128 << 80) - 1));
+    let v = (v & !(0xF << 76)) | (0x7 << 76);
+    let v = (v & !(0x3 << 62)) | (0x2 << 62);
+    let h = format!("{v:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }

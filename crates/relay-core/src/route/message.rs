@@ -299,6 +299,8 @@ impl MessageRoutes {
             key,
             value,
             headers,
+            partition: None,
+            timestamp_ms: None,
         })
     }
 }

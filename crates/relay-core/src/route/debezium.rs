@@ -1,0 +1,279 @@
+//! Debezium compatibility of one `[[outbox]]` table: the `[outbox.debezium]` table takes the
+//! Outbox Event Router's and Kafka Connect's option names verbatim, and [`Compat`] applies them
+//! to a row, so the key, value, headers, partition and timestamp are the bytes Debezium 3.6.1
+//! writes under the same settings.
+//!
+//! Invariant: without an `[outbox.debezium]` table nothing here runs (the plan's fast path is
+//! unchanged); with one, every option either reproduces Debezium or fails the plan's
+//! compilation with the reason ([`CompatError`]) — there is no silent approximation.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Deserialize;
+
+use super::connect::{
+    self, ColumnSchema, ConnectType, Converter, EncodingError, HeaderConverter, oid,
+};
+use crate::pgoutput::Relation;
+
+mod apply;
+mod placement;
+mod timestamp;
+
+pub(crate) use apply::{CompileError, Mapped};
+
+pub use placement::{Placed, Placement, PlacementError};
+pub(crate) use timestamp::timestamp_ms;
+
+/// `[outbox.debezium]`: Debezium's option names, verbatim. Defaults are Debezium's, except
+/// `extended.headers.enabled` (off here: current output stays as it is).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DebeziumOptions {
+    /// Connect's `key.converter` (full class name or simple name).
+    #[serde(rename = "key.converter", default)]
+    pub key_converter: Converter,
+    #[serde(rename = "key.converter.schemas.enable", default = "yes")]
+    pub key_schemas: bool,
+    #[serde(rename = "value.converter", default)]
+    pub value_converter: Converter,
+    #[serde(rename = "value.converter.schemas.enable", default = "yes")]
+    pub value_schemas: bool,
+    #[serde(rename = "header.converter", default)]
+    pub header_converter: HeaderConverter,
+    #[serde(rename = "header.converter.schemas.enable", default = "yes")]
+    pub header_schemas: bool,
+    /// Only `false` is supported (see docs/migrating-from-debezium.md).
+    #[serde(rename = "table.expand.json.payload", default)]
+    pub expand_json_payload: bool,
+    /// `column:header|envelope|partition[:alias]`, comma-separated.
+    #[serde(rename = "table.fields.additional.placement", default)]
+    pub additional_placement: String,
+    /// A `timestamp` (or `timestamptz`) column whose value becomes the record timestamp.
+    #[serde(rename = "table.field.event.timestamp", default)]
+    pub event_timestamp: Option<String>,
+    /// An integer column: the `version` of the envelope's value schema.
+    #[serde(rename = "table.field.event.schema.version", default)]
+    pub schema_version: Option<String>,
+    /// A NULL payload becomes a tombstone (no value) under every converter.
+    #[serde(rename = "route.tombstone.on.empty.payload", default)]
+    pub tombstone_on_empty_payload: bool,
+    /// The column holding a `java.util.Properties` span context; its `traceparent` (and
+    /// `tracestate`) become headers. Unset: no tracing headers.
+    #[serde(rename = "tracing.span.context.field", default)]
+    pub tracing_span_context_field: Option<String>,
+    /// Debezium 3.x's four `__debezium.context.*` headers (Debezium's default is true).
+    #[serde(rename = "extended.headers.enabled", default)]
+    pub extended_headers: bool,
+    /// The connector's `topic.prefix`: the `connectorLogicalName` header and the envelope
+    /// schema name's first part.
+    #[serde(rename = "topic.prefix", default)]
+    pub topic_prefix: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for DebeziumOptions {
+    fn default() -> Self {
+        Self {
+            key_converter: Converter::String,
+            key_schemas: true,
+            value_converter: Converter::String,
+            value_schemas: true,
+            header_converter: HeaderConverter::Simple,
+            header_schemas: true,
+            expand_json_payload: false,
+            additional_placement: String::new(),
+            event_timestamp: None,
+            schema_version: None,
+            tombstone_on_empty_payload: false,
+            tracing_span_context_field: None,
+            extended_headers: false,
+            topic_prefix: None,
+        }
+    }
+}
+
+/// A mistake in `[outbox.debezium]`, found at config load.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    #[error(
+        "debezium.\"table.expand.json.payload\" = true is not supported: the relay publishes the \
+         payload column as Debezium does with it false; see docs/migrating-from-debezium.md"
+    )]
+    ExpandJsonPayload,
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
+    #[error(
+        "debezium.\"table.fields.additional.placement\" places {0:?} in the envelope, which only \
+         JsonConverter values can carry (Debezium's StringConverter writes Java debug text, \
+         ByteArrayConverter fails): set \"value.converter\" to JsonConverter"
+    )]
+    EnvelopeNeedsJson(String),
+    #[error("debezium.\"{0}\" needs debezium.\"topic.prefix\" (the connector's topic.prefix)")]
+    NeedsTopicPrefix(&'static str),
+}
+
+impl DebeziumOptions {
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        if self.expand_json_payload {
+            return Err(OptionsError::ExpandJsonPayload);
+        }
+        let placed = Placement::parse(&self.additional_placement)?;
+        if let Some(p) = placed.iter().find(|p| p.placement == Placement::Envelope) {
+            if self.value_converter != Converter::Json {
+                return Err(OptionsError::EnvelopeNeedsJson(p.column.clone()));
+            }
+            if self.value_schemas && self.topic_prefix.is_none() {
+                return Err(OptionsError::NeedsTopicPrefix(
+                    "table.fields.additional.placement",
+                ));
+            }
+        }
+        if self.extended_headers && self.topic_prefix.is_none() {
+            return Err(OptionsError::NeedsTopicPrefix("extended.headers.enabled"));
+        }
+        Ok(())
+    }
+
+    /// Every column these options read, with its role.
+    pub(crate) fn mapped_columns(&self) -> Vec<(String, String)> {
+        let mut cols = Vec::new();
+        for p in Placement::parse(&self.additional_placement).unwrap_or_default() {
+            cols.push((p.column, "an additional placement".to_string()));
+        }
+        for (c, role) in [
+            (&self.event_timestamp, "the event timestamp"),
+            (&self.schema_version, "the schema version"),
+            (&self.tracing_span_context_field, "the tracing span context"),
+        ] {
+            if let Some(c) = c {
+                cols.push((c.clone(), role.to_string()));
+            }
+        }
+        cols
+    }
+}
+
+/// What the compiled plan needs from outside the row: which columns are NOT NULL (Connect's
+/// `optional`), and the run id of the `__debezium.context.runId` header.
+#[derive(Debug, Clone, Default)]
+pub struct PlanEnv {
+    pub relay_headers: bool,
+    pub not_null: Vec<String>,
+    pub run_id: Arc<str>,
+}
+
+/// A column that does not fit the options (type, missing), found when a Relation arrives.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompatError {
+    #[error("{0}")]
+    Encoding(#[from] EncodingError),
+    #[error(
+        "column {column:?} ({role}) has a type (OID {type_oid}) whose Debezium encoding the relay \
+         does not reproduce; use text, varchar, uuid, json, jsonb, bytea, int2/4/8 or boolean"
+    )]
+    Type {
+        column: String,
+        role: String,
+        type_oid: u32,
+    },
+}
+
+/// One column the compat layer reads: its index and Connect schema.
+#[derive(Debug, Clone)]
+pub(crate) struct Col {
+    pub index: usize,
+    pub schema: ColumnSchema,
+}
+
+/// `[outbox.debezium]` compiled against one Relation.
+#[derive(Debug, Clone)]
+pub(crate) struct Compat {
+    pub opts: DebeziumOptions,
+    pub key: ColumnSchema,
+    pub payload: ColumnSchema,
+    /// Header name → column, in Debezium's order after the context headers.
+    pub headers: Vec<(String, Col)>,
+    pub envelope: Vec<(String, Col)>,
+    /// `<topic.prefix>.<schema>.<table>.`: the envelope schema's name before the routed value.
+    pub envelope_name: String,
+    pub partition: Option<Col>,
+    pub timestamp: Option<(Col, bool)>,
+    pub version: Option<Col>,
+    pub tracing: Option<Col>,
+    /// The four `__debezium.context.*` headers, encoded.
+    pub context: Vec<(String, Option<Bytes>)>,
+}
+
+impl Compat {
+    pub(crate) fn column(
+        rel: &Relation,
+        env: &PlanEnv,
+        index: usize,
+        role: &str,
+    ) -> Result<Col, CompatError> {
+        let c = &rel.columns[index];
+        let schema =
+            ColumnSchema::of(c.type_oid, env.not_null.contains(&c.name)).ok_or_else(|| {
+                CompatError::Type {
+                    column: c.name.clone(),
+                    role: role.to_string(),
+                    type_oid: c.type_oid,
+                }
+            })?;
+        Ok(Col { index, schema })
+    }
+
+    /// The encoded `__debezium.context.*` headers (Debezium 3.x, task 0 of a PostgreSQL
+    /// connector), `runId` being this relay run's.
+    pub(crate) fn context_headers(
+        opts: &DebeziumOptions,
+        run_id: &str,
+    ) -> Vec<(String, Option<Bytes>)> {
+        if !opts.extended_headers {
+            return Vec::new();
+        }
+        let schema = ColumnSchema {
+            kind: ConnectType::String,
+            optional: false,
+            name: None,
+        };
+        let prefix = opts.topic_prefix.clone().unwrap_or_default();
+        [
+            ("connectorLogicalName", prefix.as_str()),
+            ("taskId", "0"),
+            ("connectorName", "postgresql"),
+            ("runId", run_id),
+        ]
+        .into_iter()
+        .map(|(name, v)| {
+            let raw = Bytes::copy_from_slice(v.as_bytes());
+            (
+                format!("__debezium.context.{name}"),
+                connect::encode_header(
+                    opts.header_converter,
+                    opts.header_schemas,
+                    &schema,
+                    Some(&raw),
+                ),
+            )
+        })
+        .collect()
+    }
+
+    pub(crate) fn is_timestamp(type_oid: u32) -> Option<bool> {
+        match type_oid {
+            oid::TIMESTAMP => Some(false),
+            oid::TIMESTAMPTZ => Some(true),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "debezium/tests.rs"]
+mod tests;

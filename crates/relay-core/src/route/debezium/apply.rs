@@ -1,0 +1,324 @@
+//! Compiling `[outbox.debezium]` against a Relation, and turning a row into Debezium's bytes.
+
+use std::fmt::Write as _;
+
+use bytes::Bytes;
+
+use super::{Col, Compat, CompatError, DebeziumOptions, Placement, PlanEnv, timestamp_ms};
+use crate::{
+    pgoutput::Relation,
+    route::connect::{self, ColumnSchema, ConnectType, Converter, HeaderConverter},
+};
+
+/// Where the plan found the columns it maps itself (key, payload, configured headers).
+pub(crate) struct Mapped<'a> {
+    pub key: usize,
+    pub payload: usize,
+    /// `headers` of `[[outbox]]`, `id` first (Debezium writes the event id header first).
+    pub headers: &'a [(String, usize)],
+}
+
+/// A row's values that the compat layer encodes, already checked by the plan (no TOAST
+/// placeholder). `None` is NULL.
+pub(crate) type Row<'a> = &'a [Option<Bytes>];
+
+/// What the compat layer adds to or changes in a record.
+pub(crate) struct Encoded {
+    pub key: Bytes,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+    pub partition: Option<i32>,
+    pub timestamp_ms: Option<i64>,
+}
+
+/// A value the options cannot use (a partition that is not a number...).
+#[derive(Debug)]
+pub(crate) struct BadValue {
+    pub column: String,
+    pub role: &'static str,
+    pub detail: String,
+}
+
+/// A column's schema where its converter needs none (StringConverter keys and values,
+/// SimpleHeaderConverter headers pass the text on): unknown types pass as strings there.
+fn lenient(
+    rel: &Relation,
+    env: &PlanEnv,
+    index: usize,
+    role: &str,
+    strict: bool,
+) -> Result<Col, CompatError> {
+    match Compat::column(rel, env, index, role) {
+        Err(CompatError::Type { .. }) if !strict => Ok(Col {
+            index,
+            schema: ColumnSchema {
+                kind: ConnectType::String,
+                optional: true,
+                name: None,
+            },
+        }),
+        r => r,
+    }
+}
+
+impl Compat {
+    pub(crate) fn compile(
+        opts: &DebeziumOptions,
+        rel: &Relation,
+        env: &PlanEnv,
+        mapped: &Mapped<'_>,
+        find: &dyn Fn(&str, &str) -> Result<usize, crate::route::RouteError>,
+    ) -> Result<Compat, CompileError> {
+        let table = format!("{}.{}", rel.namespace, rel.name);
+        let key = lenient(
+            rel,
+            env,
+            mapped.key,
+            "the key",
+            opts.key_converter != Converter::String,
+        )?;
+        opts.key_converter.check(&key.schema, "the key")?;
+        let payload = lenient(
+            rel,
+            env,
+            mapped.payload,
+            "the payload",
+            opts.value_converter != Converter::String,
+        )?;
+        opts.value_converter.check(&payload.schema, "the payload")?;
+        let json_headers = opts.header_converter == HeaderConverter::Json;
+        let mut headers = Vec::new();
+        for (name, i) in mapped.headers {
+            headers.push((
+                name.clone(),
+                lenient(rel, env, *i, "a header", json_headers)?,
+            ));
+        }
+        let mut envelope = Vec::new();
+        let mut partition = None;
+        for p in Placement::parse(&opts.additional_placement).expect("validated at config load") {
+            let i = find(&p.column, "an additional placement")?;
+            match p.placement {
+                Placement::Header => {
+                    headers.push((p.alias, lenient(rel, env, i, "a header", json_headers)?))
+                }
+                Placement::Envelope => {
+                    envelope.push((p.alias, Compat::column(rel, env, i, "an envelope field")?))
+                }
+                Placement::Partition => {
+                    partition = Some(Col {
+                        index: i,
+                        schema: Compat::column(rel, env, i, "the partition")?.schema,
+                    })
+                }
+            }
+        }
+        let mut timestamp = None;
+        if let Some(c) = &opts.event_timestamp {
+            let i = find(c, "the event timestamp")?;
+            let tz = Compat::is_timestamp(rel.columns[i].type_oid).ok_or_else(|| {
+                CompileError::Compat(CompatError::Type {
+                    column: c.clone(),
+                    role: "the event timestamp (a timestamp column)".into(),
+                    type_oid: rel.columns[i].type_oid,
+                })
+            })?;
+            timestamp = Some((lenient(rel, env, i, "the event timestamp", false)?, tz));
+        }
+        let version = match &opts.schema_version {
+            Some(c) => Some(Compat::column(
+                rel,
+                env,
+                find(c, "the schema version")?,
+                "the schema version",
+            )?),
+            None => None,
+        };
+        let tracing = match &opts.tracing_span_context_field {
+            Some(c) => Some(lenient(
+                rel,
+                env,
+                find(c, "the tracing span context")?,
+                "the tracing span context",
+                false,
+            )?),
+            None => None,
+        };
+        Ok(Compat {
+            opts: opts.clone(),
+            key: key.schema,
+            payload: payload.schema,
+            headers,
+            envelope,
+            envelope_name: format!(
+                "{}.{table}.",
+                opts.topic_prefix.as_deref().unwrap_or_default()
+            ),
+            partition,
+            timestamp,
+            version,
+            tracing,
+            context: Compat::context_headers(opts, &env.run_id),
+        })
+    }
+
+    /// Debezium's record for one row. `routed_by` is the value of the routing column (the
+    /// topic template's first column), for the envelope schema's name.
+    pub(crate) fn encode(
+        &self,
+        key_raw: &Bytes,
+        row: Row<'_>,
+        payload_index: usize,
+        routed_by: &str,
+    ) -> Result<Encoded, BadValue> {
+        let o = &self.opts;
+        let key = connect::encode(o.key_converter, o.key_schemas, &self.key, Some(key_raw))
+            .expect("a key is never NULL");
+        let payload = row[payload_index].as_ref();
+        let value = if payload.is_none() && o.tombstone_on_empty_payload {
+            None
+        } else if self.envelope.is_empty() {
+            connect::encode(o.value_converter, o.value_schemas, &self.payload, payload)
+        } else {
+            Some(self.envelope_value(row, payload, routed_by))
+        };
+        let mut headers = Vec::with_capacity(self.context.len() + self.headers.len() + 2);
+        headers.extend(self.context.iter().cloned());
+        for (name, col) in &self.headers {
+            let v = row[col.index].as_ref();
+            headers.push((
+                name.clone(),
+                connect::encode_header(o.header_converter, o.header_schemas, &col.schema, v),
+            ));
+        }
+        if let Some(col) = &self.tracing {
+            self.trace_headers(&mut headers, row[col.index].as_ref());
+        }
+        let partition = match &self.partition {
+            None => None,
+            Some(col) => Some(self.int(row, col, "the partition")?),
+        };
+        let timestamp_ms =
+            match &self.timestamp {
+                None => None,
+                Some((col, _)) => match &row[col.index] {
+                    None => None,
+                    Some(t) => Some(timestamp_ms(&String::from_utf8_lossy(t)).ok_or_else(
+                        || BadValue {
+                            column: format!("#{}", col.index),
+                            role: "the event timestamp",
+                            detail: "not a finite timestamp".into(),
+                        },
+                    )?),
+                },
+            };
+        Ok(Encoded {
+            key,
+            value,
+            headers,
+            partition,
+            timestamp_ms,
+        })
+    }
+
+    fn int(&self, row: Row<'_>, col: &Col, role: &'static str) -> Result<i32, BadValue> {
+        let bad = |detail: &str| BadValue {
+            column: format!("#{}", col.index),
+            role,
+            detail: detail.to_string(),
+        };
+        let v = row[col.index].as_ref().ok_or_else(|| bad("NULL"))?;
+        std::str::from_utf8(v)
+            .ok()
+            .and_then(|s| s.parse::<i32>().ok())
+            .filter(|p| *p >= 0)
+            .ok_or_else(|| bad("not a partition number"))
+    }
+
+    /// `{"payload": .., <envelope fields>}` under JsonConverter, with the struct schema
+    /// `<topic.prefix>.<schema>.<table>.<routed value>.Value` when schemas are on.
+    fn envelope_value(&self, row: Row<'_>, payload: Option<&Bytes>, routed_by: &str) -> Bytes {
+        let o = &self.opts;
+        let mut out = String::with_capacity(256);
+        if o.value_schemas {
+            out.push_str(r#"{"schema":{"type":"struct","fields":["#);
+            self.payload.write_open(&mut out);
+            out.push_str(r#","field":"payload"}"#);
+            for (name, col) in &self.envelope {
+                out.push(',');
+                col.schema.write_open(&mut out);
+                out.push_str(r#","field":"#);
+                connect::write_json_string(&mut out, name);
+                out.push('}');
+            }
+            out.push_str(r#"],"optional":false,"name":"#);
+            connect::write_json_string(
+                &mut out,
+                &format!("{}{routed_by}.Value", self.envelope_name),
+            );
+            if let Some(v) = self.version.as_ref().and_then(|c| row[c.index].as_ref()) {
+                let _ = write!(out, r#","version":{}"#, String::from_utf8_lossy(v));
+            }
+            out.push_str(r#"},"payload":"#);
+        }
+        out.push_str(r#"{"payload":"#);
+        connect::write_json_value(&mut out, self.payload.kind, payload.map(|b| &b[..]));
+        for (name, col) in &self.envelope {
+            out.push(',');
+            connect::write_json_string(&mut out, name);
+            out.push(':');
+            connect::write_json_value(&mut out, col.schema.kind, row[col.index].as_deref());
+        }
+        out.push('}');
+        if o.value_schemas {
+            out.push('}');
+        }
+        Bytes::from(out)
+    }
+
+    /// `traceparent` (and `tracestate`) from the span-context column, when it holds a valid
+    /// W3C trace context: the writer's span becomes the consumer's parent.
+    fn trace_headers(&self, headers: &mut Vec<(String, Option<Bytes>)>, ctx: Option<&Bytes>) {
+        let Some(text) = ctx.map(|b| String::from_utf8_lossy(b)) else {
+            return;
+        };
+        let Some(parent) = connect::property(&text, "traceparent") else {
+            return;
+        };
+        if !connect::valid_traceparent(&parent) {
+            return;
+        }
+        let o = &self.opts;
+        let schema = ColumnSchema {
+            kind: ConnectType::String,
+            optional: false,
+            name: None,
+        };
+        let mut push = |name: &str, v: &str| {
+            let raw = Bytes::copy_from_slice(v.as_bytes());
+            headers.push((
+                name.to_string(),
+                connect::encode_header(o.header_converter, o.header_schemas, &schema, Some(&raw)),
+            ));
+        };
+        push("traceparent", &parent);
+        if let Some(state) = connect::property(&text, "tracestate") {
+            push("tracestate", &state);
+        }
+    }
+}
+
+/// Why `[outbox.debezium]` does not fit a Relation.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CompileError {
+    #[error(transparent)]
+    Compat(#[from] CompatError),
+    #[error(transparent)]
+    Route(#[from] crate::route::RouteError),
+}
+
+impl From<connect::EncodingError> for CompileError {
+    fn from(e: connect::EncodingError) -> Self {
+        CompileError::Compat(CompatError::Encoding(e))
+    }
+}

@@ -1,0 +1,229 @@
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use super::*;
+use crate::{
+    Lsn,
+    pgoutput::{Column, Value},
+    route::{OutboxTable, Plan, Position, RouteError},
+};
+
+const POS: Position = Position {
+    commit_lsn: Lsn(0x10),
+    commit_time_unix_us: 5,
+    seq: 2,
+};
+
+fn rel(cols: &[(&str, u32)]) -> Relation {
+    Relation {
+        oid: 1,
+        namespace: "public".into(),
+        name: "ob".into(),
+        columns: cols
+            .iter()
+            .map(|(c, t)| Column {
+                name: c.to_string(),
+                type_oid: *t,
+            })
+            .collect(),
+    }
+}
+fn t(s: &str) -> Value {
+    Value::Text(Bytes::copy_from_slice(s.as_bytes()))
+}
+const COLS: [(&str, u32); 8] = [
+    ("id", oid::UUID),
+    ("aggregatetype", oid::VARCHAR),
+    ("aggregateid", oid::VARCHAR),
+    ("type", oid::VARCHAR),
+    ("payload", oid::JSONB),
+    ("ts", oid::TIMESTAMP),
+    ("ver", oid::INT4),
+    ("tracingspancontext", oid::TEXT),
+];
+fn row(payload: Value) -> Vec<Value> {
+    vec![
+        t("00000000-0000-0000-0000-000000000005"),
+        t("order"),
+        t("agg-2"),
+        t("T5"),
+        payload,
+        t("2024-01-02 03:04:07.678912"),
+        t("2"),
+        t("traceparent=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\n"),
+    ]
+}
+fn plan(opts: DebeziumOptions) -> Plan {
+    let cfg = OutboxTable {
+        table: "public.ob".into(),
+        headers: BTreeMap::from([("id".into(), "id".into())]),
+        debezium: Some(opts),
+        ..OutboxTable::default()
+    };
+    cfg.validate().unwrap();
+    let env = PlanEnv {
+        relay_headers: false,
+        not_null: ["id", "aggregatetype", "aggregateid", "type"]
+            .map(String::from)
+            .to_vec(),
+        run_id: Arc::from("01a23250-974d-74a8-87ea-7aa7d38e3e39"),
+    };
+    Plan::compile_in(&cfg, &rel(&COLS), &env).unwrap()
+}
+fn json() -> DebeziumOptions {
+    DebeziumOptions {
+        key_converter: Converter::Json,
+        value_converter: Converter::Json,
+        ..DebeziumOptions::default()
+    }
+}
+fn header(r: &crate::route::Record, name: &str) -> Option<Bytes> {
+    r.headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, v)| v.clone())
+}
+
+#[test]
+fn a_jsonconverter_envelope_with_schema_version_is_debeziums_struct() {
+    // Read off Debezium 3.6.1 (connector jsonv of the side-by-side test).
+    let rec = plan(DebeziumOptions {
+        additional_placement: "ver:envelope,type:header:eventType".into(),
+        schema_version: Some("ver".into()),
+        topic_prefix: Some("h14xjsonv".into()),
+        ..json()
+    })
+    .route(&row(t("\"just a string\"")), POS)
+    .unwrap();
+    assert_eq!(
+        rec.key,
+        r#"{"schema":{"type":"string","optional":false},"payload":"agg-2"}"#
+    );
+    assert_eq!(
+        rec.value.unwrap(),
+        r#"{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"},{"type":"int32","optional":true,"field":"ver"}],"optional":false,"name":"h14xjsonv.public.ob.order.Value","version":2},"payload":{"payload":"\"just a string\"","ver":2}}"#
+    );
+    let names: Vec<&str> = rec.headers.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["id", "eventType"]);
+}
+
+#[test]
+fn context_headers_come_first_and_json_headers_carry_schemas() {
+    let rec = plan(DebeziumOptions {
+        header_converter: HeaderConverter::Json,
+        extended_headers: true,
+        topic_prefix: Some("h14xbytes".into()),
+        additional_placement: "ver:header".into(),
+        ..DebeziumOptions::default()
+    })
+    .route(&row(t("{}")), POS)
+    .unwrap();
+    let names: Vec<&str> = rec.headers.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "__debezium.context.connectorLogicalName",
+            "__debezium.context.taskId",
+            "__debezium.context.connectorName",
+            "__debezium.context.runId",
+            "id",
+            "ver"
+        ]
+    );
+    assert_eq!(
+        header(&rec, "__debezium.context.connectorLogicalName").unwrap(),
+        r#"{"schema":{"type":"string","optional":false},"payload":"h14xbytes"}"#
+    );
+    assert_eq!(
+        header(&rec, "id").unwrap(),
+        r#"{"schema":{"type":"string","optional":false,"name":"io.debezium.data.Uuid","version":1},"payload":"00000000-0000-0000-0000-000000000005"}"#
+    );
+    assert_eq!(
+        header(&rec, "ver").unwrap(),
+        r#"{"schema":{"type":"int32","optional":true},"payload":2}"#
+    );
+    assert_eq!(rec.value.unwrap(), "{}");
+}
+
+#[test]
+fn timestamp_partition_tombstone_and_tracing() {
+    let p = plan(DebeziumOptions {
+        event_timestamp: Some("ts".into()),
+        additional_placement: "ver:partition".into(),
+        tombstone_on_empty_payload: true,
+        tracing_span_context_field: Some("tracingspancontext".into()),
+        ..json()
+    });
+    let rec = p.route(&row(Value::Null), POS).unwrap();
+    assert_eq!(rec.timestamp_ms, Some(1_704_164_647_678));
+    assert_eq!(rec.partition, Some(2));
+    assert_eq!(rec.value, None, "a tombstone, not {{..payload:null}}");
+    assert_eq!(
+        header(&rec, "traceparent").unwrap(),
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    );
+    let mut bad = row(t("{}"));
+    bad[6] = Value::Null;
+    assert!(matches!(
+        p.route(&bad, POS),
+        Err(RouteError::BadValue { ref column, .. }) if column == "ver"
+    ));
+}
+
+#[test]
+fn options_that_cannot_match_debezium_are_refused() {
+    let bad = |o: DebeziumOptions| o.validate().unwrap_err();
+    assert_eq!(
+        bad(DebeziumOptions {
+            expand_json_payload: true,
+            ..DebeziumOptions::default()
+        }),
+        OptionsError::ExpandJsonPayload
+    );
+    assert!(matches!(
+        bad(DebeziumOptions {
+            additional_placement: "ver:envelope".into(),
+            ..DebeziumOptions::default()
+        }),
+        OptionsError::EnvelopeNeedsJson(_)
+    ));
+    assert!(matches!(
+        bad(DebeziumOptions {
+            extended_headers: true,
+            ..DebeziumOptions::default()
+        }),
+        OptionsError::NeedsTopicPrefix(_)
+    ));
+    // A numeric key under JsonConverter: Debezium writes a base64 decimal the relay does not.
+    let cfg = OutboxTable {
+        table: "public.ob".into(),
+        headers: BTreeMap::new(),
+        debezium: Some(json()),
+        ..OutboxTable::default()
+    };
+    let mut cols = COLS.to_vec();
+    cols[2].1 = 1700;
+    let err = Plan::compile_in(&cfg, &rel(&cols), &PlanEnv::default()).unwrap_err();
+    assert!(matches!(err, RouteError::Debezium { .. }), "{err}");
+}
+
+#[test]
+fn options_parse_under_their_debezium_names() {
+    let o: DebeziumOptions = serde_json::from_str(
+        r#"{"key.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "value.converter": "JsonConverter", "value.converter.schemas.enable": false,
+            "header.converter": "org.apache.kafka.connect.json.JsonConverter"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            o.key_converter,
+            o.key_schemas,
+            o.value_schemas,
+            o.header_converter
+        ),
+        (Converter::Json, true, false, HeaderConverter::Json)
+    );
+    assert!(serde_json::from_str::<DebeziumOptions>(r#"{"route.by.fieldz": "x"}"#).is_err());
+}
