@@ -22,7 +22,7 @@ use relay_core::checkpoint::{ChangeRef, Checkpoint, VERSION};
 use crate::{
     config::{Config, Delivery},
     error::{Definite, RelayError, Transient},
-    events::{CHECKPOINT_TOPIC_CREATED, CHECKPOINT_TOPIC_UNUSABLE},
+    events::{CHECKPOINT_TOPIC_CREATED, CHECKPOINT_TOPIC_UNUSABLE, KAFKA_CLIENT_ERROR},
     pg,
     sink::{client_config, log_librdkafka},
 };
@@ -34,6 +34,16 @@ struct Quiet;
 impl ClientContext for Quiet {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         log_librdkafka(level, fac, log_message);
+    }
+
+    /// The end of the partition is how the reader knows it read everything
+    /// (`enable.partition.eof`), not an error: rdkafka's default logged it as one at every start.
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
+            tracing::debug!(reason, "checkpoint reader reached the end of the topic");
+        } else {
+            tracing::warn!(error = %error, reason, "{KAFKA_CLIENT_ERROR}");
+        }
     }
 }
 
