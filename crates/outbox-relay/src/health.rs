@@ -87,7 +87,7 @@ impl Shared {
     /// its job too, so it counts as ready (critical alerts still make it unready).
     pub(crate) fn readiness(&self, passive_ok: bool) -> Result<(), Vec<String>> {
         let mut reasons = Vec::new();
-        if !streaming() && !(passive_ok && passive()) {
+        if !(streaming() || (passive_ok && passive())) {
             reasons.push(
                 "not streaming: the replication stream is not open (see the relay log for \
                  pipeline_restart)"
