@@ -10,6 +10,7 @@ mod exactly_once;
 mod failover;
 mod failover_slot;
 mod fencing;
+mod inbox_crate;
 mod kafka_security;
 mod messages;
 mod observability;
