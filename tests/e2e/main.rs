@@ -11,6 +11,8 @@ mod failover;
 mod failover_slot;
 mod fencing;
 mod inbox_crate;
+mod inbox_rust;
+mod inbox_sql;
 mod kafka_security;
 mod messages;
 mod observability;
