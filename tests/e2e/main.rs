@@ -4,6 +4,7 @@
 mod support;
 
 mod backpressure;
+mod balances;
 mod chaos;
 mod delivery;
 mod exactly_once;
