@@ -41,7 +41,7 @@ fn kafka_script(name: &str) {
 
 /// One run of a service binary, stdout kept for its figures line, stderr in a file.
 struct Service {
-    child: Child,
+    child: Option<Child>,
     name: String,
 }
 
@@ -57,25 +57,23 @@ impl Service {
             .spawn()
             .unwrap();
         Service {
-            child,
+            child: Some(child),
             name: name.to_string(),
         }
     }
 
     /// Waits (bounded) for the exit; returns the status and the figures line.
     async fn finish(mut self, timeout: Duration) -> (ExitStatus, String) {
+        let mut child = self.child.take().unwrap();
         let deadline = Instant::now() + timeout;
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "{} still running after {timeout:?}",
-                self.name
-            );
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                panic!("{} still running after {timeout:?}", self.name);
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let out = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap())
-            .wait_with_output()
-            .unwrap();
+        let out = child.wait_with_output().unwrap();
         (
             out.status,
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -83,16 +81,19 @@ impl Service {
     }
 
     fn terminate(&self) {
+        let pid = self.child.as_ref().unwrap().id();
         let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args(["-TERM", &pid.to_string()])
             .status();
     }
 }
 
 impl Drop for Service {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! The topic side of the retention check (feature `kafka`): reads `retention.ms`, `segment.ms`
 //! and `cleanup.policy` of the consumer's topics with the Kafka admin API (DescribeConfigs) and
-//! applies [`decide`](crate::decide).
+//! applies [`decide`].
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! Both ends of the transactional outbox for Rust services on PostgreSQL and
-//! [outbox-relay](https://github.com/) (the relay that publishes the events to Kafka):
+//! outbox-relay (the relay that publishes the events to Kafka, `crates/outbox-relay`):
 //!
 //! * **Producer**: [`Outbox::enqueue`] writes an event in the caller's transaction, as a row of
 //!   an outbox table (Debezium's `public.outbox(id, aggregatetype, aggregateid, type, payload)`
