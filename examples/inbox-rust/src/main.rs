@@ -128,6 +128,7 @@ async fn run(figures: &mut Figures) -> Result<()> {
     let inbox = Inbox::new();
     // The idle clock starts once partitions are assigned (joining the group takes a moment).
     let mut last = None::<Instant>;
+    let started = Instant::now();
     loop {
         let next = tokio::time::timeout(Duration::from_millis(200), kafka.recv()).await;
         let m = match next {
@@ -137,6 +138,10 @@ async fn run(figures: &mut Figures) -> Result<()> {
                 match last {
                     None if assigned => last = Some(Instant::now()),
                     Some(t) if t.elapsed() >= idle => return Ok(()),
+                    None if started.elapsed() > Duration::from_secs(30) => bail!(
+                        "no partition of {topic:?} assigned after 30 s: check that the topic \
+                         exists and that BROKERS is right"
+                    ),
                     _ => {}
                 }
                 continue;
