@@ -4,6 +4,7 @@
 mod support;
 
 mod backpressure;
+mod balances;
 mod chaos;
 mod debezium_compat;
 mod delivery;
@@ -11,6 +12,9 @@ mod exactly_once;
 mod failover;
 mod failover_slot;
 mod fencing;
+mod inbox_crate;
+mod inbox_rust;
+mod inbox_sql;
 mod kafka_security;
 mod messages;
 mod messages_faults;

@@ -204,13 +204,30 @@ pub async fn create_topic_with_max_bytes(topic: &str, max_message_bytes: u32) {
         .await
 }
 
+/// Creates `topic` with `partitions` partitions on another broker (a test's own).
+pub async fn create_topic_on(brokers: &str, topic: &str, partitions: i32) {
+    create_with(
+        brokers,
+        rdkafka::admin::NewTopic::new(
+            topic,
+            partitions,
+            rdkafka::admin::TopicReplication::Fixed(1),
+        ),
+    )
+    .await
+}
+
 async fn create(new: rdkafka::admin::NewTopic<'_>) {
+    create_with(&kafka_brokers(), new).await
+}
+
+async fn create_with(brokers: &str, new: rdkafka::admin::NewTopic<'_>) {
     use rdkafka::{
         admin::{AdminClient, AdminOptions},
         client::DefaultClientContext,
     };
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
+        .set("bootstrap.servers", brokers)
         .create()
         .expect("admin client");
     let res = admin

@@ -15,6 +15,7 @@ pub mod certs;
 pub mod check;
 pub mod cluster;
 pub mod http;
+pub mod inbox;
 pub mod kafka;
 pub mod proxy;
 pub mod relay;
