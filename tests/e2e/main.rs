@@ -6,6 +6,7 @@ mod support;
 mod backpressure;
 mod balances;
 mod chaos;
+mod cli;
 mod debezium_compat;
 mod delivery;
 mod exactly_once;

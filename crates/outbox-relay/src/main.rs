@@ -60,6 +60,13 @@ enum Command {
         #[arg(short, long, env = "OUTBOX_RELAY_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Print the shell completion script for `shell` (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `outbox-relay manpage > outbox-relay.1`.
+    Manpage,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -85,6 +92,26 @@ fn exit_code(e: &RelayError) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Generated from the CLI definition itself, so they never drift from it.
+    match &cli.command {
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            clap_complete::generate(*shell, &mut cmd, "outbox-relay", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        Command::Manpage => {
+            use clap::CommandFactory;
+            return match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("cannot write the man page: {e}");
+                    ExitCode::from(1)
+                }
+            };
+        }
+        _ => {}
+    }
     init_logging(&cli.log_format);
     // One thread for the replication reader, the pipeline and the HTTP server: every hand-off
     // between them is a task switch, not a cross-thread wake-up (futex + context switch). At a
@@ -145,6 +172,8 @@ fn main() -> ExitCode {
                 println!("{cfg:#?}");
                 Ok(ExitCode::SUCCESS)
             }
+            // Printed before the runtime started.
+            Command::Completions { .. } | Command::Manpage => Ok(ExitCode::SUCCESS),
         }
     });
     // A call into librdkafka that a stop cut short (a transaction waiting for Kafka) may still
