@@ -11,7 +11,7 @@
 use std::{
     sync::{
         Arc, Mutex,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -189,6 +189,8 @@ pub(crate) struct KafkaSink {
     /// Index in `producers` of the one the open transaction (or every record, without
     /// transactions) goes to.
     active: AtomicUsize,
+    /// A [`kick`](Self::kick) is running on a blocking thread.
+    kicking: Arc<AtomicBool>,
     brokers: String,
     transactional_id: Option<String>,
 }
@@ -232,6 +234,7 @@ impl KafkaSink {
             Self {
                 producers,
                 active: AtomicUsize::new(0),
+                kicking: Arc::default(),
                 brokers: cfg.brokers.clone(),
                 transactional_id: cfg.transactional_id.clone(),
             },
@@ -391,6 +394,24 @@ impl KafkaSink {
             }
         })
         .await;
+    }
+
+    /// Sends what librdkafka holds now instead of when `linger.ms` runs out: the replication
+    /// stream went quiet, so no batch is going to fill and waiting would only add latency
+    /// (`kafka.flush_when_quiet`). This is librdkafka's flush for at most 1 ms on a blocking
+    /// thread — while it runs the brokers' threads treat the linger as elapsed — without
+    /// waiting for acknowledgements; a kick while one is still running does nothing.
+    pub(crate) fn kick(&self) {
+        if self.kicking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let producer = self.producer().clone();
+        let kicking = self.kicking.clone();
+        tokio::task::spawn_blocking(move || {
+            // SAFETY: as in `reports_served`: the handle lives as long as `producer`.
+            unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), 1) };
+            kicking.store(false, Ordering::Release);
+        });
     }
 
     /// With transactions: the topic whose partition the transaction coordinator refused

@@ -323,6 +323,11 @@ async fn run_loop(
                     coalesce_reads(coalesce);
                 }
                 since_quiet = 0;
+                // Without transactions, what was produced goes out now rather than after
+                // linger.ms: busy streams still batch (this branch waits for a quiet moment).
+                if quiet && !st.transactional && cfg.kafka.flush_when_quiet {
+                    sink.kick();
+                }
                 // With transactions, commit as soon as the stream goes quiet: read-committed
                 // consumers see an event about one commit after PostgreSQL committed it. While
                 // the commit runs, the next events pile up and go into the next transaction.
