@@ -6,6 +6,7 @@
 #  - Kafka jars from Maven Central into infra/kafka/lib (infra/kafka/pom.xml)
 #  - PostgreSQL 17 and 13 server binaries from Maven Central into infra/pg/17 and infra/pg/13 (infra/pg/pom.xml):
 #    failover slots, and the refusal of servers older than 14
+#  - the Go modules and Maven artifacts of the inbox recipes (infra/install-recipes.sh)
 set -euo pipefail
 LOG_TAG=deps
 # shellcheck source=common.sh
@@ -124,4 +125,6 @@ PY
 }
 fetch_pg 17
 fetch_pg 13
+# 5. The inbox recipes' Go modules and Maven artifacts (tests/e2e/recipes.rs builds them offline).
+"$INFRA_DIR/install-recipes.sh"
 log "all dependencies present"
