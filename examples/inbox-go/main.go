@@ -95,8 +95,11 @@ func run(s *summary) error {
 	}
 	defer cl.Close()
 
+	// A signal cancels ctx, which ends a poll; the record in hand is finished with work, which
+	// is never cancelled (an interrupted one would be safe too: rolled back and redelivered).
+	work := context.WithoutCancel(ctx)
 	started := time.Now()
-	last := time.Time{} // time of the last record
+	last := time.Time{} // when the last records were handled
 	for {
 		var wait time.Duration
 		if at := assignedAt.Load(); at == 0 {
@@ -114,31 +117,43 @@ func run(s *summary) error {
 				return nil // idle: done
 			}
 		}
-		pollCtx, cancel := context.WithTimeout(ctx, wait)
-		fetches := cl.PollFetches(pollCtx)
-		cancel()
-		if ctx.Err() != nil {
-			return nil // SIGINT/SIGTERM: stop between records
-		}
-		for _, fe := range fetches.Errors() {
-			if errors.Is(fe.Err, context.DeadlineExceeded) {
-				continue // nothing arrived within wait
-			}
-			return fmt.Errorf("fetch from %s[%d]: %w", fe.Topic, fe.Partition, fe.Err)
-		}
-		var failed error
-		fetches.EachRecord(func(r *kgo.Record) {
-			if failed != nil {
-				return
-			}
-			last = time.Now()
-			failed = handle(ctx, db, cl, cfg.consumer, r, s)
+		n, err := pollOnce(ctx, cl, wait, func(r *kgo.Record) error {
+			return handle(work, db, cl, cfg.consumer, r, s)
 		})
-		cl.AllowRebalance()
-		if failed != nil {
-			return failed
+		if n > 0 {
+			last = time.Now()
+		}
+		if err != nil || ctx.Err() != nil {
+			return err // an error, or SIGINT/SIGTERM: stop between records
 		}
 	}
+}
+
+// pollOnce waits up to wait for records and hands each to handle, stopping at the first error;
+// it returns how many records it handled.
+func pollOnce(ctx context.Context, cl *kgo.Client, wait time.Duration, handle func(*kgo.Record) error) (int, error) {
+	pollCtx, cancel := context.WithTimeout(ctx, wait)
+	fetches := cl.PollFetches(pollCtx)
+	cancel()
+	// BlockRebalanceOnPoll holds rebalances (and Close) until this, on every path.
+	defer cl.AllowRebalance()
+	if ctx.Err() != nil {
+		return 0, nil
+	}
+	for _, fe := range fetches.Errors() {
+		if errors.Is(fe.Err, context.DeadlineExceeded) {
+			continue // nothing arrived within wait
+		}
+		return 0, fmt.Errorf("fetch from %s[%d]: %w", fe.Topic, fe.Partition, fe.Err)
+	}
+	n := 0
+	for it := fetches.RecordIter(); !it.Done() && ctx.Err() == nil; {
+		if err := handle(it.Next()); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // handle applies one record at most once, then commits its offset.

@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod http;
 pub mod kafka;
 pub mod proxy;
+pub mod recipe;
 pub mod relay;
 pub mod writer;
 

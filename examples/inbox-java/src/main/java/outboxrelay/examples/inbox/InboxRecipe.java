@@ -123,7 +123,7 @@ public final class InboxRecipe {
         try (Inbox inbox = new Inbox(DriverManager.getConnection(url, pg), cfg.consumer());
                 KafkaConsumer<String, byte[]> kafka = new KafkaConsumer<>(kafkaProps(cfg))) {
             Thread main = Thread.currentThread();
-            Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            Thread onSignal = new Thread(() -> {
                 // SIGTERM/SIGINT: leave poll() and stop between records.
                 stopping = true;
                 kafka.wakeup();
@@ -132,8 +132,18 @@ public final class InboxRecipe {
                 } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
                 }
-            }));
-            consume(cfg, inbox, kafka);
+            });
+            Runtime.getRuntime().addShutdownHook(onSignal);
+            try {
+                consume(cfg, inbox, kafka);
+            } finally {
+                // Done without a signal: the hook must not wait for this thread at exit.
+                try {
+                    Runtime.getRuntime().removeShutdownHook(onSignal);
+                } catch (IllegalStateException e) {
+                    // already shutting down (a signal): the hook is running
+                }
+            }
         } catch (WakeupException e) {
             // stopping on a signal
         } catch (SQLException e) {
