@@ -24,6 +24,7 @@ mod poison;
 mod preconditions;
 mod preflight;
 mod progress;
+mod recipes;
 mod refused_order;
 mod restart;
 mod schema;

@@ -18,6 +18,7 @@ pub mod http;
 pub mod inbox;
 pub mod kafka;
 pub mod proxy;
+pub mod recipe;
 pub mod relay;
 pub mod writer;
 
