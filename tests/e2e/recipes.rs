@@ -210,7 +210,7 @@ async fn missing_id(r: &'static Recipe) {
             "{} recipe: only the record before the bad one applied (attempt {attempt})",
             r.name
         );
-        let group = "g1".to_string();
+        let group = recipe::group_id(&topic, "g1");
         let t = topic.clone();
         let committed = tokio::task::spawn_blocking(move || recipe::committed_offset(&group, &t))
             .await

@@ -118,7 +118,7 @@ impl Recipe {
             .env("PGDATABASE", database)
             .env("BROKERS", kafka_brokers())
             .env("TOPIC", topic)
-            .env("GROUP", group)
+            .env("GROUP", group_id(topic, group))
             .env("CONSUMER", format!("recipe-{}", self.name))
             // from the first assignment on (Go, Java): margin for a loaded CI machine
             .env("IDLE_MS", "4000")
@@ -262,6 +262,13 @@ pub async fn produce_without_id(topic: &str, key: &str, value: &str) {
     )
     .await
     .unwrap_or_else(|(e, _)| panic!("cannot produce to {topic}: {e}"));
+}
+
+/// The Kafka consumer group a recipe run named `group` uses on `topic`: each recipe row has its
+/// own topic, and recipes in different languages must never share a group (their clients'
+/// assignment protocols differ, and Kafka refuses the mix: INCONSISTENT_GROUP_PROTOCOL).
+pub fn group_id(topic: &str, group: &str) -> String {
+    format!("{topic}.{group}")
 }
 
 /// The offset `group` has committed on partition 0 of `topic` (`None`: nothing committed).
