@@ -239,7 +239,9 @@ async fn create_with(brokers: &str, new: rdkafka::admin::NewTopic<'_>) {
     }
 }
 
-/// Sets one topic config (incremental: other settings keep their values).
+/// Sets one topic config. Not incremental: AlterConfigs replaces the topic's whole dynamic
+/// config, so every other setting made before returns to the broker default; set them together
+/// at creation instead when more than one matters.
 pub async fn set_topic_config(topic: &str, key: &str, value: &str) {
     use rdkafka::{
         admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier},
