@@ -29,14 +29,21 @@ pub async fn load(
     linger_ms: u32,
 ) -> Result<LoadStats> {
     let c = pg::connect(pg_port, pg::DB).await?;
-    let bodies: Vec<serde_json::Map<String, serde_json::Value>> = c
+    // The payloads as the relay sends them: jsonb's text, with `"ts": 0` where the writer's
+    // clock goes (the latency consumer reads `"ts": <µs>`).
+    let bodies: Vec<(String, String)> = c
         .query(
-            "SELECT body::text FROM public.bench_payloads WHERE size = $1 ORDER BY i",
+            "SELECT (body || jsonb_build_object('ts', 0))::text FROM public.bench_payloads \
+             WHERE size = $1 ORDER BY i",
             &[&psize],
         )
         .await?
         .iter()
-        .map(|r| serde_json::from_str(r.get::<_, &str>(0)).context("payload pool"))
+        .map(|r| {
+            let text: String = r.get(0);
+            let at = text.find("\"ts\": 0").context("payload without ts")?;
+            Ok((text[..at].to_string(), text[at + "\"ts\": 0".len()..].to_string()))
+        })
         .collect::<Result<_>>()?;
     anyhow::ensure!(!bodies.is_empty(), "no payloads of size {psize}");
     let producer: FutureProducer = ClientConfig::new()
@@ -62,9 +69,8 @@ pub async fn load(
             if t0.elapsed().as_secs_f64() - sent as f64 / rate > 0.010 {
                 late += 1;
             }
-            let mut body = bodies[rng.random_range(0..bodies.len())].clone();
-            body.insert("ts".into(), now_us().into());
-            let value = serde_json::Value::Object(body).to_string();
+            let (head, tail) = &bodies[rng.random_range(0..bodies.len())];
+            let value = format!("{head}\"ts\": {}{tail}", now_us());
             let key = format!("o-{}", rng.random_range(0..100_000));
             let id = uuid::Uuid::new_v4().to_string();
             let headers = OwnedHeaders::new()
