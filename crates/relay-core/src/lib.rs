@@ -13,6 +13,7 @@
 
 pub mod checkpoint;
 pub mod deadletter;
+pub mod debezium_position;
 pub mod decode;
 pub mod lsn;
 pub mod pgoutput;
