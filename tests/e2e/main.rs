@@ -6,6 +6,7 @@ mod support;
 mod backpressure;
 mod chaos;
 mod debezium_compat;
+mod debezium_cutover;
 mod delivery;
 mod exactly_once;
 mod failover;

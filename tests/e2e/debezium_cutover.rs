@@ -1,0 +1,430 @@
+//! The cutover from a running Debezium (3.6.1 on Kafka Connect 4.3.1 standalone,
+//! `infra/debezium/`) to outbox-relay, with writers committing all along: Debezium streams, is
+//! stopped while the writers go on, `setup --from-debezium` takes over its slot and records
+//! where the relay starts, the relay streams to the same topics, and everything is consumed: 0
+//! lost, per-aggregate order kept, and every duplicate belongs to the one transaction
+//! Debezium's committed offset was in (`txId`).
+//!
+//! One worker runs two connectors (own database, slot, publication, topics): one cut over with
+//! the standalone offsets file, the other with an offsets topic holding the same key and value
+//! bytes, written the way Connect's `KafkaOffsetBackingStore` writes them (keyed records,
+//! Java's murmur2 partitioner; a stale record and another connector's record before it).
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use rdkafka::{
+    ClientConfig,
+    producer::{FutureProducer, FutureRecord},
+};
+use relay_core::debezium_position::{DebeziumOffset, Entry, read_offsets_file};
+
+use crate::support::{
+    TestDb, check, connect, eventually, kafka, kafka_brokers, pg_port,
+    relay::Relay,
+    repo_root,
+    writer::{Written, insert_event},
+};
+
+const REST_PORT: u16 = 28300;
+
+struct Worker {
+    data: PathBuf,
+    slots: Vec<String>,
+}
+
+impl Worker {
+    fn stop(&self) {
+        let _ = Command::new(repo_root().join("infra/debezium/stop.sh"))
+            .env("CONNECT_DATA", &self.data)
+            .env("CONNECT_STOP_TIMEOUT", "20")
+            .status();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.stop();
+        for slot in &self.slots {
+            let _ = Command::new("psql")
+                .args(["-h", "127.0.0.1", "-p", &pg_port().to_string()])
+                .args(["-U", "postgres", "-d", "postgres", "-qAtc"])
+                .arg(format!(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+                     WHERE slot_name = '{slot}' AND NOT active"
+                ))
+                .status();
+        }
+    }
+}
+
+/// Debezium as outbox users deploy it, with the layout the relay reproduces by default
+/// (StringConverter, `eventType` header, no `__debezium.context.*` headers).
+fn connector_properties(db: &TestDb) -> String {
+    format!(
+        "name={db}\nconnector.class=io.debezium.connector.postgresql.PostgresConnector\n\
+         tasks.max=1\ndatabase.hostname=127.0.0.1\ndatabase.port={port}\ndatabase.user=postgres\n\
+         database.password=postgres\ndatabase.dbname={db}\ntopic.prefix={db}\n\
+         plugin.name=pgoutput\nslot.name={db}\npublication.name={db}\n\
+         publication.autocreate.mode=filtered\ntable.include.list=public.outbox\n\
+         snapshot.mode=no_data\ntombstones.on.delete=false\npoll.interval.ms=50\n\
+         extended.headers.enabled=false\n\
+         key.converter=org.apache.kafka.connect.storage.StringConverter\n\
+         value.converter=org.apache.kafka.connect.storage.StringConverter\n\
+         transforms=outbox\ntransforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n\
+         transforms.outbox.route.topic.replacement={db}.${{routedByValue}}\n\
+         transforms.outbox.table.fields.additional.placement=type:header:eventType\n",
+        db = db.name,
+        port = pg_port(),
+    )
+}
+
+fn relay_config(db: &TestDb) -> String {
+    db.relay_config(&format!(
+        "[relay]\nrelay_headers = false\n\n[http]\nlisten = \"127.0.0.1:0\"\n\n{}",
+        db.outbox_section()
+    ))
+}
+
+/// Writers committing 1-3 aggregates × 1-3 events per transaction until `stop`.
+fn writers(
+    db: &TestDb,
+    n: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Vec<Written>>> {
+    (0..n)
+        .map(|w| {
+            let conninfo = db.conninfo();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut c = connect(&conninfo).await;
+                let mut rng = StdRng::seed_from_u64(40 + w as u64);
+                let mut out = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let mut aggs: Vec<String> = (0..rng.random_range(1..=3))
+                        .map(|_| format!("agg-{}", rng.random_range(0..12)))
+                        .collect();
+                    aggs.sort();
+                    aggs.dedup();
+                    let tx = c.transaction().await.unwrap();
+                    let mut pending = Vec::new();
+                    for agg in &aggs {
+                        for _ in 0..rng.random_range(1..=3) {
+                            pending.push(insert_event(&tx, "order", agg, w).await.unwrap());
+                        }
+                    }
+                    tx.commit().await.unwrap();
+                    out.extend(pending);
+                    tokio::time::sleep(Duration::from_millis(rng.random_range(5..25))).await;
+                }
+                out
+            })
+        })
+        .collect()
+}
+
+async fn records_in(topic: &str) -> i64 {
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        kafka::high_watermark_sum(&kafka::watermark_client(), &topic)
+    })
+    .await
+    .unwrap()
+}
+
+async fn wait_records(topic: &str, at_least: i64) {
+    eventually("Debezium to publish", Duration::from_secs(60), || async {
+        (records_in(topic).await >= at_least).then_some(())
+    })
+    .await;
+}
+
+/// The offsets of `entries` in a new topic, as Connect's KafkaOffsetBackingStore writes them.
+async fn offsets_topic(topic: &str, entries: &[(Vec<u8>, Option<Vec<u8>>)]) {
+    kafka::create_topic(topic, 5).await;
+    let p: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .set("partitioner", "murmur2_random")
+        .create()
+        .unwrap();
+    for (k, v) in entries {
+        let mut r = FutureRecord::<[u8], [u8]>::to(topic).key(k.as_slice());
+        if let Some(v) = v {
+            r = r.payload(v.as_slice());
+        }
+        p.send(r, Duration::from_secs(10)).await.unwrap();
+    }
+}
+
+fn setup(db: &TestDb, name: &str, args: &[&str]) -> (std::process::ExitStatus, String) {
+    let mut all = vec!["setup", "--from-debezium", db.name.as_str()];
+    all.extend_from_slice(args);
+    Relay::once(name, &relay_config(db), &all, &[])
+}
+
+/// Lost, duplicated and out-of-order events over everything in the topic (Debezium's records
+/// then the relay's); the ids delivered twice; and every duplicate's records byte-equal.
+fn check_topic(
+    test: &str,
+    written: &[Written],
+    got: &[kafka::Rec],
+) -> (check::Figures, Vec<String>) {
+    let by_id: HashMap<&str, &Written> = written.iter().map(|w| (w.id.as_str(), w)).collect();
+    let mut sorted: Vec<&kafka::Rec> = got.iter().collect();
+    sorted.sort_by_key(|r| (r.partition, r.offset));
+    let mut f = check::Figures {
+        written: written.len(),
+        delivered: got.len(),
+        ..Default::default()
+    };
+    let mut first: HashMap<&str, &kafka::Rec> = HashMap::new();
+    let mut last_seq: HashMap<&str, i32> = HashMap::new();
+    let mut dups = Vec::new();
+    for r in sorted {
+        let id = r.header("id");
+        let Some(w) = by_id.get(id) else {
+            f.unexpected += 1;
+            continue;
+        };
+        assert_eq!(r.key.as_deref(), Some(w.aggregate.as_str()), "key of {id}");
+        assert_eq!(r.json(), w.payload, "value of {id}");
+        assert_eq!(r.header("eventType"), "Event", "eventType of {id}");
+        if let Some(before) = first.get(id) {
+            // Debezium's copy and the relay's: what a consumer sees is the same record.
+            assert_eq!(
+                (
+                    &before.key,
+                    &before.value,
+                    &before.headers,
+                    before.partition
+                ),
+                (&r.key, &r.value, &r.headers, r.partition),
+                "the two copies of {id} differ"
+            );
+            f.duplicated += 1;
+            dups.push(id.to_string());
+            continue;
+        }
+        first.insert(id, r);
+        let last = last_seq.entry(w.aggregate.as_str()).or_insert(0);
+        if w.seq != *last + 1 {
+            f.order_violations += 1;
+        }
+        *last = w.seq;
+    }
+    f.lost = written
+        .iter()
+        .filter(|w| !first.contains_key(w.id.as_str()))
+        .count();
+    check::record(test, &f);
+    (f, dups)
+}
+
+/// The inserting transaction (xmin) of each duplicated event.
+async fn transactions_of(db: &TestDb, ids: &[String]) -> HashSet<i64> {
+    db.client
+        .query(
+            "SELECT DISTINCT xmin::text::bigint FROM outbox WHERE id::text = ANY($1)",
+            &[&ids],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+fn offset_of(file: &Path, db: &TestDb) -> (Vec<Entry>, DebeziumOffset) {
+    let entries = read_offsets_file(&std::fs::read(file).unwrap()).unwrap();
+    let o = DebeziumOffset::select(&entries, &db.name, None).unwrap();
+    (entries, o)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cutover_from_a_running_debezium_loses_nothing() {
+    let t0 = Instant::now();
+    let via_file = TestDb::new("cutf").await;
+    let via_topic = TestDb::new("cutt").await;
+    let data = std::env::temp_dir().join(format!("{}-connect", via_file.name));
+    std::fs::create_dir_all(&data).unwrap();
+    let mut files = Vec::new();
+    for db in [&via_file, &via_topic] {
+        let f = data.join(format!("{}.properties", db.name));
+        std::fs::write(&f, connector_properties(db)).unwrap();
+        files.push(f);
+    }
+    let worker = Worker {
+        data: data.clone(),
+        slots: vec![via_file.name.clone(), via_topic.name.clone()],
+    };
+    let started = Command::new(repo_root().join("infra/debezium/start.sh"))
+        .args(&files)
+        .env("CONNECT_DATA", &data)
+        .env("CONNECT_REST_PORT", REST_PORT.to_string())
+        .env("KAFKA_BOOTSTRAP", kafka_brokers())
+        .env("CONNECT_HEAP_OPTS", "-Xms128M -Xmx512M")
+        .status()
+        .unwrap();
+    assert!(
+        started.success(),
+        "Connect did not start; see {}",
+        data.display()
+    );
+    let start_ms = t0.elapsed().as_millis();
+    for db in [&via_file, &via_topic] {
+        eventually(
+            "Debezium holds its slot",
+            Duration::from_secs(60),
+            || async { db.slot_active_pid().await.map(|_| ()) },
+        )
+        .await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = writers(&via_file, 2, &stop);
+    let topic_handles = writers(&via_topic, 2, &stop);
+    for db in [&via_file, &via_topic] {
+        wait_records(&db.topic("order"), 150).await;
+    }
+
+    // While Debezium holds the slot, the cutover is refused.
+    let offsets_file = data.join("standalone.offsets");
+    let file_arg = offsets_file.to_str().unwrap();
+    let (status, log) = setup(&via_file, &via_file.name, &["--offsets-file", file_arg]);
+    assert_eq!(status.code(), Some(3), "{log}");
+    assert!(log.contains("stop the Debezium connector first"), "{log}");
+
+    let t_stop = Instant::now();
+    // Debezium stops (gracefully: Connect commits the offsets of what Kafka acknowledged);
+    // the writers go on.
+    worker.stop();
+    let dbz_file = records_in(&via_file.topic("order")).await;
+    let dbz_topic = records_in(&via_topic.topic("order")).await;
+    for db in [&via_file, &via_topic] {
+        eventually("the slot is released", Duration::from_secs(20), || async {
+            db.slot_active_pid().await.is_none().then_some(())
+        })
+        .await;
+    }
+    let stop_ms = t_stop.elapsed().as_millis();
+    let (entries, file_offset) = offset_of(&offsets_file, &via_file);
+    let (_, topic_offset) = offset_of(&offsets_file, &via_topic);
+    let stale = br#"{"lsn_commit":16,"lsn":16,"txId":1}"#.to_vec();
+    let mut records: Vec<(Vec<u8>, Option<Vec<u8>>)> = vec![
+        (entries[0].0.clone(), Some(stale.clone())),
+        (br#"["another",{"server":"x"}]"#.to_vec(), Some(stale)),
+    ];
+    records.extend(entries.iter().cloned());
+    let offsets = format!("{}.connect-offsets", via_topic.name);
+    offsets_topic(&offsets, &records).await;
+
+    let (status, log) = setup(&via_file, &via_file.name, &["--offsets-file", file_arg]);
+    assert!(status.success(), "{log}");
+    let (status, log) = setup(&via_topic, &via_topic.name, &["--offsets-topic", &offsets]);
+    assert!(status.success(), "{log}");
+    let mut relays = Vec::new();
+    for db in [&via_file, &via_topic] {
+        relays.push(Relay::streaming(&db.name, &relay_config(db)).await);
+    }
+    let relays_ms = t0.elapsed().as_millis();
+    // The relays publish while the writers go on, then the writers stop.
+    for db in [&via_file, &via_topic] {
+        let before = records_in(&db.topic("order")).await;
+        wait_records(&db.topic("order"), before + 100).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut written_file = Vec::new();
+    for h in handles.drain(..) {
+        written_file.extend(h.await.unwrap());
+    }
+    let mut written_topic = Vec::new();
+    for h in topic_handles {
+        written_topic.extend(h.await.unwrap());
+    }
+
+    for (db, written, offset, dbz, how) in [
+        (
+            &via_file,
+            &written_file,
+            &file_offset,
+            dbz_file,
+            "offsets file",
+        ),
+        (
+            &via_topic,
+            &written_topic,
+            &topic_offset,
+            dbz_topic,
+            "offsets topic",
+        ),
+    ] {
+        let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
+        let test = format!("debezium_cutover ({how})");
+        let (f, dups) = check_topic(&test, written, &got);
+        f.assert_nothing_lost_or_reordered(&test);
+        // Every duplicate is of the transaction Debezium's committed offset was in: what it had
+        // sent of that transaction; nothing it had committed before.
+        let txns = transactions_of(db, &dups).await;
+        let bound: HashSet<i64> = offset.tx_id.into_iter().collect();
+        assert!(
+            txns.is_subset(&bound),
+            "{test}: duplicates of transactions {txns:?}, Debezium's offset is in {:?}",
+            offset.tx_id
+        );
+        check::note(&format!(
+            "{test}: Debezium published {dbz} records before its stop; its offset: lsn_commit {} \
+             lsn {} txId {:?}; the relay re-sent {} events, all of that transaction",
+            offset.lsn_commit.map_or("-".into(), |l| l.to_string()),
+            offset.lsn.map_or("-".into(), |l| l.to_string()),
+            offset.tx_id,
+            f.duplicated
+        ));
+    }
+    for mut r in relays {
+        r.terminate(Duration::from_secs(20));
+    }
+    check::note(&format!(
+        "debezium_cutover: whole test {} ms (Debezium up after {start_ms} ms, its stop {stop_ms} \
+         ms, relays streaming after {relays_ms} ms)",
+        t0.elapsed().as_millis()
+    ));
+}
+
+/// A new slot starts where PostgreSQL is now; Debezium's committed position is older: the
+/// events between would be lost, so the cutover is refused and the slot it created dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_slot_behind_debeziums_position_is_refused() {
+    let db = TestDb::new("cutn").await;
+    let committed = db.current_wal_lsn().await;
+    db.client
+        .batch_execute(
+            "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) \
+             VALUES (gen_random_uuid(), 'order', 'a', 'Event', '{}')",
+        )
+        .await
+        .unwrap();
+    let offsets = format!("{}.connect-offsets", db.name);
+    let value = format!(
+        r#"{{"lsn_proc":{l},"lsn_commit":{l},"lsn":{l},"txId":7,"ts_usec":1}}"#,
+        l = committed.0
+    );
+    let key = format!(r#"["{}",{{"server":"{}"}}]"#, db.name, db.name);
+    offsets_topic(&offsets, &[(key.into_bytes(), Some(value.into_bytes()))]).await;
+    let (status, log) = setup(&db, &db.name, &["--offsets-topic", &offsets]);
+    assert_eq!(status.code(), Some(3), "{log}");
+    assert!(log.contains("would be lost"), "{log}");
+    assert!(log.contains(&committed.to_string()), "{log}");
+    assert_eq!(
+        db.confirmed_flush().await,
+        None,
+        "the new slot was left behind"
+    );
+}
