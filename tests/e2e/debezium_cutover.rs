@@ -5,10 +5,9 @@
 //! lost, per-aggregate order kept, and every duplicate belongs to the one transaction
 //! Debezium's committed offset was in (`txId`).
 //!
-//! One worker runs two connectors (own database, slot, publication, topics): one cut over with
-//! the standalone offsets file, the other with an offsets topic holding the same key and value
-//! bytes, written the way Connect's `KafkaOffsetBackingStore` writes them (keyed records,
-//! Java's murmur2 partitioner; a stale record and another connector's record before it).
+//! Two workers, one connector each (own database, slot, publication, topics): a standalone
+//! worker, cut over with its offsets file, and a one-worker distributed cluster, cut over with
+//! its offsets topic.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -26,7 +25,7 @@ use rdkafka::{
     ClientConfig,
     producer::{FutureProducer, FutureRecord},
 };
-use relay_core::debezium_position::{DebeziumOffset, Entry, read_offsets_file};
+use relay_core::debezium_position::{DebeziumOffset, read_offsets_file};
 
 use crate::support::{
     TestDb, check, connect, eventually, kafka, kafka_brokers, pg_port,
@@ -243,10 +242,39 @@ async fn transactions_of(db: &TestDb, ids: &[String]) -> HashSet<i64> {
         .collect()
 }
 
-fn offset_of(file: &Path, db: &TestDb) -> (Vec<Entry>, DebeziumOffset) {
+/// Debezium's stored offset in the standalone file: (lsn_commit, lsn, txId).
+fn offset_of(file: &Path, db: &TestDb) -> (String, String, Option<i64>) {
     let entries = read_offsets_file(&std::fs::read(file).unwrap()).unwrap();
     let o = DebeziumOffset::select(&entries, &db.name, None).unwrap();
-    (entries, o)
+    let show = |l: Option<relay_core::Lsn>| l.map_or("-".into(), |l| l.to_string());
+    (show(o.lsn_commit), show(o.lsn), o.tx_id)
+}
+
+/// The same, as `setup` logged it (`cutover_recorded … lsn_commit=Some("…") lsn=Some("…")
+/// … tx_id=Some(…)`).
+fn offset_in_log(log: &str) -> (String, String, Option<i64>) {
+    let line = log
+        .lines()
+        .find(|l| l.contains("cutover_recorded"))
+        .unwrap_or_else(|| panic!("no cutover_recorded line: {log}"));
+    let field = |name: &str| {
+        let at = line
+            .find(&format!(" {name}="))
+            .map(|i| i + name.len() + 2)?;
+        let rest = &line[at..];
+        let v = rest.split(' ').next()?;
+        Some(
+            v.trim_start_matches("Some(")
+                .trim_end_matches(')')
+                .trim_matches('"')
+                .to_string(),
+        )
+    };
+    (
+        field("lsn_commit").unwrap(),
+        field("lsn").unwrap(),
+        field("tx_id").and_then(|t| t.parse().ok()),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -254,31 +282,46 @@ async fn a_cutover_from_a_running_debezium_loses_nothing() {
     let t0 = Instant::now();
     let via_file = TestDb::new("cutf").await;
     let via_topic = TestDb::new("cutt").await;
-    let data = std::env::temp_dir().join(format!("{}-connect", via_file.name));
-    std::fs::create_dir_all(&data).unwrap();
-    let mut files = Vec::new();
-    for db in [&via_file, &via_topic] {
-        let f = data.join(format!("{}.properties", db.name));
+    // The file case on a standalone worker, the topic case on a one-worker distributed cluster
+    // (offsets in its topic, written by Connect's KafkaOffsetBackingStore), started together.
+    let group = format!("{}-connect", via_topic.name);
+    let offsets = format!("{group}.offsets");
+    let mut workers = Vec::new();
+    let mut starting = Vec::new();
+    for (db, port, mode) in [
+        (&via_file, REST_PORT, "standalone"),
+        (&via_topic, REST_PORT + 1, "distributed"),
+    ] {
+        let data = std::env::temp_dir().join(format!("{}-connect", db.name));
+        std::fs::create_dir_all(&data).unwrap();
+        let f = data.join("connector-in.properties");
         std::fs::write(&f, connector_properties(db)).unwrap();
-        files.push(f);
+        starting.push(
+            Command::new(repo_root().join("infra/debezium/start.sh"))
+                .arg(&f)
+                .env("CONNECT_MODE", mode)
+                .env("CONNECT_GROUP", &group)
+                .env("CONNECT_DATA", &data)
+                .env("CONNECT_REST_PORT", port.to_string())
+                .env("KAFKA_BOOTSTRAP", kafka_brokers())
+                .env("CONNECT_HEAP_OPTS", "-Xms128M -Xmx512M")
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        workers.push(Worker {
+            data,
+            slots: vec![db.name.clone()],
+        });
     }
-    let worker = Worker {
-        data: data.clone(),
-        slots: vec![via_file.name.clone(), via_topic.name.clone()],
-    };
-    let started = Command::new(repo_root().join("infra/debezium/start.sh"))
-        .args(&files)
-        .env("CONNECT_DATA", &data)
-        .env("CONNECT_REST_PORT", REST_PORT.to_string())
-        .env("KAFKA_BOOTSTRAP", kafka_brokers())
-        .env("CONNECT_HEAP_OPTS", "-Xms128M -Xmx512M")
-        .status()
-        .unwrap();
-    assert!(
-        started.success(),
-        "Connect did not start; see {}",
-        data.display()
-    );
+    for (mut child, w) in starting.into_iter().zip(&workers) {
+        let started = child.wait().unwrap();
+        assert!(
+            started.success(),
+            "Connect did not start; see {}",
+            w.data.display()
+        );
+    }
     let start_ms = t0.elapsed().as_millis();
     for db in [&via_file, &via_topic] {
         eventually(
@@ -296,7 +339,7 @@ async fn a_cutover_from_a_running_debezium_loses_nothing() {
     }
 
     // While Debezium holds the slot, the cutover is refused.
-    let offsets_file = data.join("standalone.offsets");
+    let offsets_file = workers[0].data.join("standalone.offsets");
     let file_arg = offsets_file.to_str().unwrap();
     let (status, log) = setup(&via_file, &via_file.name, &["--offsets-file", file_arg]);
     assert_eq!(status.code(), Some(3), "{log}");
@@ -305,7 +348,9 @@ async fn a_cutover_from_a_running_debezium_loses_nothing() {
     let t_stop = Instant::now();
     // Debezium stops (gracefully: Connect commits the offsets of what Kafka acknowledged);
     // the writers go on.
-    worker.stop();
+    for w in &workers {
+        w.stop();
+    }
     let dbz_file = records_in(&via_file.topic("order")).await;
     let dbz_topic = records_in(&via_topic.topic("order")).await;
     for db in [&via_file, &via_topic] {
@@ -315,21 +360,12 @@ async fn a_cutover_from_a_running_debezium_loses_nothing() {
         .await;
     }
     let stop_ms = t_stop.elapsed().as_millis();
-    let (entries, file_offset) = offset_of(&offsets_file, &via_file);
-    let (_, topic_offset) = offset_of(&offsets_file, &via_topic);
-    let stale = br#"{"lsn_commit":16,"lsn":16,"txId":1}"#.to_vec();
-    let mut records: Vec<(Vec<u8>, Option<Vec<u8>>)> = vec![
-        (entries[0].0.clone(), Some(stale.clone())),
-        (br#"["another",{"server":"x"}]"#.to_vec(), Some(stale)),
-    ];
-    records.extend(entries.iter().cloned());
-    let offsets = format!("{}.connect-offsets", via_topic.name);
-    offsets_topic(&offsets, &records).await;
-
+    let file_offset = offset_of(&offsets_file, &via_file);
     let (status, log) = setup(&via_file, &via_file.name, &["--offsets-file", file_arg]);
     assert!(status.success(), "{log}");
     let (status, log) = setup(&via_topic, &via_topic.name, &["--offsets-topic", &offsets]);
     assert!(status.success(), "{log}");
+    let topic_offset = offset_in_log(&log);
     let mut relays = Vec::new();
     for db in [&via_file, &via_topic] {
         relays.push(Relay::streaming(&db.name, &relay_config(db)).await);
@@ -373,19 +409,16 @@ async fn a_cutover_from_a_running_debezium_loses_nothing() {
         // Every duplicate is of the transaction Debezium's committed offset was in: what it had
         // sent of that transaction; nothing it had committed before.
         let txns = transactions_of(db, &dups).await;
-        let bound: HashSet<i64> = offset.tx_id.into_iter().collect();
+        let bound: HashSet<i64> = offset.2.into_iter().collect();
         assert!(
             txns.is_subset(&bound),
             "{test}: duplicates of transactions {txns:?}, Debezium's offset is in {:?}",
-            offset.tx_id
+            offset.2
         );
         check::note(&format!(
             "{test}: Debezium published {dbz} records before its stop; its offset: lsn_commit {} \
              lsn {} txId {:?}; the relay re-sent {} events, all of that transaction",
-            offset.lsn_commit.map_or("-".into(), |l| l.to_string()),
-            offset.lsn.map_or("-".into(), |l| l.to_string()),
-            offset.tx_id,
-            f.duplicated
+            offset.0, offset.1, offset.2, f.duplicated
         ));
     }
     for mut r in relays {
