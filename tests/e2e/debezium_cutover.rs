@@ -338,6 +338,7 @@ async fn a_cutover_from_a_running_debezium_loses_nothing() {
         wait_records(&db.topic("order"), 150).await;
     }
 
+    let records_ms = t0.elapsed().as_millis();
     // While Debezium holds the slot, the cutover is refused.
     let offsets_file = workers[0].data.join("standalone.offsets");
     let file_arg = offsets_file.to_str().unwrap();
@@ -345,6 +346,7 @@ async fn a_cutover_from_a_running_debezium_loses_nothing() {
     assert_eq!(status.code(), Some(3), "{log}");
     assert!(log.contains("stop the Debezium connector first"), "{log}");
 
+    let refused_ms = t0.elapsed().as_millis();
     let t_stop = Instant::now();
     // Debezium stops (gracefully: Connect commits the offsets of what Kafka acknowledged);
     // the writers go on.
@@ -425,8 +427,9 @@ async fn a_cutover_from_a_running_debezium_loses_nothing() {
         r.terminate(Duration::from_secs(20));
     }
     check::note(&format!(
-        "debezium_cutover: whole test {} ms (Debezium up after {start_ms} ms, its stop {stop_ms} \
-         ms, relays streaming after {relays_ms} ms)",
+        "debezium_cutover: whole test {} ms (Debezium up after {start_ms} ms, 150 records each \
+         after {records_ms} ms, refusal done after {refused_ms} ms, its stop {stop_ms} ms, relays \
+         streaming after {relays_ms} ms)",
         t0.elapsed().as_millis()
     ));
 }

@@ -66,6 +66,11 @@ enum Command {
         /// The connector's topic.prefix, if the offsets hold several for its name.
         #[arg(long, value_name = "PREFIX", requires = "from_debezium")]
         topic_prefix: Option<String>,
+        /// The slot Debezium streams from (its slot.name). Default: postgres.slot, which is then
+        /// taken over; another name makes postgres.slot a new slot (created if missing), which
+        /// must start at or before Debezium's committed position.
+        #[arg(long, value_name = "SLOT", requires = "from_debezium")]
+        debezium_slot: Option<String>,
     },
     /// Print the slot's health on one screen: slot, active PID, wal_status, lag, retained WAL,
     /// safe_wal_size, last confirmation and alert state. Exit 0 when healthy, 4 on a critical
@@ -148,6 +153,7 @@ fn main() -> ExitCode {
                 offsets_topic,
                 offsets_file,
                 topic_prefix,
+                debezium_slot,
             } => {
                 let cfg = load(config)?;
                 match from_debezium {
@@ -169,6 +175,7 @@ fn main() -> ExitCode {
                             storage,
                             connector,
                             server: topic_prefix,
+                            debezium_slot,
                         };
                         outbox_relay::cutover::setup(&cfg, &from).await
                     }

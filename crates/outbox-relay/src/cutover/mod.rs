@@ -16,11 +16,14 @@
 //!   these records itself, so it cannot meet or verify them; every change of a transaction
 //!   committed below `covered_lsn` is skipped, every later one published.
 //! - Nothing is lost: the slot must send every transaction that is not proven, i.e. its start
-//!   must be at or before `covered_lsn`. A new slot that starts later is refused (and dropped
-//!   again); Debezium's own slot may be confirmed later than its stored offset, by Debezium,
-//!   only for records Kafka acknowledged (it confirms the `lsn_commit` of acknowledged
-//!   records), which is reported.
-//! - Debezium must not hold the slot (an active walsender): refused with what to stop.
+//!   must be at or before `covered_lsn`. A new slot (`--debezium-slot` names another one, or
+//!   Debezium's is missing) that starts later is refused (and dropped again if this setup
+//!   created it). Debezium's own slot may be confirmed later than its stored offset, by
+//!   Debezium, only for records Kafka acknowledged (`BaseSourceTask.commit` confirms the
+//!   `lsn_commit` of the last acknowledged record, which Connect stores a flush later): reported
+//!   (`cutover_slot_ahead`), not refused, since PostgreSQL cannot send those again anyway.
+//! - Debezium must not hold its slot, nor anyone the relay's (an active walsender): refused
+//!   with what to stop.
 //! - A checkpoint the relay already has for this slot is never overwritten by a different one:
 //!   the relay ran, and its own position is newer than Debezium's.
 
@@ -60,6 +63,9 @@ pub struct FromDebezium {
     pub connector: String,
     /// Its `topic.prefix`, when the storage holds several for the name.
     pub server: Option<String>,
+    /// The slot Debezium streamed from (its `slot.name`); `None`: `postgres.slot`, taken over.
+    /// Another name makes `postgres.slot` a new slot for the relay.
+    pub debezium_slot: Option<String>,
 }
 
 fn refused(text: String) -> RelayError {
@@ -69,30 +75,39 @@ fn refused(text: String) -> RelayError {
 /// The cutover: see the module docs.
 pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> {
     let slot_name = &cfg.postgres.slot;
+    let debezium_slot = from.debezium_slot.as_ref().unwrap_or(slot_name);
+    let take_over = debezium_slot == slot_name;
     let control = pg::connect(cfg).await?;
-    let existing = control
-        .query_opt(
-            "SELECT s.active_pid, a.application_name, a.client_addr::text \
-               FROM pg_replication_slots s LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid \
-              WHERE s.slot_name = $1",
-            &[slot_name],
-        )
-        .await
-        .map_err(query_err("look up the replication slot"))?;
-    if let Some(row) = &existing
-        && let Some(pid) = row.get::<_, Option<i32>>(0)
-    {
-        let app: Option<String> = row.get(1);
-        let addr: Option<String> = row.get(2);
-        return Err(refused(format!(
-            "replication slot {slot_name:?} is held by PID {pid} (application_name {:?}, client \
-             {}): stop the Debezium connector first (Kafka Connect: PUT \
-             /connectors/{}/stop, or stop the worker), wait until the slot is inactive, and run \
-             this again",
-            app.unwrap_or_default(),
-            addr.unwrap_or_else(|| "local".into()),
-            from.connector
-        )));
+    let mut existing = false;
+    for (slot, whose) in [(debezium_slot, "the Debezium connector"), (slot_name, "it")] {
+        let Some(row) = control
+            .query_opt(
+                "SELECT s.active_pid, a.application_name, a.client_addr::text \
+                   FROM pg_replication_slots s \
+                   LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid \
+                  WHERE s.slot_name = $1",
+                &[slot],
+            )
+            .await
+            .map_err(query_err("look up the replication slot"))?
+        else {
+            continue;
+        };
+        existing |= slot == slot_name;
+        if let Some(pid) = row.get::<_, Option<i32>>(0) {
+            let app: Option<String> = row.get(1);
+            let addr: Option<String> = row.get(2);
+            return Err(refused(format!(
+                "replication slot {slot:?} is held by PID {pid} (application_name {:?}, client \
+                 {}): stop {whose} first (for Debezium's connector {:?}, Kafka Connect's PUT \
+                 /connectors/{}/stop, or stop the worker), wait until the slot is inactive, and \
+                 run this again",
+                app.unwrap_or_default(),
+                addr.unwrap_or_else(|| "local".into()),
+                from.connector,
+                from.connector
+            )));
+        }
     }
     let entries = match &from.storage {
         OffsetStorage::File(path) => {
@@ -110,24 +125,33 @@ pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> 
         .map_err(|e| refused(e.to_string()))?;
     let proven = offset.proven().map_err(|e| refused(e.to_string()))?;
     let covered = proven.complete_before;
-    let created = existing.is_none();
+    let created = !existing;
     let slot = preflight(&control, cfg, SlotPolicy::CreateIfMissing).await?;
     let start = slot.confirmed_flush;
-    if created && !slot_leaves_no_gap(proven, start) {
-        control
-            .execute("SELECT pg_drop_replication_slot($1)", &[slot_name])
-            .await
-            .map_err(query_err("drop the slot this setup created"))?;
+    let new_slot = created || !take_over;
+    if new_slot && !slot_leaves_no_gap(proven, start) {
+        if created {
+            control
+                .execute("SELECT pg_drop_replication_slot($1)", &[slot_name])
+                .await
+                .map_err(query_err("drop the slot this setup created"))?;
+        }
         return Err(refused(format!(
             "Debezium's connector {:?} committed the transactions before {covered}, and the new \
-             slot {slot_name:?} starts at {start}: events committed between would be lost, so \
-             the slot was dropped again. Take over Debezium's own slot (set postgres.slot to its \
-             slot.name), or, if Debezium's slot is gone, re-publish the events committed after \
-             {covered} from the outbox table",
-            from.connector
+             slot {slot_name:?} starts at {start}: events committed between would be lost{}. \
+             Take over Debezium's own slot (postgres.slot = its slot.name); or create the new \
+             slot while Debezium still runs (`outbox-relay setup`), stop Debezium once its \
+             offsets are past the slot's start, and run this again; or, if Debezium's slot is \
+             gone, re-publish the events committed after {covered} from the outbox table",
+            from.connector,
+            if created {
+                ", so the slot was dropped again"
+            } else {
+                ""
+            }
         )));
     }
-    if !created && start > covered {
+    if !new_slot && start > covered {
         tracing::info!(
             slot = %slot_name, confirmed_flush = %start, lsn_commit = %covered,
             "{CUTOVER_SLOT_AHEAD}: Debezium confirmed the slot past its stored offset (it confirms \
@@ -186,7 +210,13 @@ pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> 
         show(offset.lsn_commit),
         show(offset.lsn),
         offset.tx_id.map_or("-".into(), |t| t.to_string()),
-        if created { "created" } else { "taken over" },
+        if take_over && !created {
+            "taken over"
+        } else if created {
+            "created"
+        } else {
+            "in place"
+        },
         cfg.kafka.checkpoint_topic
     );
     tracing::info!(slot = %slot_name, publication = %cfg.postgres.publication, confirmed_flush = %start, "{SETUP_OK}");
