@@ -87,9 +87,19 @@ fn connector_properties(db: &TestDb) -> String {
     )
 }
 
-fn relay_config(db: &TestDb) -> String {
+/// The relay for `db`; `exactly_once`: `relay.delivery = "exactly-once"` (the topic case runs
+/// that mode, the file case at-least-once: the cutover's checkpoint serves both).
+fn relay_config(db: &TestDb, exactly_once: bool) -> String {
+    let delivery = if exactly_once {
+        format!(
+            "transactional_id = \"outbox-relay-{}\"\n\n[relay]\ndelivery = \"exactly-once\"\n",
+            db.name
+        )
+    } else {
+        "[relay]\n".to_string()
+    };
     db.relay_config(&format!(
-        "[relay]\nrelay_headers = false\n\n[http]\nlisten = \"127.0.0.1:0\"\n\n{}",
+        "{delivery}relay_headers = false\n\n[http]\nlisten = \"127.0.0.1:0\"\n\n{}",
         db.outbox_section()
     ))
 }
@@ -167,7 +177,7 @@ async fn offsets_topic(topic: &str, entries: &[(Vec<u8>, Option<Vec<u8>>)]) {
 fn setup(db: &TestDb, name: &str, args: &[&str]) -> (std::process::ExitStatus, String) {
     let mut all = vec!["setup", "--from-debezium", db.name.as_str()];
     all.extend_from_slice(args);
-    Relay::once(name, &relay_config(db), &all, &[])
+    Relay::once(name, &relay_config(db, false), &all, &[])
 }
 
 /// Lost, duplicated and out-of-order events over everything in the topic (Debezium's records
@@ -369,8 +379,8 @@ async fn a_cutover_from_a_running_debezium_loses_nothing() {
     assert!(status.success(), "{log}");
     let topic_offset = offset_in_log(&log);
     let mut relays = Vec::new();
-    for db in [&via_file, &via_topic] {
-        relays.push(Relay::streaming(&db.name, &relay_config(db)).await);
+    for (db, exactly_once) in [(&via_file, false), (&via_topic, true)] {
+        relays.push(Relay::streaming(&db.name, &relay_config(db, exactly_once)).await);
     }
     let relays_ms = t0.elapsed().as_millis();
     // The relays publish while the writers go on, then the writers stop.
@@ -394,14 +404,14 @@ async fn a_cutover_from_a_running_debezium_loses_nothing() {
             &written_file,
             &file_offset,
             dbz_file,
-            "offsets file",
+            "offsets file, at-least-once",
         ),
         (
             &via_topic,
             &written_topic,
             &topic_offset,
             dbz_topic,
-            "offsets topic",
+            "offsets topic, exactly-once",
         ),
     ] {
         let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
