@@ -12,9 +12,11 @@
 //! it from then on. No new start-up path is added to `run`.
 //!
 //! Invariants:
-//! - The checkpoint names no change (`last: None`) and no tables: the relay did not publish
-//!   these records itself, so it cannot meet or verify them; every change of a transaction
-//!   committed below `covered_lsn` is skipped, every later one published.
+//! - The checkpoint (`relay_core::debezium_position::Proven::checkpoint`) names no change and
+//!   no tables: the relay did not publish these records itself, so it cannot meet or verify
+//!   them; every change of a transaction committed below `covered_lsn` is skipped, every later
+//!   one published. Its key is the one `run` reads (`<system id>/<database>/<slot>`, the
+//!   system id and timeline from IDENTIFY_SYSTEM, as `run` has them).
 //! - Nothing is lost: the slot must send every transaction that is not proven, i.e. its start
 //!   must be at or before `covered_lsn`. A new slot (`--debezium-slot` names another one, or
 //!   Debezium's is missing) that starts later is refused (and dropped again if this setup
@@ -24,8 +26,9 @@
 //!   (`cutover_slot_ahead`), not refused, since PostgreSQL cannot send those again anyway.
 //! - Debezium must not hold its slot, nor anyone the relay's (an active walsender): refused
 //!   with what to stop.
-//! - A checkpoint the relay already has for this slot is never overwritten by a different one:
-//!   the relay ran, and its own position is newer than Debezium's.
+//! - A checkpoint the relay wrote itself for this slot is never overwritten: the relay ran, and
+//!   its own position is newer than Debezium's. An earlier cutover's is replaced (Debezium ran
+//!   again since; its newer offset proves more).
 
 mod offsets_topic;
 
@@ -33,14 +36,16 @@ use std::path::PathBuf;
 
 use relay_core::{
     Lsn,
-    debezium_position::{DebeziumOffset, read_offsets_file, slot_leaves_no_gap},
+    debezium_position::{
+        DebeziumOffset, is_cutover_checkpoint, read_offsets_file, slot_leaves_no_gap,
+    },
 };
 
 use crate::{
-    checkpoint::{Identity, prepare_topic, read_latest},
+    checkpoint::{prepare_topic, read_latest},
     config::Config,
     error::{Definite, RelayError, Transient},
-    events::{CUTOVER_RECORDED, CUTOVER_SLOT_AHEAD, SETUP_OK},
+    events::{CUTOVER_RECORDED, CUTOVER_REPLACED, CUTOVER_SLOT_AHEAD, SETUP_OK},
     pg::{self, query_err},
     setup::{SlotPolicy, preflight},
     source::{classify, replication_config},
@@ -169,16 +174,18 @@ pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> 
             cfg.kafka.checkpoint_topic
         )));
     }
-    let id = Identity {
-        system_id,
-        database: cfg.postgres.database.clone(),
-        slot: slot_name.clone(),
-        timeline,
-        tables: Vec::new(),
-    };
-    let checkpoint = id.at(covered, None);
-    match read_latest(cfg, id.key()).await? {
+    let checkpoint = proven.checkpoint(&system_id, &cfg.postgres.database, slot_name, timeline);
+    match read_latest(cfg, checkpoint.key()).await? {
         Some(c) if c == checkpoint => {}
+        // An earlier cutover's, Debezium having run since: its newer offset replaces it.
+        Some(c) if is_cutover_checkpoint(&c) => {
+            tracing::info!(
+                before = %c.covered_lsn, now = %covered,
+                "{CUTOVER_REPLACED}: the checkpoint of an earlier `setup --from-debezium` is \
+                 replaced by the connector's current offset"
+            );
+            offsets_topic::write(cfg, &checkpoint.key(), &checkpoint.to_json()).await?;
+        }
         Some(c) => {
             return Err(refused(format!(
                 "kafka.checkpoint_topic {:?} already has a checkpoint for slot {slot_name:?} \

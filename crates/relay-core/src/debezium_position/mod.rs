@@ -25,7 +25,10 @@
 //!   below it (records do not overlap), and the relay names a transaction by the start of its
 //!   commit record (pgoutput's BEGIN `final_lsn`), so "commit LSN < `lsn_commit`" is the test.
 //!   Should `lsn_commit` ever be the commit record's start instead, the test re-sends that one
-//!   transaction: a duplicate, never a loss.
+//!   transaction: a duplicate, never a loss. (Seen on the real thing, `tests/e2e/
+//!   debezium_cutover.rs`: the events sent again are all of the offset's own `txId`, none of the
+//!   transaction whose commit `lsn_commit` names; and Debezium confirms the slot at `lsn_commit`,
+//!   from where PostgreSQL sends the next transaction, not that one.)
 //! - `lsn` is the LSN of the change `R` was made from, and `lsn_proc` the last LSN whose every
 //!   event was processed. Changes of concurrent transactions interleave in the WAL while
 //!   transactions are sent in commit order, so a change of a later transaction can have a lower
@@ -42,7 +45,7 @@ mod tests;
 
 pub use offsets_file::{OffsetsFileError, read_offsets_file};
 
-use crate::Lsn;
+use crate::{Lsn, checkpoint::Checkpoint};
 
 /// One entry of Connect's offset storage: the key and value bytes as Connect's internal
 /// converter wrote them (JSON), `None` for a deleted offset.
@@ -197,6 +200,37 @@ impl DebeziumOffset {
             complete_before: self.lsn_commit.unwrap_or(Lsn::ZERO),
         })
     }
+}
+
+impl Proven {
+    /// The checkpoint a cutover writes for the relay's slot: it covers exactly the proven
+    /// transactions. It names no change and no tables: the relay did not publish these records
+    /// itself, so a start can neither meet nor verify them ([`crate::skip`] then skips every
+    /// change of a transaction committed below `covered_lsn` and publishes every later one).
+    pub fn checkpoint(
+        &self,
+        system_id: &str,
+        database: &str,
+        slot: &str,
+        timeline: u32,
+    ) -> Checkpoint {
+        Checkpoint {
+            version: crate::checkpoint::VERSION,
+            system_id: system_id.to_string(),
+            database: database.to_string(),
+            slot: slot.to_string(),
+            timeline,
+            covered_lsn: self.complete_before,
+            last: None,
+            tables: Vec::new(),
+        }
+    }
+}
+
+/// `c` is a cutover's checkpoint ([`Proven::checkpoint`]), not one the relay wrote after
+/// publishing: those always name the routed tables.
+pub fn is_cutover_checkpoint(c: &Checkpoint) -> bool {
+    c.last.is_none() && c.tables.is_empty()
 }
 
 /// A slot that starts at `slot_start` (PostgreSQL sends the transactions committing at or after
