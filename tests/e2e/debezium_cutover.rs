@@ -2,12 +2,14 @@
 //! `infra/debezium/`) to outbox-relay, with writers committing all along: Debezium streams, is
 //! stopped while the writers go on, `setup --from-debezium` takes over its slot and records
 //! where the relay starts, the relay streams to the same topics, and everything is consumed: 0
-//! lost, per-aggregate order kept, and every duplicate belongs to the one transaction
-//! Debezium's committed offset was in (`txId`).
+//! lost, per-aggregate order kept, and duplicates only of what Debezium had not committed: after a
+//! graceful stop the one transaction its committed offset was in (`txId`), after a SIGKILL
+//! transactions committed at or after its `lsn_commit`.
 //!
 //! Two workers, one connector each (own database, slot, publication, topics): a standalone
-//! worker, cut over with its offsets file, and a one-worker distributed cluster, cut over with
-//! its offsets topic.
+//! worker, stopped gracefully and cut over with its offsets file (relay at-least-once), and a
+//! one-worker distributed cluster, killed and cut over with its offsets topic (relay
+//! exactly-once).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -87,8 +89,9 @@ fn connector_properties(db: &TestDb) -> String {
     )
 }
 
-/// The relay for `db`; `exactly_once`: `relay.delivery = "exactly-once"` (the topic case runs
-/// that mode, the file case at-least-once: the cutover's checkpoint serves both).
+/// The relay for `db`; `exactly_once`: `relay.delivery = "exactly-once"` with the relay's
+/// headers (the crash case: its `outbox-relay.commit-lsn` says which transaction a re-sent
+/// event is of), else at-least-once without them. The cutover's checkpoint serves both modes.
 fn relay_config(db: &TestDb, exactly_once: bool) -> String {
     let delivery = if exactly_once {
         format!(
@@ -99,7 +102,7 @@ fn relay_config(db: &TestDb, exactly_once: bool) -> String {
         "[relay]\n".to_string()
     };
     db.relay_config(&format!(
-        "{delivery}relay_headers = false\n\n[http]\nlisten = \"127.0.0.1:0\"\n\n{}",
+        "{delivery}relay_headers = {exactly_once}\n\n[http]\nlisten = \"127.0.0.1:0\"\n\n{}",
         db.outbox_section()
     ))
 }
@@ -186,7 +189,7 @@ fn check_topic(
     test: &str,
     written: &[Written],
     got: &[kafka::Rec],
-) -> (check::Figures, Vec<String>) {
+) -> (check::Figures, Vec<kafka::Rec>) {
     let by_id: HashMap<&str, &Written> = written.iter().map(|w| (w.id.as_str(), w)).collect();
     let mut sorted: Vec<&kafka::Rec> = got.iter().collect();
     sorted.sort_by_key(|r| (r.partition, r.offset));
@@ -208,19 +211,25 @@ fn check_topic(
         assert_eq!(r.json(), w.payload, "value of {id}");
         assert_eq!(r.header("eventType"), "Event", "eventType of {id}");
         if let Some(before) = first.get(id) {
-            // Debezium's copy and the relay's: what a consumer sees is the same record.
+            // Debezium's copy and the relay's: what a consumer sees is the same record (beside
+            // the relay's own headers, where they are on).
+            let theirs = |r: &kafka::Rec| -> Vec<(String, String)> {
+                let mut h: Vec<_> = r
+                    .headers
+                    .iter()
+                    .filter(|(k, _)| !k.starts_with("outbox-relay."))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                h.sort();
+                h
+            };
             assert_eq!(
-                (
-                    &before.key,
-                    &before.value,
-                    &before.headers,
-                    before.partition
-                ),
-                (&r.key, &r.value, &r.headers, r.partition),
+                (&before.key, &before.value, theirs(before), before.partition),
+                (&r.key, &r.value, theirs(r), r.partition),
                 "the two copies of {id} differ"
             );
             f.duplicated += 1;
-            dups.push(id.to_string());
+            dups.push(r.clone());
             continue;
         }
         first.insert(id, r);
@@ -358,11 +367,18 @@ async fn a_cutover_from_a_running_debezium_loses_nothing() {
 
     let refused_ms = t0.elapsed().as_millis();
     let t_stop = Instant::now();
-    // Debezium stops (gracefully: Connect commits the offsets of what Kafka acknowledged);
-    // the writers go on.
-    for w in &workers {
-        w.stop();
-    }
+    // Debezium stops while the writers go on: the standalone worker gracefully (Connect commits
+    // the offsets of everything Kafka acknowledged), the distributed one killed (its offsets are
+    // those of its last flush, up to offset.flush.interval.ms = 1 s old).
+    workers[0].stop();
+    let pid = std::fs::read_to_string(workers[1].data.join("connect.pid")).unwrap();
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", pid.trim()])
+            .status()
+            .unwrap()
+            .success()
+    );
     let dbz_file = records_in(&via_file.topic("order")).await;
     let dbz_topic = records_in(&via_topic.topic("order")).await;
     for db in [&via_file, &via_topic] {
@@ -398,38 +414,58 @@ async fn a_cutover_from_a_running_debezium_loses_nothing() {
         written_topic.extend(h.await.unwrap());
     }
 
-    for (db, written, offset, dbz, how) in [
+    for (db, written, offset, dbz, how, crashed) in [
         (
             &via_file,
             &written_file,
             &file_offset,
             dbz_file,
-            "offsets file, at-least-once",
+            "offsets file, graceful stop, at-least-once",
+            false,
         ),
         (
             &via_topic,
             &written_topic,
             &topic_offset,
             dbz_topic,
-            "offsets topic, exactly-once",
+            "offsets topic, killed, exactly-once",
+            true,
         ),
     ] {
         let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
         let test = format!("debezium_cutover ({how})");
         let (f, dups) = check_topic(&test, written, &got);
         f.assert_nothing_lost_or_reordered(&test);
-        // Every duplicate is of the transaction Debezium's committed offset was in: what it had
-        // sent of that transaction; nothing it had committed before.
-        let txns = transactions_of(db, &dups).await;
-        let bound: HashSet<i64> = offset.2.into_iter().collect();
-        assert!(
-            txns.is_subset(&bound),
-            "{test}: duplicates of transactions {txns:?}, Debezium's offset is in {:?}",
-            offset.2
-        );
+        let bound = if crashed {
+            // Every duplicate is of a transaction committed at or after lsn_commit: sent by
+            // Debezium after its last offset flush, never one the offset proved.
+            let lsn_commit: relay_core::Lsn = offset.0.parse().unwrap();
+            let at: Vec<relay_core::Lsn> = dups
+                .iter()
+                .map(|r| r.header("outbox-relay.commit-lsn").parse().unwrap())
+                .collect();
+            assert!(
+                at.iter().all(|l| *l >= lsn_commit),
+                "{test}: a duplicate of a transaction before lsn_commit {lsn_commit}: {at:?}"
+            );
+            let txns = at.iter().collect::<HashSet<_>>().len();
+            format!("{txns} transactions, all committed at or after lsn_commit")
+        } else {
+            // Every duplicate is of the transaction the committed offset was in (what Debezium
+            // had sent of it), none of one it had committed before.
+            let ids: Vec<String> = dups.iter().map(|r| r.header("id").to_string()).collect();
+            let txns = transactions_of(db, &ids).await;
+            let bound: HashSet<i64> = offset.2.into_iter().collect();
+            assert!(
+                txns.is_subset(&bound),
+                "{test}: duplicates of transactions {txns:?}, Debezium's offset is in {:?}",
+                offset.2
+            );
+            "all of the offset's transaction".to_string()
+        };
         check::note(&format!(
             "{test}: Debezium published {dbz} records before its stop; its offset: lsn_commit {} \
-             lsn {} txId {:?}; the relay re-sent {} events, all of that transaction",
+             lsn {} txId {:?}; the relay re-sent {} events, {bound}",
             offset.0, offset.1, offset.2, f.duplicated
         ));
     }
