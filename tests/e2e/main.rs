@@ -8,6 +8,7 @@ mod balances;
 mod chaos;
 mod cli;
 mod debezium_compat;
+mod debezium_cutover;
 mod delivery;
 mod exactly_once;
 mod failover;

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use outbox_relay::{
     alert::Severity,
     config::Config,
+    cutover::{FromDebezium, OffsetStorage},
     error::{Definite, RelayError},
     events::{METRICS_DISABLED, SIGNAL_RECEIVED},
 };
@@ -44,6 +45,32 @@ enum Command {
         /// committed in between are NOT relayed; the gap is logged. See docs/operations.md.
         #[arg(long)]
         recreate_slot: bool,
+        /// Cut over from this Debezium PostgreSQL connector (its `name`), which must be stopped:
+        /// take over the slot of postgres.slot (or create it), and record in
+        /// kafka.checkpoint_topic that the first `run` starts after the last transaction the
+        /// connector committed. Needs --offsets-topic or --offsets-file. See
+        /// docs/migrating-from-debezium.md ("Cutover").
+        #[arg(long, value_name = "CONNECTOR", conflicts_with = "recreate_slot")]
+        from_debezium: Option<String>,
+        /// Kafka Connect's offsets topic (the worker's offset.storage.topic), on kafka.brokers.
+        #[arg(
+            long,
+            value_name = "TOPIC",
+            requires = "from_debezium",
+            conflicts_with = "offsets_file"
+        )]
+        offsets_topic: Option<String>,
+        /// The standalone worker's offsets file (offset.storage.file.filename).
+        #[arg(long, value_name = "PATH", requires = "from_debezium")]
+        offsets_file: Option<PathBuf>,
+        /// The connector's topic.prefix, if the offsets hold several for its name.
+        #[arg(long, value_name = "PREFIX", requires = "from_debezium")]
+        topic_prefix: Option<String>,
+        /// The slot Debezium streams from (its slot.name). Default: postgres.slot, which is then
+        /// taken over; another name makes postgres.slot a new slot (created if missing), which
+        /// must start at or before Debezium's committed position.
+        #[arg(long, value_name = "SLOT", requires = "from_debezium")]
+        debezium_slot: Option<String>,
     },
     /// Print the slot's health on one screen: slot, active PID, wal_status, lag, retained WAL,
     /// safe_wal_size, last confirmation and alert state. Exit 0 when healthy, 4 on a critical
@@ -149,9 +176,38 @@ fn main() -> ExitCode {
             Command::Setup {
                 config,
                 recreate_slot,
+                from_debezium,
+                offsets_topic,
+                offsets_file,
+                topic_prefix,
+                debezium_slot,
             } => {
                 let cfg = load(config)?;
-                outbox_relay::run::setup(&cfg, recreate_slot).await.map(|()| ExitCode::SUCCESS)
+                match from_debezium {
+                    None => outbox_relay::run::setup(&cfg, recreate_slot).await,
+                    Some(connector) => {
+                        let storage = match (offsets_topic, offsets_file) {
+                            (Some(t), None) => OffsetStorage::Topic(t),
+                            (None, Some(f)) => OffsetStorage::File(f),
+                            _ => {
+                                return Err(RelayError::from(Definite::Precondition(
+                                    "--from-debezium needs --offsets-topic (Connect's \
+                                     offset.storage.topic) or --offsets-file (the standalone \
+                                     worker's offset.storage.file.filename)"
+                                        .into(),
+                                )));
+                            }
+                        };
+                        let from = FromDebezium {
+                            storage,
+                            connector,
+                            server: topic_prefix,
+                            debezium_slot,
+                        };
+                        outbox_relay::cutover::setup(&cfg, &from).await
+                    }
+                }
+                .map(|()| ExitCode::SUCCESS)
             }
             Command::Status { config, fail_on } => {
                 let cfg = load(config)?;

@@ -7,12 +7,14 @@
 //!   + in-flight limits, Kafka commits ──progress::Progress──▶ may read? what to confirm?
 //! checkpoint (last record of a Kafka txn) + stream ──skip::Skip──▶ skip or publish after a restart
 //! new timeline's history + last published commit ──timeline::follow──▶ follow or refuse
+//! Debezium's Connect offset ──debezium_position──▶ the cutover's checkpoint (whole txns only)
 //! ```
 //!
 //! Everything here is deterministic so it can be unit-, property- and fuzz-tested.
 
 pub mod checkpoint;
 pub mod deadletter;
+pub mod debezium_position;
 pub mod decode;
 pub mod lsn;
 pub mod pgoutput;
