@@ -295,6 +295,10 @@ async fn run_loop(
                     delivered(sink, st, reports, d).await?;
                 }
                 confirm(client, st);
+                // Records held back by a kick that waited for these reports go out now.
+                if !st.transactional && cfg.kafka.flush_when_quiet {
+                    sink.try_kick();
+                }
                 // Without transactions the checkpoint follows the acknowledgements.
                 if !st.transactional && st.checkpoints.is_some() && checkpoint_due(last_checkpoint)
                     && checkpoints::write_acknowledged(cfg, sink, st).await
