@@ -328,7 +328,9 @@ async fn run_loop(
                 }
                 since_quiet = 0;
                 // Without transactions, what was produced goes out now rather than after
-                // linger.ms: busy streams still batch (this branch waits for a quiet moment).
+                // linger.ms (busy streams still batch: this branch waits for a quiet moment).
+                // With transactions the commit below sends it; kicking there too was measured
+                // worse (p99 47.6 -> 73.8 ms at 1k events/s, 34.5 -> 142 ms at 10k).
                 if quiet && !st.transactional && cfg.kafka.flush_when_quiet {
                     sink.kick();
                 }
