@@ -42,7 +42,10 @@ pub async fn load(
         .map(|r| {
             let text: String = r.get(0);
             let at = text.find("\"ts\": 0").context("payload without ts")?;
-            Ok((text[..at].to_string(), text[at + "\"ts\": 0".len()..].to_string()))
+            Ok((
+                text[..at].to_string(),
+                text[at + "\"ts\": 0".len()..].to_string(),
+            ))
         })
         .collect::<Result<_>>()?;
     anyhow::ensure!(!bodies.is_empty(), "no payloads of size {psize}");
