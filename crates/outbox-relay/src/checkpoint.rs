@@ -22,7 +22,10 @@ use relay_core::checkpoint::{ChangeRef, Checkpoint, VERSION};
 use crate::{
     config::{Config, Delivery},
     error::{Definite, RelayError, Transient},
-    events::{CHECKPOINT_TOPIC_CREATED, CHECKPOINT_TOPIC_UNUSABLE, KAFKA_CLIENT_ERROR},
+    events::{
+        CHECKPOINT_READ_END, CHECKPOINT_TOPIC_CREATED, CHECKPOINT_TOPIC_UNUSABLE,
+        KAFKA_CLIENT_ERROR,
+    },
     pg,
     sink::{client_config, log_librdkafka},
 };
@@ -40,7 +43,10 @@ impl ClientContext for Quiet {
     /// (`enable.partition.eof`), not an error: rdkafka's default logged it as one at every start.
     fn error(&self, error: KafkaError, reason: &str) {
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
-            tracing::debug!(reason, "checkpoint reader reached the end of the topic");
+            tracing::debug!(
+                reason,
+                "{CHECKPOINT_READ_END}: the reader reached the end of the topic"
+            );
         } else {
             tracing::warn!(error = %error, reason, "{KAFKA_CLIENT_ERROR}");
         }

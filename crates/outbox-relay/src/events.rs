@@ -47,6 +47,9 @@ pub const KAFKA_TRANSACTION_ENDED: &str = "kafka_transaction_ended";
 pub const CHECKPOINT_TOPIC_CREATED: &str = "checkpoint_topic_created";
 /// At-least-once mode: the checkpoint topic cannot be used; the relay goes on without it.
 pub const CHECKPOINT_TOPIC_UNUSABLE: &str = "checkpoint_topic_unusable";
+/// Debug: the checkpoint reader reached the end of the checkpoint topic (how it knows it read
+/// everything; librdkafka reports it as an error).
+pub const CHECKPOINT_READ_END: &str = "checkpoint_read_end";
 /// No checkpoint for this slot: the relay starts from the slot (duplicates possible, no loss).
 pub const CHECKPOINT_MISSING: &str = "checkpoint_missing";
 /// The newest checkpoint was read; changes it covers are skipped.
@@ -163,6 +166,7 @@ pub const ALL: &[&str] = &[
     KAFKA_TRANSACTION_ENDED,
     CHECKPOINT_TOPIC_CREATED,
     CHECKPOINT_TOPIC_UNUSABLE,
+    CHECKPOINT_READ_END,
     CHECKPOINT_MISSING,
     CHECKPOINT_FOUND,
     CHECKPOINT_SKIP_DONE,
