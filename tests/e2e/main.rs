@@ -23,5 +23,6 @@ mod refused_order;
 mod restart;
 mod schema;
 mod security;
+mod slot_trends;
 mod stop;
 mod tls;

@@ -49,6 +49,7 @@ pub const SLOT_SPILL_WRITES: &str = "outbox_relay_slot_spill_writes_total";
 pub const SLOT_SPILLED_BYTES: &str = "outbox_relay_slot_spilled_bytes_total";
 pub const SLOT_DECODED_TRANSACTIONS: &str = "outbox_relay_slot_decoded_transactions_total";
 pub const SLOT_DECODED_BYTES: &str = "outbox_relay_slot_decoded_bytes_total";
+pub const SLOT_LOSS_FORECAST_SECONDS: &str = "outbox_relay_slot_loss_forecast_seconds";
 
 // Alerts, notifications, heartbeat.
 pub const ALERT_LEVEL: &str = "outbox_relay_alert_level";
@@ -96,6 +97,7 @@ pub const ALL: &[&str] = &[
     SLOT_SPILLED_BYTES,
     SLOT_DECODED_TRANSACTIONS,
     SLOT_DECODED_BYTES,
+    SLOT_LOSS_FORECAST_SECONDS,
     ALERT_LEVEL,
     ALERTS_FIRED,
     WEBHOOK_NOTIFICATIONS,
@@ -116,6 +118,7 @@ pub const RESTART_REASONS: &[&str] = &[
     "kafka_transaction",
     "checkpoint_read",
     "checkpoint_contradicted",
+    "stalled",
 ];
 
 /// `result` label values of [`KAFKA_TRANSACTIONS`].
@@ -338,6 +341,13 @@ pub fn describe() {
         SLOT_DECODED_BYTES,
         Unit::Bytes,
         "Bytes decoded for the slot (pg_stat_replication_slots.total_bytes)."
+    );
+    describe_gauge!(
+        SLOT_LOSS_FORECAST_SECONDS,
+        Unit::Seconds,
+        "Seconds until the slot's headroom (safe_wal_size, or the WAL left until \
+         alerts.retained_wal_critical_bytes when max_slot_wal_keep_size is unlimited) is gone at \
+         the rate it shrank over alerts.slot_forecast_window_secs; -1 while it does not shrink."
     );
     describe_gauge!(
         ALERT_LEVEL,

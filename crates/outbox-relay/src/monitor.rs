@@ -5,6 +5,8 @@
 //! pg_replication_slots, pg_stat_replication_slots, max_slot_wal_keep_size, pg_current_wal_lsn()
 //!     ─▶ SlotSnapshot ─▶ gauges ─▶ alert::Alerts ─▶ log line, alert gauges, /readyz, webhook
 //!                                                    └─ wal_status = lost ─▶ supervisor stops
+//!                  └─ trend::Trends (headroom window, stall markers) ─▶ slot_forecast, stalled
+//!                                                    └─ stalled ─▶ supervisor restarts the attempt
 //! ```
 //!
 //! Invariants:
@@ -28,10 +30,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_postgres::Client;
 
 use crate::{
-    alert::{Alerts, Observation, Severity},
+    alert::{AlertKind, Alerts, Observation, Severity},
     config::Config,
     error::{Definite, RelayError},
-    events::{PUBLICATION_DRIFT, SLOT_LOST, SLOT_MONITOR_FAILED},
+    events::{PIPELINE_STALLED, PUBLICATION_DRIFT, SLOT_LOST, SLOT_MONITOR_FAILED},
     health::Shared,
     metrics as m,
     pg::{self, describe_pg},
@@ -39,6 +41,8 @@ use crate::{
     slot::{self, SlotSnapshot, WalStatus},
     webhook::{Dispatcher, Repeater},
 };
+
+mod trend;
 
 /// Remembers when the server's WAL first passed each position the monitor saw.
 #[derive(Debug, Default)]
@@ -105,6 +109,7 @@ struct Monitor {
     shared: Arc<Shared>,
     alerts: Alerts,
     clock: WalClock,
+    trends: trend::Trends,
     repeater: Repeater,
     webhook: Option<Dispatcher>,
     fatal: Option<mpsc::Sender<RelayError>>,
@@ -125,6 +130,7 @@ impl MonitorTask {
             cfg: self.cfg,
             shared: self.shared,
             clock: WalClock::default(),
+            trends: trend::Trends::new(Instant::now()),
             webhook: self.webhook,
             fatal: Some(self.fatal),
             spill: Default::default(),
@@ -279,7 +285,18 @@ impl Monitor {
                 }
             }
         }
-        self.evaluate(snap, time_lag);
+        let trend = self.trends.observe(
+            &self.cfg.alerts,
+            snap,
+            crate::health::streaming(),
+            crate::health::pipeline_markers(),
+            now,
+        );
+        set(
+            m::SLOT_LOSS_FORECAST_SECONDS,
+            trend.seconds_to_loss.unwrap_or(-1.0),
+        );
+        self.evaluate(snap, time_lag, trend);
     }
 
     /// `outbox_relay_heartbeat_age_seconds`: since the newest confirmed heartbeat was written
@@ -296,11 +313,14 @@ impl Monitor {
         metrics::gauge!(m::HEARTBEAT_AGE_SECONDS).set(age.as_secs_f64());
     }
 
-    fn evaluate(&mut self, snap: &SlotSnapshot, time_lag: Option<Duration>) {
+    fn evaluate(&mut self, snap: &SlotSnapshot, time_lag: Option<Duration>, trend: trend::Trend) {
         let slot = &self.cfg.postgres.slot;
-        let transitions = self
-            .alerts
-            .observe(&Observation::of(snap, time_lag), SystemTime::now());
+        let obs = Observation {
+            seconds_to_loss: trend.seconds_to_loss,
+            stalled_for: trend.stalled_for,
+            ..Observation::of(snap, time_lag)
+        };
+        let transitions = self.alerts.observe(&obs, SystemTime::now());
         for t in &transitions {
             metrics::gauge!(m::ALERT_LEVEL, "alert" => t.kind.as_str()).set(Severity::gauge(t.to));
             let msg = t.message();
@@ -324,6 +344,14 @@ impl Monitor {
             }
         }
         self.shared.set_alerts(active);
+        if transitions
+            .iter()
+            .any(|t| t.kind == AlertKind::Stalled && t.to.is_some())
+        {
+            tracing::warn!(slot = %slot, stalled_secs = self.cfg.alerts.stalled_secs, "{PIPELINE_STALLED}: restarting the pipeline from the last confirmed LSN");
+            self.shared.request_restart();
+            self.trends.restarted();
+        }
 
         if let Some(s) = snap.slot.as_ref().filter(|s| s.is_lost())
             && let Some(fatal) = self.fatal.take()

@@ -38,7 +38,7 @@ pub struct StatusReport {
     /// What is published: the outbox tables and message prefixes ([`sources`]).
     pub sources: String,
     pub snapshot: SlotSnapshot,
-    pub findings: [Finding; 3],
+    pub findings: [Finding; alert::ALERTS],
     pub relay: Result<RelayView, String>,
 }
 

@@ -1,11 +1,13 @@
 //! The built-in alerts: pure threshold evaluation with fire/resolve transitions.
 //!
-//! Three alerts watch the replication slot, each at one level at a time (ok, warning, critical):
+//! Five alerts watch the replication slot, each at one level at a time (ok, warning, critical):
 //! - `retained_wal`: WAL the slot keeps on the server's disk (`pg_current_wal_lsn() -
 //!   restart_lsn`), in bytes and as a fraction of `max_slot_wal_keep_size`;
 //! - `time_lag`: age of the oldest WAL the slot has not confirmed;
 //! - `wal_status`: `wal_status` leaving `reserved` (`extended` at a configurable level,
-//!   `unreserved` and `lost` critical).
+//!   `unreserved` and `lost` critical);
+//! - `slot_forecast` and `stalled` ([`trend`]): when the slot is lost at the current WAL rate,
+//!   and a stream that is up while nothing moves.
 //!
 //! Invariant: a change of level is exactly one [`Transition`], which the caller logs once and
 //! notifies once; an unchanged level produces nothing. Nothing here reads a clock or does I/O:
@@ -26,13 +28,20 @@ pub enum AlertKind {
     RetainedWal,
     TimeLag,
     WalStatus,
+    SlotForecast,
+    Stalled,
 }
 
+/// How many alerts there are.
+pub const ALERTS: usize = 5;
+
 impl AlertKind {
-    pub const ALL: [AlertKind; 3] = [
+    pub const ALL: [AlertKind; ALERTS] = [
         AlertKind::RetainedWal,
         AlertKind::TimeLag,
         AlertKind::WalStatus,
+        AlertKind::SlotForecast,
+        AlertKind::Stalled,
     ];
 
     /// The `alert` label value and the name in logs and notifications.
@@ -41,6 +50,8 @@ impl AlertKind {
             AlertKind::RetainedWal => "retained_wal",
             AlertKind::TimeLag => "time_lag",
             AlertKind::WalStatus => "wal_status",
+            AlertKind::SlotForecast => "slot_forecast",
+            AlertKind::Stalled => "stalled",
         }
     }
 
@@ -93,6 +104,14 @@ pub struct Observation {
     pub wal_status: Option<WalStatus>,
     /// The slot's `confirmed_flush_lsn`, for the message of a lost slot.
     pub confirmed_flush: Option<Lsn>,
+    /// Seconds until the slot's headroom is gone at the current rate; `None` when it does not
+    /// shrink or is unknown (set by the monitor, from its history).
+    pub seconds_to_loss: Option<f64>,
+    /// The headroom of the forecast is `alerts.retained_wal_critical_bytes` (unlimited
+    /// `max_slot_wal_keep_size`), not PostgreSQL's `safe_wal_size`.
+    pub forecast_to_threshold: bool,
+    /// For how long the stream has been up with nothing moving (set by the monitor).
+    pub stalled_for: Option<Duration>,
 }
 
 impl Observation {
@@ -104,6 +123,9 @@ impl Observation {
             time_lag,
             wal_status: snap.slot.as_ref().and_then(|s| s.wal_status.clone()),
             confirmed_flush: snap.slot.as_ref().and_then(|s| s.confirmed_flush),
+            seconds_to_loss: None,
+            forecast_to_threshold: snap.max_slot_wal_keep_size.is_none(),
+            stalled_for: None,
         }
     }
 }
@@ -187,11 +209,13 @@ const ACTION_LOST: &str = "the slot is unusable: outbox-relay stops and will not
      (docs/operations.md#slot-lost)";
 
 /// Evaluates every alert for one observation, without state (used by `outbox-relay status`).
-pub fn evaluate(cfg: &AlertsConfig, obs: &Observation) -> [Finding; 3] {
+pub fn evaluate(cfg: &AlertsConfig, obs: &Observation) -> [Finding; ALERTS] {
     [
         retained_wal(cfg, obs),
         time_lag(cfg, obs),
         wal_status(cfg, obs),
+        trend::slot_forecast(cfg, obs),
+        trend::stalled(cfg, obs),
     ]
 }
 
@@ -344,14 +368,14 @@ fn wal_status(cfg: &AlertsConfig, obs: &Observation) -> Finding {
 #[derive(Debug)]
 pub struct Alerts {
     cfg: AlertsConfig,
-    current: [Option<Active>; 3],
+    current: [Option<Active>; ALERTS],
 }
 
 impl Alerts {
     pub fn new(cfg: AlertsConfig) -> Self {
         Self {
             cfg,
-            current: [None, None, None],
+            current: std::array::from_fn(|_| None),
         }
     }
 
@@ -435,6 +459,8 @@ pub fn human_duration(d: Duration) -> String {
         _ => format!("{}h {}m {}s", s / 3600, s % 3600 / 60, s % 60),
     }
 }
+
+mod trend;
 
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,7 @@ fn obs(retained_mib: u64) -> Observation {
         time_lag: Some(Duration::ZERO),
         wal_status: Some(WalStatus::Reserved),
         confirmed_flush: Some(Lsn(0x1930468)),
+        ..Observation::default()
     }
 }
 

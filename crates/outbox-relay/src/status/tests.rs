@@ -30,6 +30,7 @@ fn slot(status: &str, restart: u64) -> SlotState {
         safe_wal_size: Some(40 << 20),
         invalidation_reason: None,
         stats: None,
+        walsender_wait: None,
     }
 }
 
