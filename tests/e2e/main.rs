@@ -15,6 +15,7 @@ mod kafka_security;
 mod messages;
 mod messages_faults;
 mod observability;
+mod outbox_hygiene;
 mod poison;
 mod preconditions;
 mod preflight;

@@ -114,6 +114,8 @@ pub const SLOT_LOST: &str = "slot_lost";
 pub const ALERT_FIRING: &str = "alert_firing";
 /// An alert went back to ok.
 pub const ALERT_RESOLVED: &str = "alert_resolved";
+/// The monitor cannot read an outbox table's health (logged once per distinct error).
+pub const OUTBOX_STATS_FAILED: &str = "outbox_stats_failed";
 /// The `stalled` alert fired: the monitor restarts the pipeline.
 pub const PIPELINE_STALLED: &str = "pipeline_stalled";
 
@@ -187,6 +189,7 @@ pub const ALL: &[&str] = &[
     ALERT_FIRING,
     ALERT_RESOLVED,
     PIPELINE_STALLED,
+    OUTBOX_STATS_FAILED,
     WEBHOOK_ENABLED,
     WEBHOOK_DISABLED,
     WEBHOOK_SENT,

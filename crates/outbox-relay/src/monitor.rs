@@ -42,6 +42,7 @@ use crate::{
     webhook::{Dispatcher, Repeater},
 };
 
+mod tables;
 mod trend;
 
 /// Remembers when the server's WAL first passed each position the monitor saw.
@@ -118,6 +119,10 @@ struct Monitor {
     last_heartbeat: Option<SystemTime>,
     conn: Option<(Client, i32)>,
     last_error: Option<String>,
+    /// The last good health reading of each outbox table ([`tables`]).
+    tables: Vec<crate::outbox_health::TableHealth>,
+    tables_read: Option<Instant>,
+    tables_error: Option<String>,
 }
 
 impl MonitorTask {
@@ -138,6 +143,9 @@ impl MonitorTask {
             last_heartbeat: None,
             conn: None,
             last_error: None,
+            tables: Vec::new(),
+            tables_read: None,
+            tables_error: None,
         };
         loop {
             // A poll may wait for an unreachable server (connect timeout): never delay a stop.
@@ -168,6 +176,7 @@ impl Monitor {
             Ok(snap) => {
                 self.last_error = None;
                 metrics::gauge!(m::MONITOR_UP).set(1.0);
+                self.read_outbox_tables().await;
                 self.publish(&snap);
                 self.check_publication().await;
             }
@@ -318,6 +327,7 @@ impl Monitor {
         let obs = Observation {
             seconds_to_loss: trend.seconds_to_loss,
             stalled_for: trend.stalled_for,
+            outbox_worst: crate::outbox_health::worst(&self.tables).cloned(),
             ..Observation::of(snap, time_lag)
         };
         let transitions = self.alerts.observe(&obs, SystemTime::now());

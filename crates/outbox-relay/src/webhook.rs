@@ -141,6 +141,7 @@ fn alertname(kind: AlertKind) -> &'static str {
         AlertKind::WalStatus => "OutboxRelaySlotWalStatus",
         AlertKind::SlotForecast => "OutboxRelaySlotForecast",
         AlertKind::Stalled => "OutboxRelayStalled",
+        AlertKind::OutboxDeadTuples => "OutboxRelayOutboxDeadTuples",
     }
 }
 

@@ -1,13 +1,14 @@
 //! The built-in alerts: pure threshold evaluation with fire/resolve transitions.
 //!
-//! Five alerts watch the replication slot, each at one level at a time (ok, warning, critical):
+//! Six alerts, each at one level at a time (ok, warning, critical):
 //! - `retained_wal`: WAL the slot keeps on the server's disk (`pg_current_wal_lsn() -
 //!   restart_lsn`), in bytes and as a fraction of `max_slot_wal_keep_size`;
 //! - `time_lag`: age of the oldest WAL the slot has not confirmed;
 //! - `wal_status`: `wal_status` leaving `reserved` (`extended` at a configurable level,
 //!   `unreserved` and `lost` critical);
 //! - `slot_forecast` and `stalled` ([`trend`]): when the slot is lost at the current WAL rate,
-//!   and a stream that is up while nothing moves.
+//!   and a stream that is up while nothing moves;
+//! - `outbox_dead_tuples` ([`hygiene`]): dead tuples vacuum has not removed from an outbox table.
 //!
 //! Invariant: a change of level is exactly one [`Transition`], which the caller logs once and
 //! notifies once; an unchanged level produces nothing. Nothing here reads a clock or does I/O:
@@ -30,10 +31,11 @@ pub enum AlertKind {
     WalStatus,
     SlotForecast,
     Stalled,
+    OutboxDeadTuples,
 }
 
 /// How many alerts there are.
-pub const ALERTS: usize = 5;
+pub const ALERTS: usize = 6;
 
 impl AlertKind {
     pub const ALL: [AlertKind; ALERTS] = [
@@ -42,6 +44,7 @@ impl AlertKind {
         AlertKind::WalStatus,
         AlertKind::SlotForecast,
         AlertKind::Stalled,
+        AlertKind::OutboxDeadTuples,
     ];
 
     /// The `alert` label value and the name in logs and notifications.
@@ -52,6 +55,7 @@ impl AlertKind {
             AlertKind::WalStatus => "wal_status",
             AlertKind::SlotForecast => "slot_forecast",
             AlertKind::Stalled => "stalled",
+            AlertKind::OutboxDeadTuples => "outbox_dead_tuples",
         }
     }
 
@@ -112,6 +116,8 @@ pub struct Observation {
     pub forecast_to_threshold: bool,
     /// For how long the stream has been up with nothing moving (set by the monitor).
     pub stalled_for: Option<Duration>,
+    /// The outbox table with the most dead tuples, from the last reading of their health.
+    pub outbox_worst: Option<crate::outbox_health::TableHealth>,
 }
 
 impl Observation {
@@ -126,6 +132,7 @@ impl Observation {
             seconds_to_loss: None,
             forecast_to_threshold: snap.max_slot_wal_keep_size.is_none(),
             stalled_for: None,
+            outbox_worst: None,
         }
     }
 }
@@ -216,6 +223,7 @@ pub fn evaluate(cfg: &AlertsConfig, obs: &Observation) -> [Finding; ALERTS] {
         wal_status(cfg, obs),
         trend::slot_forecast(cfg, obs),
         trend::stalled(cfg, obs),
+        hygiene::outbox_dead_tuples(cfg, obs),
     ]
 }
 
@@ -460,6 +468,7 @@ pub fn human_duration(d: Duration) -> String {
     }
 }
 
+mod hygiene;
 mod trend;
 
 #[cfg(test)]

@@ -94,6 +94,20 @@ pub struct AlertsConfig {
         deserialize_with = "from_str_or_native"
     )]
     pub stalled_secs: u64,
+    /// `outbox_dead_tuples` warning: an outbox table (all partitions together) holds this many
+    /// dead tuples (`pg_stat_user_tables.n_dead_tup`) that vacuum has not removed yet.
+    /// Default 1000000.
+    #[serde(
+        default = "default_outbox_dead_tuples_warning",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub outbox_dead_tuples_warning: u64,
+    /// `outbox_dead_tuples` critical. Default 10000000.
+    #[serde(
+        default = "default_outbox_dead_tuples_critical",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub outbox_dead_tuples_critical: u64,
     /// Where to send notifications (`[alerts.webhook]`). Off unless `url` is set.
     #[serde(default)]
     pub webhook: WebhookConfig,
@@ -128,6 +142,12 @@ fn default_slot_forecast_window_secs() -> u64 {
 }
 fn default_stalled_secs() -> u64 {
     300
+}
+fn default_outbox_dead_tuples_warning() -> u64 {
+    1_000_000
+}
+fn default_outbox_dead_tuples_critical() -> u64 {
+    10_000_000
 }
 
 /// See [`AlertsConfig::wal_status_extended`].
@@ -230,6 +250,11 @@ impl AlertsConfig {
                 "time_lag_*_secs",
                 self.time_lag_warning_secs as f64,
                 self.time_lag_critical_secs as f64,
+            ),
+            (
+                "outbox_dead_tuples_*",
+                self.outbox_dead_tuples_warning as f64,
+                self.outbox_dead_tuples_critical as f64,
             ),
         ] {
             if warning > 0.0 && critical > 0.0 && warning > critical {
