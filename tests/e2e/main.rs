@@ -25,5 +25,6 @@ mod restart;
 mod schema;
 mod security;
 mod slot_trends;
+mod status_watch;
 mod stop;
 mod tls;

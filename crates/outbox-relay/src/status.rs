@@ -30,6 +30,12 @@ pub struct RelayView {
     pub heartbeat_age_secs: Option<f64>,
     /// `(alert, level)` with level 0 ok, 1 warning, 2 critical.
     pub alert_levels: Vec<(String, f64)>,
+    /// Events Kafka acknowledged since the relay started, all topics.
+    pub events_produced: Option<f64>,
+    /// Records handed to Kafka, not yet acknowledged.
+    pub inflight_events: Option<f64>,
+    /// The monitor's forecast; negative: the headroom does not shrink.
+    pub loss_forecast_secs: Option<f64>,
 }
 
 #[derive(Debug)]
@@ -48,16 +54,24 @@ pub struct StatusReport {
 /// Queries PostgreSQL (required) and the relay's endpoint (optional).
 pub async fn collect(cfg: &Config) -> Result<StatusReport, RelayError> {
     let client = pg::connect(cfg).await?;
+    collect_on(&client, cfg).await
+}
+
+/// [`collect`] on an open connection (`--watch` keeps one).
+pub(crate) async fn collect_on(
+    client: &tokio_postgres::Client,
+    cfg: &Config,
+) -> Result<StatusReport, RelayError> {
     let err = |e: tokio_postgres::Error| Transient::Postgres {
         context: "read the replication slot",
         detail: describe_pg(&e),
         source: e,
     };
-    let version = slot::server_version(&client).await.map_err(err)?;
-    let snapshot = slot::query(&client, &cfg.postgres.slot, version)
+    let version = slot::server_version(client).await.map_err(err)?;
+    let snapshot = slot::query(client, &cfg.postgres.slot, version)
         .await
         .map_err(err)?;
-    let outbox = outbox_health::query(&client, &cfg.outbox).await;
+    let outbox = outbox_health::query(client, &cfg.outbox).await;
     let good: Vec<TableHealth> = outbox
         .iter()
         .filter_map(|r| r.as_ref().ok())
@@ -135,6 +149,11 @@ pub fn relay_view(text: &str) -> RelayView {
             crate::metrics::READY => v.ready = Some(value > 0.0),
             crate::metrics::SLOT_LAG_SECONDS => v.time_lag_secs = Some(value),
             crate::metrics::HEARTBEAT_AGE_SECONDS => v.heartbeat_age_secs = Some(value),
+            crate::metrics::EVENTS_PRODUCED => {
+                *v.events_produced.get_or_insert(0.0) += value;
+            }
+            crate::metrics::INFLIGHT_EVENTS => v.inflight_events = Some(value),
+            crate::metrics::SLOT_LOSS_FORECAST_SECONDS => v.loss_forecast_secs = Some(value),
             crate::metrics::ALERT_LEVEL => {
                 if let Some(alert) = labels
                     .split_once("alert=\"")
@@ -364,6 +383,8 @@ pub fn table_line(t: &Result<TableHealth, String>) -> String {
         human_bytes(t.size_bytes.max(0) as u64)
     )
 }
+
+pub mod watch;
 
 #[cfg(test)]
 mod tests;

@@ -471,5 +471,7 @@ pub fn human_duration(d: Duration) -> String {
 mod hygiene;
 mod trend;
 
+pub(crate) use trend::approx;
+
 #[cfg(test)]
 mod tests;
