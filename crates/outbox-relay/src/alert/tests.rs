@@ -1,5 +1,6 @@
 //! Alert evaluation: thresholds, hysteresis, transitions and messages.
 use super::*;
+use crate::config::ExtendedLevel;
 
 const MIB: u64 = 1 << 20;
 

@@ -101,3 +101,116 @@ impl Trends {
         self.stall.reset();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use relay_core::Lsn;
+
+    use super::*;
+    use crate::slot::{SlotState, WalStatus};
+
+    fn snap(lsn: u64, safe: i64, keep: Option<u64>, wait: &str) -> SlotSnapshot {
+        SlotSnapshot {
+            in_recovery: false,
+            server_lsn: Some(Lsn(lsn)),
+            max_slot_wal_keep_size: keep,
+            slot: Some(SlotState {
+                active: true,
+                active_pid: Some(1),
+                restart_lsn: Some(Lsn(1000)),
+                confirmed_flush: Some(Lsn(1000)),
+                wal_status: Some(WalStatus::Reserved),
+                safe_wal_size: Some(safe),
+                invalidation_reason: None,
+                stats: None,
+                walsender_wait: Some(wait.into()),
+            }),
+        }
+    }
+
+    fn cfg() -> AlertsConfig {
+        AlertsConfig {
+            slot_forecast_window_secs: 10,
+            stalled_secs: 3,
+            retained_wal_critical_bytes: 11_000,
+            ..AlertsConfig::default()
+        }
+    }
+
+    #[test]
+    fn the_headroom_is_safe_wal_size_or_the_critical_threshold() {
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        let mut t = Trends::new(t0);
+        let idle = "Client:WalSenderWriteData";
+        // 100 bytes/s of WAL the slot keeps: 1000 bytes of safe_wal_size last 10 s.
+        t.observe(
+            &cfg(),
+            &snap(2000, 1200, Some(1 << 20), idle),
+            true,
+            (5, 5),
+            at(0),
+        );
+        t.observe(
+            &cfg(),
+            &snap(2100, 1100, Some(1 << 20), idle),
+            true,
+            (5, 5),
+            at(1),
+        );
+        let tr = t.observe(
+            &cfg(),
+            &snap(2200, 1000, Some(1 << 20), idle),
+            true,
+            (5, 5),
+            at(2),
+        );
+        assert!((tr.seconds_to_loss.unwrap() - 10.0).abs() < 1e-6, "{tr:?}");
+        // Unlimited: 11000 - (server - restart_lsn) = 11000 - 2000 = 9000 at 100 bytes/s.
+        let mut t = Trends::new(t0);
+        t.observe(&cfg(), &snap(2800, -1, None, idle), true, (5, 5), at(0));
+        let tr = t.observe(&cfg(), &snap(3000, -1, None, idle), true, (5, 5), at(2));
+        assert!((tr.seconds_to_loss.unwrap() - 90.0).abs() < 1e-6, "{tr:?}");
+        // A lost slot has no headroom to forecast.
+        let mut lost = snap(3100, 0, Some(1), idle);
+        lost.slot.as_mut().unwrap().wal_status = Some(WalStatus::Lost);
+        let tr = t.observe(&cfg(), &lost, true, (5, 5), at(3));
+        assert_eq!(tr.seconds_to_loss, None);
+    }
+
+    #[test]
+    fn stalled_unless_the_walsender_is_busy_or_the_pipeline_moves() {
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        let mut t = Trends::new(t0);
+        let idle = "Client:WalSenderWriteData";
+        let obs = |t: &mut Trends, lsn, wait, markers, s| {
+            t.observe(
+                &cfg(),
+                &snap(lsn, 1 << 20, Some(1 << 30), wait),
+                true,
+                markers,
+                at(s),
+            )
+            .stalled_for
+        };
+        assert_eq!(obs(&mut t, 2000, idle, (5, 5), 0), None);
+        assert_eq!(obs(&mut t, 2100, "IO:WALRead", (5, 5), 2), None, "decoding");
+        assert_eq!(obs(&mut t, 2200, idle, (5, 5), 4), None);
+        assert_eq!(
+            obs(&mut t, 2300, idle, (5, 5), 5),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            obs(&mut t, 2400, idle, (6, 5), 6),
+            None,
+            "a record was received"
+        );
+        t.restarted();
+        assert_eq!(
+            obs(&mut t, 2500, idle, (6, 5), 10),
+            None,
+            "the clock starts again"
+        );
+    }
+}
