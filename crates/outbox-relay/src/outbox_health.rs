@@ -3,7 +3,8 @@
 //! `[[outbox]] created_at_column` is set, the age of the oldest row. A partitioned outbox is
 //! summed over its leaf partitions (`pg_partition_tree`), which also counts them.
 //!
-//! Used by the slot monitor (gauges, the `outbox_dead_tuples` alert) and by `status`.
+//! Used by the slot monitor (gauges, the `outbox_dead_tuples` alert) and by `status`; it
+//! depends on nothing but the SQL helpers, so the alerts can carry its type.
 //! Invariant: reading is all it does; a table that cannot be read is an error for that table
 //! only, so one bad `created_at_column` never hides the others.
 
@@ -12,10 +13,7 @@ use std::time::{Duration, SystemTime};
 use relay_core::route::OutboxTable;
 use tokio_postgres::Client;
 
-use crate::{
-    metrics as m,
-    pg::{describe_pg, quote_ident},
-};
+use crate::pg::{describe_pg, quote_ident};
 
 /// One outbox table (all partitions together).
 #[derive(Debug, Clone, PartialEq)]
@@ -114,25 +112,6 @@ pub(crate) async fn query(
         out.push(query_table(client, t).await);
     }
     out
-}
-
-/// Publishes the gauges of one table.
-pub(crate) fn publish(h: &TableHealth) {
-    let unix = |t: Option<SystemTime>| {
-        t.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-            .map_or(0.0, |d| d.as_secs_f64())
-    };
-    let label = h.table.clone();
-    let set = |name: &'static str, v: f64| metrics::gauge!(name, "table" => label.clone()).set(v);
-    set(m::OUTBOX_PARTITIONS, h.partitions as f64);
-    set(m::OUTBOX_LIVE_TUPLES, h.live_tuples as f64);
-    set(m::OUTBOX_DEAD_TUPLES, h.dead_tuples as f64);
-    set(m::OUTBOX_SIZE_BYTES, h.size_bytes as f64);
-    set(m::OUTBOX_LAST_AUTOVACUUM, unix(h.last_autovacuum));
-    set(m::OUTBOX_LAST_AUTOANALYZE, unix(h.last_autoanalyze));
-    if let Some(age) = h.oldest_row_age {
-        set(m::OUTBOX_OLDEST_ROW_AGE, age.as_secs_f64());
-    }
 }
 
 /// The table with the most dead tuples, for the `outbox_dead_tuples` alert.

@@ -77,7 +77,7 @@ pub struct AlertsConfig {
     )]
     pub slot_forecast_critical_secs: u64,
     /// The rate of the forecast is measured over this many seconds of monitor polls
-    /// (least-squares slope). Default 300.
+    /// (least-squares slope); no forecast until the polls span the whole window. Default 300.
     #[serde(
         default = "default_slot_forecast_window_secs",
         deserialize_with = "from_str_or_native"

@@ -14,6 +14,9 @@ use relay_core::{
 
 use crate::{config::AlertsConfig, slot::SlotSnapshot};
 
+/// The share of `alerts.slot_forecast_window_secs` the samples must span (poll jitter).
+const FULL_WINDOW: f64 = 0.9;
+
 #[derive(Debug)]
 pub(super) struct Trends {
     origin: Instant,
@@ -68,7 +71,15 @@ impl Trends {
                 while self.headroom.front().is_some_and(|&(s, _)| t - s > window) {
                     self.headroom.pop_front();
                 }
-                forecast::seconds_to_loss(self.headroom.make_contiguous())
+                // Only over a (nearly) full window: a healthy slot's headroom saw-tooths (its
+                // restart_lsn moves with each running-xacts record, every 15 s or so), and a
+                // few seconds of one tooth would forecast a loss that never comes.
+                let span = self.headroom.front().map_or(0.0, |&(s, _)| t - s);
+                if span >= window * FULL_WINDOW {
+                    forecast::seconds_to_loss(self.headroom.make_contiguous())
+                } else {
+                    None
+                }
             }
             None => {
                 self.headroom.clear();
@@ -130,7 +141,7 @@ mod tests {
 
     fn cfg() -> AlertsConfig {
         AlertsConfig {
-            slot_forecast_window_secs: 10,
+            slot_forecast_window_secs: 2,
             stalled_secs: 3,
             retained_wal_critical_bytes: 11_000,
             ..AlertsConfig::default()
@@ -151,13 +162,14 @@ mod tests {
             (5, 5),
             at(0),
         );
-        t.observe(
+        let early = t.observe(
             &cfg(),
             &snap(2100, 1100, Some(1 << 20), idle),
             true,
             (5, 5),
             at(1),
         );
+        assert_eq!(early.seconds_to_loss, None, "the window is not full yet");
         let tr = t.observe(
             &cfg(),
             &snap(2200, 1000, Some(1 << 20), idle),
