@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ORDER = ["pg_recvlogical", "outbox-relay", "outbox-relay-fenced", "outbox-relay-eos", "outbox-relay-messages",
+ORDER = ["kafka-floor-linger0", "kafka-floor-linger5", "pg_recvlogical", "outbox-relay", "outbox-relay-fenced", "outbox-relay-eos", "outbox-relay-messages",
          "debezium-default", "debezium-tuned", "polling"]
 COLORS = {
     "pg_recvlogical": "#888888",
@@ -22,6 +22,8 @@ COLORS = {
     "outbox-relay-fenced": "#17becf",
     "outbox-relay-eos": "#9467bd",
     "outbox-relay-messages": "#8c564b",
+    "kafka-floor-linger0": "#bcbd22",
+    "kafka-floor-linger5": "#dbdb8d",
     "debezium-default": "#d62728",
     "debezium-tuned": "#ff7f0e",
     "polling": "#2ca02c",
@@ -495,6 +497,44 @@ def md_messages(results, out):
     out.append("")
 
 
+FLOORS = ["kafka-floor-linger0", "kafka-floor-linger5"]
+
+
+def md_floor(results, out):
+    """What each system adds to Kafka's own latency (issue #15): its p99 minus the better p99 of
+    the two bare producers (linger 0 and linger 5) that wrote the same records at the same rate
+    to the same consumer in this run."""
+    st = results["steady"]
+    if not any(c["system"] in FLOORS for c in st):
+        return
+    out.append("## Latency over Kafka's floor\n")
+    out.append(
+        "The floor: a bare producer in the harness (acks=all, idempotent, lz4) writing the same records at the "
+        "same rate to the same topic layout and latency consumer, with linger 0 and with linger 5; the better p99 "
+        "of the two is the floor. *over floor*: the system's p99 minus the floor's, this run.\n")
+    out.append("| workload | system | p50 ms | p99 ms | floor p99 ms | over floor (p99) ms | target | met |")
+    out.append("|---|---|---:|---:|---:|---:|---:|:---:|")
+    for k in sorted({steady_key(c) for c in st}):
+        runs = {c["system"]: c for c in st if steady_key(c) == k}
+        floors = [runs[f]["latency_payload"]["p99_ms"] for f in FLOORS if f in runs]
+        if not floors:
+            continue
+        floor = min(floors)
+        rate = next(iter(runs.values()))["rate"]
+        for name in ORDER:
+            if name not in runs:
+                continue
+            lat = runs[name]["latency_payload"]
+            over = lat["p99_ms"] - floor
+            target, met = "", ""
+            if name == "outbox-relay" and rate in (1000, 10000):
+                t = 5 if rate == 1000 else 10
+                target, met = f"≤ {t}", ("yes" if over <= t else "**no**")
+            out.append(f"| steady {steady_name(k)} | {name} | {lat['p50_ms']:.1f} | {lat['p99_ms']:.1f} | "
+                       f"{floor:.1f} | {over:+.1f} | {target} | {met} |")
+    out.append("")
+
+
 def md_targets(results, out, title="## Targets of issue 5 (this run)"):
     cu = catchup_reps(results)
     st = results["steady"]
@@ -638,6 +678,7 @@ def main():
     md_saturation(results, out)
     md_exactly_once(results, out)
     md_messages(results, out)
+    md_floor(results, out)
     if a.compare and os.path.exists(a.compare):
         md_compare(results, json.load(open(a.compare)), a.compare_label, out)
     if results.get("failures"):

@@ -7,6 +7,7 @@
 #  - PostgreSQL 17 and 13 server binaries from Maven Central into infra/pg/17 and infra/pg/13 (infra/pg/pom.xml):
 #    failover slots, and the refusal of servers older than 14
 #  - the Debezium PostgreSQL connector plugin into infra/debezium/plugins (infra/debezium/pom.xml)
+#  - the Go modules and Maven artifacts of the inbox recipes (infra/install-recipes.sh)
 set -euo pipefail
 LOG_TAG=deps
 # shellcheck source=common.sh
@@ -136,4 +137,6 @@ if [ ! -f "$DBZ_JAR" ] || [ "$DBZ_JAR" -ot "$INFRA_DIR/debezium/pom.xml" ]; then
     || { cat "$STACK_DIR/mvn-debezium.out" >&2; die "Maven download of the Debezium plugin failed"; }
   [ -f "$DBZ_JAR" ] || die "Maven finished but $DBZ_JAR is missing"
 fi
+# 6. The inbox recipes' Go modules and Maven artifacts (tests/e2e/recipes.rs builds them offline).
+"$INFRA_DIR/install-recipes.sh"
 log "all dependencies present"

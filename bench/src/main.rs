@@ -4,6 +4,7 @@
 //! and Kafka, and writes `results.json`; `bench poll-relay` is the polling relay baseline (run
 //! as its own process so that its CPU and memory can be measured like the others').
 
+mod floor;
 mod kafka;
 mod pg;
 mod poll_relay;
@@ -101,7 +102,9 @@ struct SuiteArgs {
     /// Systems, comma-separated: pg_recvlogical,outbox-relay,debezium-default,debezium-tuned,polling
     /// (the default set), outbox-relay-fenced (outbox-relay with kafka.transactional_id) and
     /// outbox-relay-eos (fenced, with relay.delivery = "exactly-once") and outbox-relay-messages
-    /// (a `[[message]]` section, writers emitting logical messages; steady runs only).
+    /// (a `[[message]]` section, writers emitting logical messages; steady runs only);
+    /// kafka-floor-linger0 and kafka-floor-linger5: Kafka's own floor, a bare producer in the
+    /// harness writing the same records at the same rate (steady runs only).
     #[arg(long, value_delimiter = ',')]
     systems: Option<Vec<String>>,
     /// Workloads, comma-separated: catchup,steady,saturation.
@@ -293,7 +296,7 @@ fn plan(a: &SuiteArgs) -> Result<Plan> {
         catchup_systems: ordered
             .iter()
             .copied()
-            .filter(|s| !s.emits_messages())
+            .filter(|s| !s.emits_messages() && s.floor_linger_ms().is_none())
             .collect(),
         catchup_repeat: a.repeat.unwrap_or(if quick { 3 } else { 2 }),
         steady,

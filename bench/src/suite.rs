@@ -340,6 +340,8 @@ impl Suite {
             | System::RelayMessages => (0, *rep),
             System::DbzDefault | System::DbzTuned => (1, 0),
             System::Polling => (2, 0),
+            // Not in catch-up runs (plan() leaves them out): no slot, nothing to drain.
+            System::Floor0 | System::Floor5 => (3, 0),
         });
         for (s, _, prefix, slot) in &runs {
             if s.produces() {
@@ -359,7 +361,7 @@ impl Suite {
                 System::DbzDefault | System::DbzTuned => {
                     self.prime_debezium(*s, prefix, spec).await?
                 }
-                System::Polling => {}
+                System::Polling | System::Floor0 | System::Floor5 => {}
             }
         }
         log("writing the backlog");
@@ -604,15 +606,25 @@ impl Suite {
             let from = t0 + (spec.warmup_s * 1e6) as i64;
             let to = from + (spec.seconds * 1e6) as i64;
             let consumer = LatencyConsumer::start(&self.env.brokers, &topic, t0, from, to)?;
-            let load = tokio::spawn(pg::steady_load(
-                self.env.pg_port,
-                4,
-                spec.rate,
-                spec.warmup_s + spec.seconds,
-                spec.payload,
-                "order",
-                s.emits_messages(),
-            ));
+            let load = match s.floor_linger_ms() {
+                // The floor writes to Kafka itself, from the harness.
+                Some(linger) => tokio::spawn(floor_load(
+                    self.env.pg_port,
+                    self.env.brokers.clone(),
+                    topic.clone(),
+                    spec.clone(),
+                    linger,
+                )),
+                None => tokio::spawn(pg::steady_load(
+                    self.env.pg_port,
+                    4,
+                    spec.rate,
+                    spec.warmup_s + spec.seconds,
+                    spec.payload,
+                    "order",
+                    s.emits_messages(),
+                )),
+            };
             // The walsender that streams during the measured window (Debezium opens more than
             // one replication connection while it starts).
             tokio::time::sleep(Duration::from_secs_f64(spec.warmup_s / 2.0)).await;
@@ -890,4 +902,24 @@ pub fn percentiles(mut v: Vec<u32>, spectrum: bool) -> Percentiles {
         mean_ms: v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64 / 1000.0,
         spectrum: spec,
     }
+}
+
+async fn floor_load(
+    pg_port: u16,
+    brokers: String,
+    topic: String,
+    spec: SteadySpec,
+    linger_ms: u32,
+) -> Result<pg::LoadStats> {
+    let seconds = spec.warmup_s + spec.seconds;
+    crate::floor::load(
+        pg_port,
+        &brokers,
+        &topic,
+        spec.rate,
+        seconds,
+        spec.payload,
+        linger_ms,
+    )
+    .await
 }

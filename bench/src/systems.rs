@@ -25,6 +25,13 @@ pub enum System {
     /// messages instead of outbox rows (the table-less outbox). Steady runs only.
     #[serde(rename = "outbox-relay-messages")]
     RelayMessages,
+    /// Kafka's floor: a bare producer in the harness (acks=all, idempotent, linger 0) writing
+    /// the same records at the same rate; no PostgreSQL. Steady runs only.
+    #[serde(rename = "kafka-floor-linger0")]
+    Floor0,
+    /// The same with linger 5 (the Kafka 4 Java client's default).
+    #[serde(rename = "kafka-floor-linger5")]
+    Floor5,
     #[serde(rename = "polling")]
     Polling,
     #[serde(rename = "debezium-default")]
@@ -35,7 +42,9 @@ pub enum System {
 
 impl System {
     /// Every system, in the order a run takes them.
-    pub const CANONICAL: [System; 8] = [
+    pub const CANONICAL: [System; 10] = [
+        System::Floor0,
+        System::Floor5,
         System::RecvLogical,
         System::Relay,
         System::RelayFenced,
@@ -62,6 +71,8 @@ impl System {
             System::RelayFenced => "outbox-relay-fenced",
             System::RelayEos => "outbox-relay-eos",
             System::RelayMessages => "outbox-relay-messages",
+            System::Floor0 => "kafka-floor-linger0",
+            System::Floor5 => "kafka-floor-linger5",
             System::Polling => "polling",
             System::DbzDefault => "debezium-default",
             System::DbzTuned => "debezium-tuned",
@@ -75,6 +86,8 @@ impl System {
             "outbox-relay-fenced" | "relay-fenced" => System::RelayFenced,
             "outbox-relay-eos" | "relay-eos" => System::RelayEos,
             "outbox-relay-messages" | "relay-messages" => System::RelayMessages,
+            "kafka-floor-linger0" | "floor0" => System::Floor0,
+            "kafka-floor-linger5" | "floor5" => System::Floor5,
             "polling" | "poll" => System::Polling,
             "debezium-default" | "dbz-default" | "dbzd" => System::DbzDefault,
             "debezium-tuned" | "dbz-tuned" | "dbzt" => System::DbzTuned,
@@ -89,15 +102,28 @@ impl System {
             System::RelayFenced => "relayf",
             System::RelayEos => "relaye",
             System::RelayMessages => "relaym",
+            System::Floor0 => "floor0",
+            System::Floor5 => "floor5",
             System::Polling => "poll",
             System::DbzDefault => "dbzd",
             System::DbzTuned => "dbzt",
         }
     }
 
-    /// Replication slot of this system (each one has its own). `None` for the polling relay.
+    /// Replication slot of this system (each one has its own). `None` for the polling relay
+    /// and the floor producers.
     pub fn slot(self) -> Option<String> {
-        (self != System::Polling).then(|| format!("bench_{}", self.short()))
+        (self != System::Polling && self.floor_linger_ms().is_none())
+            .then(|| format!("bench_{}", self.short()))
+    }
+
+    /// The floor producers' `linger.ms`; `None` for every other system.
+    pub fn floor_linger_ms(self) -> Option<u32> {
+        match self {
+            System::Floor0 => Some(0),
+            System::Floor5 => Some(5),
+            _ => None,
+        }
     }
 
     pub fn publication(self) -> Option<String> {
@@ -266,6 +292,9 @@ impl Env {
             )?)
         };
         let (child, pid, connect) = match system {
+            // The floor producer runs inside the harness (bench/src/floor.rs): its CPU is the
+            // harness's own; there is no process to start or stop.
+            System::Floor0 | System::Floor5 => (None, std::process::id() as i32, None),
             System::RecvLogical => {
                 let mut cmd = Command::new("/usr/lib/postgresql/15/bin/pg_recvlogical");
                 cmd.args([

@@ -4,13 +4,19 @@
 mod support;
 
 mod backpressure;
+mod balances;
 mod chaos;
+mod cli;
 mod debezium_compat;
+mod debezium_cutover;
 mod delivery;
 mod exactly_once;
 mod failover;
 mod failover_slot;
 mod fencing;
+mod inbox_crate;
+mod inbox_rust;
+mod inbox_sql;
 mod kafka_security;
 mod messages;
 mod messages_faults;
@@ -20,6 +26,7 @@ mod poison;
 mod preconditions;
 mod preflight;
 mod progress;
+mod recipes;
 mod refused_order;
 mod restart;
 mod schema;

@@ -12,7 +12,8 @@ use crate::support::{
     writer::{Written, emit_event},
 };
 
-fn message_section(db: &TestDb) -> String {
+/// The `[[message]]` section of these tests: prefix `outbox`, topics in the test's namespace.
+pub(crate) fn message_section(db: &TestDb) -> String {
     format!(
         "[[message]]\nprefix = \"outbox\"\ntopic = \"{}.{{aggregatetype}}\"\n",
         db.name

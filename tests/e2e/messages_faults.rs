@@ -5,18 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{
-    TestDb, check, connect, kafka,
-    relay::Relay,
-    writer::{Written, emit_event},
+use crate::{
+    messages::message_section,
+    support::{
+        TestDb, check, connect, kafka,
+        relay::Relay,
+        writer::{Written, emit_event},
+    },
 };
-
-fn message_section(db: &TestDb) -> String {
-    format!(
-        "[[message]]\nprefix = \"outbox\"\ntopic = \"{}.{{aggregatetype}}\"\n",
-        db.name
-    )
-}
 
 /// Emits one message whose payload is `{"big": "<n × c>"}`: `n + 11` bytes of JSON text.
 async fn emit_big(c: &tokio_postgres::Client, id: &str, key: &str, n: i32, fill: &str) {

@@ -205,7 +205,7 @@ async fn postgres_unreachable_is_retried_until_stopped() {
 async fn a_second_instance_waits_for_the_slot_and_takes_over_after_kill9() {
     let db = TestDb::new("ha").await;
     let cfg = db.relay_config(&format!(
-        "{}\n[relay]\nrestart_backoff_max_ms = 2000\n",
+        "{}\n[relay]\nrestart_backoff_max_ms = 2000\n[http]\nlisten = \"127.0.0.1:0\"\n",
         db.outbox_section()
     ));
     let mut active = Relay::streaming(&db.name, &cfg).await;
@@ -213,6 +213,16 @@ async fn a_second_instance_waits_for_the_slot_and_takes_over_after_kill9() {
     passive.wait_log("slot_busy", Duration::from_secs(30)).await;
     assert!(passive.is_running());
     assert!(!passive.log_text().contains(events::STREAMING_STARTED));
+    // Readiness per role (Kubernetes probes, docs/operations.md): the passive instance is not
+    // ready to stream, but with `role=any` it is ready in its role; the active one is both.
+    use crate::support::http::{get, relay_addr};
+    let (passive_addr, active_addr) = (relay_addr(&passive).await, relay_addr(&active).await);
+    let (code, body) = get(passive_addr, "/readyz").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("not streaming"), "{body}");
+    assert_eq!(get(passive_addr, "/readyz?role=any").await.0, 200);
+    assert_eq!(get(active_addr, "/readyz").await.0, 200);
+    assert_eq!(get(active_addr, "/readyz?role=any").await.0, 200);
 
     let c = connect(&db.conninfo()).await;
     let mut written = vec![writer::insert_event(&c, "order", "ha-1", 0).await.unwrap()];

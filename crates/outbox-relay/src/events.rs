@@ -102,6 +102,12 @@ pub const SLOT_CREATED: &str = "slot_created";
 pub const SLOT_RECREATED: &str = "slot_recreated";
 /// Another connection holds the slot (an active instance); this one waits for it.
 pub const SLOT_IN_USE: &str = "slot_in_use";
+/// `setup --from-debezium` recorded where `run` starts: after Debezium's last committed transaction.
+pub const CUTOVER_RECORDED: &str = "cutover_recorded";
+/// `setup --from-debezium`: Debezium confirmed its slot past its stored offset (reported, not refused).
+pub const CUTOVER_SLOT_AHEAD: &str = "cutover_slot_ahead";
+/// `setup --from-debezium` replaced an earlier cutover's checkpoint with the connector's newer offset.
+pub const CUTOVER_REPLACED: &str = "cutover_replaced";
 
 // The slot monitor and its alerts (monitor.rs, alert.rs).
 /// The monitor cannot query PostgreSQL (logged once per distinct error).
@@ -183,6 +189,9 @@ pub const ALL: &[&str] = &[
     SLOT_CREATED,
     SLOT_RECREATED,
     SLOT_IN_USE,
+    CUTOVER_RECORDED,
+    CUTOVER_SLOT_AHEAD,
+    CUTOVER_REPLACED,
     SLOT_MONITOR_FAILED,
     PUBLICATION_DRIFT,
     SLOT_LOST,

@@ -52,6 +52,19 @@ pub(crate) fn pipeline_markers() -> (u64, u64) {
     )
 }
 
+static PASSIVE: AtomicBool = AtomicBool::new(false);
+
+/// Called by the supervisor after each attempt: `true` when it ended because another instance
+/// holds the slot (this one is the passive instance of an active/passive group), `false` when
+/// any other reason ended it. Streaming again clears it too.
+pub(crate) fn set_passive(on: bool) {
+    PASSIVE.store(on, Ordering::SeqCst);
+}
+
+fn passive() -> bool {
+    PASSIVE.load(Ordering::SeqCst) && !streaming()
+}
+
 static WAL_AT_RISK: AtomicBool = AtomicBool::new(false);
 
 /// Called by the monitor after each poll: the slot's `wal_status` left `reserved`/`extended`
@@ -100,10 +113,12 @@ impl Shared {
         *lock(&self.alerts) = active;
     }
 
-    /// `Ok` when ready, else every reason, one sentence each.
-    pub(crate) fn readiness(&self) -> Result<(), Vec<String>> {
+    /// `Ok` when ready, else every reason, one sentence each. `passive_ok` (`/readyz?role=any`,
+    /// for Kubernetes): a passive instance waiting for the slot another instance holds is doing
+    /// its job too, so it counts as ready (critical alerts still make it unready).
+    pub(crate) fn readiness(&self, passive_ok: bool) -> Result<(), Vec<String>> {
         let mut reasons = Vec::new();
-        if !streaming() {
+        if !(streaming() || (passive_ok && passive())) {
             reasons.push(
                 "not streaming: the replication stream is not open (see the relay log for \
                  pipeline_restart)"
@@ -198,9 +213,20 @@ mod tests {
                 state: String::new(),
             },
         ]);
-        let reasons = s.readiness().unwrap_err();
+        let reasons = s.readiness(false).unwrap_err();
         assert_eq!(reasons.len(), 2, "{reasons:?}");
         assert!(reasons[0].starts_with("not streaming"));
         assert_eq!(reasons[1], "critical alert time_lag: old");
+        // A passive instance: not streaming is its role with `role=any`, not with plain /readyz.
+        set_passive(true);
+        assert_eq!(s.readiness(false).unwrap_err().len(), 2);
+        assert_eq!(
+            s.readiness(true).unwrap_err(),
+            ["critical alert time_lag: old"]
+        );
+        s.set_alerts(vec![]);
+        assert_eq!(s.readiness(true), Ok(()));
+        set_passive(false);
+        assert!(s.readiness(true).is_err(), "not passive, not streaming");
     }
 }

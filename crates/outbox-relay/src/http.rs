@@ -3,7 +3,8 @@
 //!
 //! Invariants: `/healthz` answers 200 while the process serves requests; `/readyz` answers
 //! 200 only when the stream is open and no alert is critical, else 503 with one reason per
-//! line ([`Shared::readiness`]). A busy address never stops the relay: the endpoint logs
+//! line ([`Shared::readiness`]); `/readyz?role=any` also answers 200 for a passive instance
+//! that waits for the slot another instance holds. A busy address never stops the relay: the endpoint logs
 //! `http_listen_failed` and retries, because relaying matters more than being scraped.
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
@@ -113,7 +114,8 @@ fn respond(
             r
         }
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
-        _ => match shared.readiness() {
+        // `?role=any`: a passive instance waiting for the slot is ready too (Kubernetes).
+        _ => match shared.readiness(req.uri().query() == Some("role=any")) {
             Ok(()) => text(StatusCode::OK, "ready\n".into()),
             Err(reasons) => text(
                 StatusCode::SERVICE_UNAVAILABLE,

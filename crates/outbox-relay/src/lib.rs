@@ -18,6 +18,7 @@ pub mod alert;
 mod carry;
 mod checkpoint;
 pub mod config;
+pub mod cutover;
 pub mod error;
 pub mod events;
 mod failover;

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use outbox_relay::{
     alert::Severity,
     config::Config,
+    cutover::{FromDebezium, OffsetStorage},
     error::{Definite, RelayError},
     events::{METRICS_DISABLED, SIGNAL_RECEIVED},
 };
@@ -44,6 +45,32 @@ enum Command {
         /// committed in between are NOT relayed; the gap is logged. See docs/operations.md.
         #[arg(long)]
         recreate_slot: bool,
+        /// Cut over from this Debezium PostgreSQL connector (its `name`), which must be stopped:
+        /// take over the slot of postgres.slot (or create it), and record in
+        /// kafka.checkpoint_topic that the first `run` starts after the last transaction the
+        /// connector committed. Needs --offsets-topic or --offsets-file. See
+        /// docs/migrating-from-debezium.md ("Cutover").
+        #[arg(long, value_name = "CONNECTOR", conflicts_with = "recreate_slot")]
+        from_debezium: Option<String>,
+        /// Kafka Connect's offsets topic (the worker's offset.storage.topic), on kafka.brokers.
+        #[arg(
+            long,
+            value_name = "TOPIC",
+            requires = "from_debezium",
+            conflicts_with = "offsets_file"
+        )]
+        offsets_topic: Option<String>,
+        /// The standalone worker's offsets file (offset.storage.file.filename).
+        #[arg(long, value_name = "PATH", requires = "from_debezium")]
+        offsets_file: Option<PathBuf>,
+        /// The connector's topic.prefix, if the offsets hold several for its name.
+        #[arg(long, value_name = "PREFIX", requires = "from_debezium")]
+        topic_prefix: Option<String>,
+        /// The slot Debezium streams from (its slot.name). Default: postgres.slot, which is then
+        /// taken over; another name makes postgres.slot a new slot (created if missing), which
+        /// must start at or before Debezium's committed position.
+        #[arg(long, value_name = "SLOT", requires = "from_debezium")]
+        debezium_slot: Option<String>,
     },
     /// Print the slot's health on one screen: slot, active PID, wal_status, lag, retained WAL,
     /// safe_wal_size, last confirmation and alert state. Exit 0 when healthy, 4 on a critical
@@ -68,6 +95,13 @@ enum Command {
         #[arg(short, long, env = "OUTBOX_RELAY_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Print the shell completion script for `shell` (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `outbox-relay manpage > outbox-relay.1`.
+    Manpage,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -93,6 +127,26 @@ fn exit_code(e: &RelayError) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Generated from the CLI definition itself, so they never drift from it.
+    match &cli.command {
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            clap_complete::generate(*shell, &mut cmd, "outbox-relay", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        Command::Manpage => {
+            use clap::CommandFactory;
+            return match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("cannot write the man page: {e}");
+                    ExitCode::from(1)
+                }
+            };
+        }
+        _ => {}
+    }
     init_logging(&cli.log_format);
     // One thread for the replication reader, the pipeline and the HTTP server: every hand-off
     // between them is a task switch, not a cross-thread wake-up (futex + context switch). At a
@@ -130,9 +184,38 @@ fn main() -> ExitCode {
             Command::Setup {
                 config,
                 recreate_slot,
+                from_debezium,
+                offsets_topic,
+                offsets_file,
+                topic_prefix,
+                debezium_slot,
             } => {
                 let cfg = load(config)?;
-                outbox_relay::run::setup(&cfg, recreate_slot).await.map(|()| ExitCode::SUCCESS)
+                match from_debezium {
+                    None => outbox_relay::run::setup(&cfg, recreate_slot).await,
+                    Some(connector) => {
+                        let storage = match (offsets_topic, offsets_file) {
+                            (Some(t), None) => OffsetStorage::Topic(t),
+                            (None, Some(f)) => OffsetStorage::File(f),
+                            _ => {
+                                return Err(RelayError::from(Definite::Precondition(
+                                    "--from-debezium needs --offsets-topic (Connect's \
+                                     offset.storage.topic) or --offsets-file (the standalone \
+                                     worker's offset.storage.file.filename)"
+                                        .into(),
+                                )));
+                            }
+                        };
+                        let from = FromDebezium {
+                            storage,
+                            connector,
+                            server: topic_prefix,
+                            debezium_slot,
+                        };
+                        outbox_relay::cutover::setup(&cfg, &from).await
+                    }
+                }
+                .map(|()| ExitCode::SUCCESS)
             }
             Command::Status {
                 config,
@@ -163,6 +246,8 @@ fn main() -> ExitCode {
                 println!("{cfg:#?}");
                 Ok(ExitCode::SUCCESS)
             }
+            // Printed before the runtime started.
+            Command::Completions { .. } | Command::Manpage => Ok(ExitCode::SUCCESS),
         }
     });
     // A call into librdkafka that a stop cut short (a transaction waiting for Kafka) may still

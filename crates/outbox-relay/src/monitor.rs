@@ -143,7 +143,7 @@ impl Monitor {
                 }
             }
         }
-        metrics::gauge!(m::READY).set(if self.shared.readiness().is_ok() {
+        metrics::gauge!(m::READY).set(if self.shared.readiness(false).is_ok() {
             1.0
         } else {
             0.0

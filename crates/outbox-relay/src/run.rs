@@ -133,6 +133,10 @@ async fn supervise(
             return Ok(());
         }
         metrics::counter!(m::RESTARTS, "reason" => err.reason()).increment(1);
+        crate::health::set_passive(matches!(
+            err,
+            RelayError::Transient(Transient::SlotBusy { .. })
+        ));
         // A refusal that will be dead-lettered is progress, not an outage: no escalation.
         if started.elapsed() > Duration::from_secs(60)
             || matches!(

@@ -9,12 +9,14 @@
 //! headroom samples ──forecast::seconds_to_loss──▶ when the slot is lost at this rate
 //! stream up, WAL grows, markers still ──stall::StallDetector──▶ stalled for N s
 //! new timeline's history + last published commit ──timeline::follow──▶ follow or refuse
+//! Debezium's Connect offset ──debezium_position──▶ the cutover's checkpoint (whole txns only)
 //! ```
 //!
 //! Everything here is deterministic so it can be unit-, property- and fuzz-tested.
 
 pub mod checkpoint;
 pub mod deadletter;
+pub mod debezium_position;
 pub mod decode;
 pub mod forecast;
 pub mod lsn;

@@ -204,13 +204,30 @@ pub async fn create_topic_with_max_bytes(topic: &str, max_message_bytes: u32) {
         .await
 }
 
+/// Creates `topic` with `partitions` partitions on another broker (a test's own).
+pub async fn create_topic_on(brokers: &str, topic: &str, partitions: i32) {
+    create_with(
+        brokers,
+        rdkafka::admin::NewTopic::new(
+            topic,
+            partitions,
+            rdkafka::admin::TopicReplication::Fixed(1),
+        ),
+    )
+    .await
+}
+
 async fn create(new: rdkafka::admin::NewTopic<'_>) {
+    create_with(&kafka_brokers(), new).await
+}
+
+async fn create_with(brokers: &str, new: rdkafka::admin::NewTopic<'_>) {
     use rdkafka::{
         admin::{AdminClient, AdminOptions},
         client::DefaultClientContext,
     };
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
+        .set("bootstrap.servers", brokers)
         .create()
         .expect("admin client");
     let res = admin
@@ -222,7 +239,9 @@ async fn create(new: rdkafka::admin::NewTopic<'_>) {
     }
 }
 
-/// Sets one topic config (incremental: other settings keep their values).
+/// Sets one topic config. Not incremental: AlterConfigs replaces the topic's whole dynamic
+/// config, so every other setting made before returns to the broker default; set them together
+/// at creation instead when more than one matters.
 pub async fn set_topic_config(topic: &str, key: &str, value: &str) {
     use rdkafka::{
         admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier},

@@ -15,8 +15,10 @@ pub mod certs;
 pub mod check;
 pub mod cluster;
 pub mod http;
+pub mod inbox;
 pub mod kafka;
 pub mod proxy;
+pub mod recipe;
 pub mod relay;
 pub mod writer;
 

@@ -24,6 +24,12 @@ pub struct KafkaConfig {
     /// default.
     #[serde(default = "default_linger_ms", deserialize_with = "from_str_or_native")]
     pub linger_ms: u64,
+    /// Send the producer's batches as soon as the replication stream goes quiet instead of
+    /// when `linger_ms` runs out (without `transactional_id`; with it, the commit at a quiet
+    /// moment sends them). A busy stream still batches for up to `linger_ms`, a trickle no
+    /// longer waits for it. Default true.
+    #[serde(default = "default_true", deserialize_with = "from_str_or_native")]
+    pub flush_when_quiet: bool,
     /// `compression.type`: none, gzip, snappy or lz4. Default lz4.
     #[serde(default = "default_compression")]
     pub compression: String,
@@ -138,6 +144,9 @@ pub struct KafkaConfig {
 
 fn default_brokers() -> String {
     "127.0.0.1:9092".into()
+}
+fn default_true() -> bool {
+    true
 }
 fn default_linger_ms() -> u64 {
     20

@@ -295,6 +295,10 @@ async fn run_loop(
                     delivered(sink, st, reports, d).await?;
                 }
                 confirm(client, st);
+                // Records held back by a kick that waited for these reports go out now.
+                if !st.transactional && cfg.kafka.flush_when_quiet {
+                    sink.try_kick();
+                }
                 // Without transactions the checkpoint follows the acknowledgements.
                 if !st.transactional && st.checkpoints.is_some() && checkpoint_due(last_checkpoint)
                     && checkpoints::write_acknowledged(cfg, sink, st).await
@@ -323,6 +327,13 @@ async fn run_loop(
                     coalesce_reads(coalesce);
                 }
                 since_quiet = 0;
+                // Without transactions, what was produced goes out now rather than after
+                // linger.ms (busy streams still batch: this branch waits for a quiet moment).
+                // With transactions the commit below sends it; kicking there too was measured
+                // worse (p99 47.6 -> 73.8 ms at 1k events/s, 34.5 -> 142 ms at 10k).
+                if quiet && !st.transactional && cfg.kafka.flush_when_quiet {
+                    sink.kick();
+                }
                 // With transactions, commit as soon as the stream goes quiet: read-committed
                 // consumers see an event about one commit after PostgreSQL committed it. While
                 // the commit runs, the next events pile up and go into the next transaction.
