@@ -133,6 +133,10 @@ async fn slot_forecast_says_when_the_slot_is_lost_at_the_current_wal_rate() {
     let rate = (lsn1 - lsn0) / t0.elapsed().as_secs_f64();
     let expected = safe.expect("safe_wal_size with a limit") as f64 / rate;
     let got = forecast(&scrape(addr).await);
+    eprintln!(
+        "slot_forecast: relay {got:.1} s, test estimate {expected:.1} s at {:.1} MiB/s",
+        rate / MIB
+    );
     assert!(
         got > 0.0 && got > expected / 4.0 && got < expected * 4.0,
         "forecast {got:.1} s, the test's estimate {expected:.1} s ({:.1} MiB/s, safe_wal_size \
