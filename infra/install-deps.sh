@@ -38,7 +38,8 @@ java_major() { java -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | h
 # Note: installing postgresql-15 also creates+starts Debian's default cluster 15/main on port 5432; the stack
 # does not use it (it runs its own clusters under $STACK_DIR).
 missing=()
-for p in postgresql-15 postgresql-client-15 gcc g++ make pkg-config zlib1g-dev libssl-dev cmake curl python3 openssl; do
+# tmux: the e2e test of `status --watch` drives it in a terminal (tests/e2e/status_watch.rs).
+for p in postgresql-15 postgresql-client-15 gcc g++ make pkg-config zlib1g-dev libssl-dev cmake curl python3 openssl tmux; do
   installed "$p" || missing+=("$p")
 done
 if ! command -v java >/dev/null || [ "$(java_major)" -lt 17 ] 2>/dev/null; then missing+=(openjdk-17-jre-headless); fi

@@ -2,7 +2,9 @@
 # The main job on a local stack, from nothing: installs what is missing, starts PostgreSQL 15
 # (wal_level=logical) and Kafka 4 (KRaft) as local processes, creates the demo database and
 # the outbox table, runs `outbox-relay setup` and `outbox-relay run`, writes sample outbox
-# events in business transactions, and shows them arriving in Kafka with their keys and headers.
+# events in business transactions, and shows them arriving in Kafka with their keys and headers;
+# then writes a steady stream of events for DEMO_WATCH_SECS (10) seconds while
+# `outbox-relay status --watch` shows the relay working live.
 # The stack keeps running afterwards (infra/stack.sh down stops it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -56,6 +58,20 @@ infra/kafka/bin/kjava org.apache.kafka.tools.consumer.ConsoleConsumer \
 echo "== slot position (confirmed only after Kafka acknowledged)"
 sleep 1
 psql -X "$PG dbname=demo" -c "SELECT slot_name, confirmed_flush_lsn, pg_current_wal_lsn(), pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn) AS lag_bytes FROM pg_replication_slots WHERE slot_name = 'outbox_relay'"
+
+echo "== a steady stream of events for ${DEMO_WATCH_SECS:=10}s, live in outbox-relay status --watch"
+echo "   (events/s, in flight, lag, confirmed LSN, retained WAL, loss forecast, outbox table, alerts;"
+echo "   redrawn every second on a terminal, one plain line per second otherwise)"
+psql -X -q -v ON_ERROR_STOP=1 "$PG dbname=demo" -c "DO \$\$ BEGIN
+  FOR i IN 1..($DEMO_WATCH_SECS * 20) LOOP
+    INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload)
+    VALUES (gen_random_uuid(), 'order', 'stream-$RUN_ID-' || (i % 4), 'OrderUpdated', jsonb_build_object('i', i));
+    COMMIT;
+    PERFORM pg_sleep(0.05);
+  END LOOP; END \$\$" &
+WRITER=$!
+timeout -s TERM "$DEMO_WATCH_SECS" "$BIN" status --watch --config "$CONFIG" || true
+wait "$WRITER" || true
 
 kill -TERM $RELAY; wait $RELAY || true; trap - EXIT
 echo "== relay stopped (log: .stack/demo-relay.log). Stop the stack with: infra/stack.sh down"

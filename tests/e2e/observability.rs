@@ -508,10 +508,18 @@ async fn with_kafka_down_the_monitor_reports_growing_lag_and_readyz_fails() {
 async fn metrics_scrape_parses_and_holds_every_documented_metric() {
     let db = TestDb::new("scrape").await;
     let port = free_port();
+    // created_at_column: the oldest-row gauge exists only with it.
     let cfg = config(
         &db,
         &format!("127.0.0.1:{port}"),
         "[heartbeat]\ninterval_ms = 300\n",
+    )
+    .replace(
+        &db.outbox_section(),
+        &format!(
+            "{}created_at_column = \"created_at\"\n",
+            db.outbox_section()
+        ),
     );
     let mut relay = Relay::start(&db.name, &cfg);
     let addr = relay_addr(&relay).await;

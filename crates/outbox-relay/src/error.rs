@@ -118,6 +118,14 @@ pub enum Transient {
          (docs/security.md)"
     )]
     Checkpoint(String),
+
+    /// The slot monitor found the stream up and nothing moving for `alerts.stalled_secs`.
+    #[error(
+        "the pipeline stalled: the replication stream was open and the server wrote WAL, but \
+         for {secs} s nothing was received, acknowledged by Kafka or confirmed; restarting from \
+         the last confirmed LSN (docs/operations.md#stalled)"
+    )]
+    Stalled { secs: u64 },
 }
 
 /// Retrying cannot fix it: the process stops with a non-zero exit code and the message says
@@ -243,6 +251,7 @@ impl Transient {
             Transient::KafkaTransaction { .. } => "kafka_transaction",
             Transient::Checkpoint { .. } => "checkpoint_read",
             Transient::CheckpointContradicted { .. } => "checkpoint_contradicted",
+            Transient::Stalled { .. } => "stalled",
         }
     }
 }

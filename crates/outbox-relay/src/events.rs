@@ -123,6 +123,10 @@ pub const SLOT_LOST: &str = "slot_lost";
 pub const ALERT_FIRING: &str = "alert_firing";
 /// An alert went back to ok.
 pub const ALERT_RESOLVED: &str = "alert_resolved";
+/// The monitor cannot read an outbox table's health (logged once per distinct error).
+pub const OUTBOX_STATS_FAILED: &str = "outbox_stats_failed";
+/// The `stalled` alert fired: the monitor restarts the pipeline.
+pub const PIPELINE_STALLED: &str = "pipeline_stalled";
 
 // The alert webhook (webhook.rs).
 /// `alerts.webhook.url` is set: notifications are sent to it.
@@ -197,6 +201,8 @@ pub const ALL: &[&str] = &[
     SLOT_LOST,
     ALERT_FIRING,
     ALERT_RESOLVED,
+    PIPELINE_STALLED,
+    OUTBOX_STATS_FAILED,
     WEBHOOK_ENABLED,
     WEBHOOK_DISABLED,
     WEBHOOK_SENT,
@@ -233,6 +239,10 @@ mod tests {
         // Debug lines.
         ("monitor.rs", "publication check failed; retried next poll"),
         ("pg.rs", "control connection closed"),
+        (
+            "checkpoint.rs",
+            "checkpoint reader reached the end of the topic",
+        ),
     ];
 
     const LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];

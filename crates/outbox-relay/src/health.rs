@@ -9,7 +9,7 @@ use std::{
     collections::VecDeque,
     sync::{
         Mutex,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::SystemTime,
 };
@@ -31,6 +31,25 @@ pub(crate) fn set_streaming(on: bool) {
 
 pub(crate) fn streaming() -> bool {
     STREAMING.load(Ordering::SeqCst)
+}
+
+static RECEIVED: AtomicU64 = AtomicU64::new(0);
+static ACKED: AtomicU64 = AtomicU64::new(0);
+
+/// Called by the pipeline about once a second while it streams: the records received and handed
+/// to Kafka, and those Kafka acknowledged, in this attempt. The monitor's stall rule watches
+/// them move (keepalives do not count: they arrive while the pipeline waits for Kafka).
+pub(crate) fn pipeline_progress(received: u64, acked: u64) {
+    RECEIVED.store(received, Ordering::Relaxed);
+    ACKED.store(acked, Ordering::Relaxed);
+}
+
+/// The last [`pipeline_progress`]: (records received, records acknowledged).
+pub(crate) fn pipeline_markers() -> (u64, u64) {
+    (
+        RECEIVED.load(Ordering::Relaxed),
+        ACKED.load(Ordering::Relaxed),
+    )
 }
 
 static PASSIVE: AtomicBool = AtomicBool::new(false);
@@ -71,11 +90,23 @@ pub(crate) struct Shared {
     alerts: Mutex<Vec<Active>>,
     /// Heartbeats written and not yet confirmed by the slot: (written at, message LSN).
     heartbeats: Mutex<VecDeque<(SystemTime, Lsn)>>,
+    /// The monitor asks the supervisor to restart a stalled pipeline.
+    restart: tokio::sync::Notify,
 }
 
 impl Shared {
     pub(crate) fn new() -> Self {
         Self::default()
+    }
+
+    /// Restarts the current pipeline attempt, if one runs (no permit is kept for a later one).
+    pub(crate) fn request_restart(&self) {
+        self.restart.notify_waiters();
+    }
+
+    /// Completes when [`Shared::request_restart`] is called.
+    pub(crate) async fn restart_requested(&self) {
+        self.restart.notified().await;
     }
 
     pub(crate) fn set_alerts(&self, active: Vec<Active>) {

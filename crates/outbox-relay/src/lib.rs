@@ -28,6 +28,7 @@ mod http;
 mod http_client;
 pub mod metrics;
 mod monitor;
+pub mod outbox_health;
 mod pg;
 mod pipeline;
 mod publication;

@@ -81,6 +81,14 @@ enum Command {
         /// The lowest alert level that makes the exit code 4.
         #[arg(long, value_enum, default_value = "critical")]
         fail_on: FailOn,
+        /// A live view, redrawn every `--interval-secs` until Ctrl-C or SIGTERM (exit 0): events/s,
+        /// in flight, lag, confirmed LSN, retained WAL, loss forecast, outbox tables, alerts.
+        /// One plain line per refresh when stdout is not a terminal.
+        #[arg(long)]
+        watch: bool,
+        /// Seconds between two refreshes of `--watch`.
+        #[arg(long, default_value_t = 1.0)]
+        interval_secs: f64,
     },
     /// Parse and validate the config, print it with secrets redacted, and exit.
     CheckConfig {
@@ -209,8 +217,18 @@ fn main() -> ExitCode {
                 }
                 .map(|()| ExitCode::SUCCESS)
             }
-            Command::Status { config, fail_on } => {
+            Command::Status {
+                config,
+                fail_on,
+                watch,
+                interval_secs,
+            } => {
                 let cfg = load(config)?;
+                if watch {
+                    let every = std::time::Duration::from_secs_f64(interval_secs.clamp(0.1, 3600.0));
+                    outbox_relay::status::watch::run(&cfg, every, wait_for_signal()).await;
+                    return Ok(ExitCode::SUCCESS);
+                }
                 let report = outbox_relay::status::collect(&cfg).await?;
                 print!("{}", report.render());
                 let limit = match fail_on {

@@ -49,6 +49,16 @@ pub const SLOT_SPILL_WRITES: &str = "outbox_relay_slot_spill_writes_total";
 pub const SLOT_SPILLED_BYTES: &str = "outbox_relay_slot_spilled_bytes_total";
 pub const SLOT_DECODED_TRANSACTIONS: &str = "outbox_relay_slot_decoded_transactions_total";
 pub const SLOT_DECODED_BYTES: &str = "outbox_relay_slot_decoded_bytes_total";
+pub const SLOT_LOSS_FORECAST_SECONDS: &str = "outbox_relay_slot_loss_forecast_seconds";
+
+// Outbox table health (the monitor, every monitor.outbox_stats_interval_ms; outbox_health.rs).
+pub const OUTBOX_PARTITIONS: &str = "outbox_relay_outbox_partitions";
+pub const OUTBOX_LIVE_TUPLES: &str = "outbox_relay_outbox_live_tuples";
+pub const OUTBOX_DEAD_TUPLES: &str = "outbox_relay_outbox_dead_tuples";
+pub const OUTBOX_SIZE_BYTES: &str = "outbox_relay_outbox_size_bytes";
+pub const OUTBOX_LAST_AUTOVACUUM: &str = "outbox_relay_outbox_last_autovacuum_timestamp_seconds";
+pub const OUTBOX_LAST_AUTOANALYZE: &str = "outbox_relay_outbox_last_autoanalyze_timestamp_seconds";
+pub const OUTBOX_OLDEST_ROW_AGE: &str = "outbox_relay_outbox_oldest_row_age_seconds";
 
 // Alerts, notifications, heartbeat.
 pub const ALERT_LEVEL: &str = "outbox_relay_alert_level";
@@ -96,6 +106,14 @@ pub const ALL: &[&str] = &[
     SLOT_SPILLED_BYTES,
     SLOT_DECODED_TRANSACTIONS,
     SLOT_DECODED_BYTES,
+    SLOT_LOSS_FORECAST_SECONDS,
+    OUTBOX_PARTITIONS,
+    OUTBOX_LIVE_TUPLES,
+    OUTBOX_DEAD_TUPLES,
+    OUTBOX_SIZE_BYTES,
+    OUTBOX_LAST_AUTOVACUUM,
+    OUTBOX_LAST_AUTOANALYZE,
+    OUTBOX_OLDEST_ROW_AGE,
     ALERT_LEVEL,
     ALERTS_FIRED,
     WEBHOOK_NOTIFICATIONS,
@@ -116,6 +134,7 @@ pub const RESTART_REASONS: &[&str] = &[
     "kafka_transaction",
     "checkpoint_read",
     "checkpoint_contradicted",
+    "stalled",
 ];
 
 /// `result` label values of [`KAFKA_TRANSACTIONS`].
@@ -338,6 +357,45 @@ pub fn describe() {
         SLOT_DECODED_BYTES,
         Unit::Bytes,
         "Bytes decoded for the slot (pg_stat_replication_slots.total_bytes)."
+    );
+    describe_gauge!(
+        SLOT_LOSS_FORECAST_SECONDS,
+        Unit::Seconds,
+        "Seconds until the slot's headroom (safe_wal_size, or the WAL left until \
+         alerts.retained_wal_critical_bytes when max_slot_wal_keep_size is unlimited) is gone at \
+         the rate it shrank over alerts.slot_forecast_window_secs; -1 while it does not shrink."
+    );
+    describe_gauge!(
+        OUTBOX_PARTITIONS,
+        "Leaf partitions of each outbox table (1 when it is not partitioned)."
+    );
+    describe_gauge!(
+        OUTBOX_LIVE_TUPLES,
+        "Live tuples of each outbox table, all partitions (pg_stat_user_tables.n_live_tup)."
+    );
+    describe_gauge!(
+        OUTBOX_DEAD_TUPLES,
+        "Dead tuples vacuum has not removed yet, per outbox table (n_dead_tup)."
+    );
+    describe_gauge!(
+        OUTBOX_SIZE_BYTES,
+        Unit::Bytes,
+        "Total size of each outbox table with indexes and TOAST (pg_total_relation_size)."
+    );
+    describe_gauge!(
+        OUTBOX_LAST_AUTOVACUUM,
+        Unit::Seconds,
+        "Unix time of the most recent autovacuum of any partition of each outbox table; 0 = never."
+    );
+    describe_gauge!(
+        OUTBOX_LAST_AUTOANALYZE,
+        Unit::Seconds,
+        "Unix time of the most recent autoanalyze of each outbox table; 0 = never."
+    );
+    describe_gauge!(
+        OUTBOX_OLDEST_ROW_AGE,
+        Unit::Seconds,
+        "Age of the oldest row by [[outbox]] created_at_column (where set); 0 when empty."
     );
     describe_gauge!(
         ALERT_LEVEL,

@@ -5,6 +5,8 @@
 //! pg_replication_slots, pg_stat_replication_slots, max_slot_wal_keep_size, pg_current_wal_lsn()
 //!     ─▶ SlotSnapshot ─▶ gauges ─▶ alert::Alerts ─▶ log line, alert gauges, /readyz, webhook
 //!                                                    └─ wal_status = lost ─▶ supervisor stops
+//!                  └─ trend::Trends (headroom window, stall markers) ─▶ slot_forecast, stalled
+//!                                                    └─ stalled ─▶ supervisor restarts the attempt
 //! ```
 //!
 //! Invariants:
@@ -18,7 +20,6 @@
 //!   within one poll interval (a lower bound while the first sample is not yet confirmed).
 
 use std::{
-    collections::VecDeque,
     sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
@@ -28,10 +29,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_postgres::Client;
 
 use crate::{
-    alert::{Alerts, Observation, Severity},
+    alert::{AlertKind, Alerts, Observation, Severity},
     config::Config,
     error::{Definite, RelayError},
-    events::{PUBLICATION_DRIFT, SLOT_LOST, SLOT_MONITOR_FAILED},
+    events::{PIPELINE_STALLED, PUBLICATION_DRIFT, SLOT_LOST, SLOT_MONITOR_FAILED},
     health::Shared,
     metrics as m,
     pg::{self, describe_pg},
@@ -40,54 +41,11 @@ use crate::{
     webhook::{Dispatcher, Repeater},
 };
 
-/// Remembers when the server's WAL first passed each position the monitor saw.
-#[derive(Debug, Default)]
-pub(crate) struct WalClock {
-    samples: VecDeque<(Instant, Lsn)>,
-}
+mod clock;
+mod tables;
+mod trend;
 
-/// About six days of samples at the default interval; older ones are dropped (the lag is then
-/// underestimated, never overestimated).
-const MAX_SAMPLES: usize = 100_000;
-
-impl WalClock {
-    pub(crate) fn observe(&mut self, at: Instant, server_lsn: Lsn) {
-        if self.samples.back().is_none_or(|&(_, l)| server_lsn > l) {
-            if self.samples.len() == MAX_SAMPLES {
-                self.samples.pop_front();
-            }
-            self.samples.push_back((at, server_lsn));
-        }
-    }
-
-    /// Age of the oldest WAL after `confirmed`: the time since the first sample beyond it.
-    pub(crate) fn lag(&mut self, confirmed: Lsn, now: Instant) -> Duration {
-        while self.samples.front().is_some_and(|&(_, l)| l <= confirmed) {
-            self.samples.pop_front();
-        }
-        self.samples
-            .front()
-            .map_or(Duration::ZERO, |&(t, _)| now.saturating_duration_since(t))
-    }
-}
-
-/// Mirrors a server-side cumulative counter into a Prometheus counter (by increments, so a
-/// `pg_stat_reset_replication_slot` is a counter reset, not a stuck value).
-#[derive(Debug, Default)]
-struct CounterMirror {
-    last: Option<i64>,
-}
-
-impl CounterMirror {
-    fn increment(&mut self, value: i64) -> u64 {
-        let inc = match self.last {
-            Some(last) if value >= last => value - last,
-            _ => value,
-        };
-        self.last = Some(value);
-        inc.max(0) as u64
-    }
-}
+use self::clock::{CounterMirror, WalClock};
 
 /// What the monitor task needs from `run`.
 pub(crate) struct MonitorTask {
@@ -105,6 +63,7 @@ struct Monitor {
     shared: Arc<Shared>,
     alerts: Alerts,
     clock: WalClock,
+    trends: trend::Trends,
     repeater: Repeater,
     webhook: Option<Dispatcher>,
     fatal: Option<mpsc::Sender<RelayError>>,
@@ -113,6 +72,10 @@ struct Monitor {
     last_heartbeat: Option<SystemTime>,
     conn: Option<(Client, i32)>,
     last_error: Option<String>,
+    /// The last good health reading of each outbox table ([`tables`]).
+    tables: Vec<crate::outbox_health::TableHealth>,
+    tables_read: Option<Instant>,
+    tables_error: Option<String>,
 }
 
 impl MonitorTask {
@@ -125,6 +88,7 @@ impl MonitorTask {
             cfg: self.cfg,
             shared: self.shared,
             clock: WalClock::default(),
+            trends: trend::Trends::new(Instant::now()),
             webhook: self.webhook,
             fatal: Some(self.fatal),
             spill: Default::default(),
@@ -132,6 +96,9 @@ impl MonitorTask {
             last_heartbeat: None,
             conn: None,
             last_error: None,
+            tables: Vec::new(),
+            tables_read: None,
+            tables_error: None,
         };
         loop {
             // A poll may wait for an unreachable server (connect timeout): never delay a stop.
@@ -162,6 +129,7 @@ impl Monitor {
             Ok(snap) => {
                 self.last_error = None;
                 metrics::gauge!(m::MONITOR_UP).set(1.0);
+                self.read_outbox_tables().await;
                 self.publish(&snap);
                 self.check_publication().await;
             }
@@ -279,7 +247,18 @@ impl Monitor {
                 }
             }
         }
-        self.evaluate(snap, time_lag);
+        let trend = self.trends.observe(
+            &self.cfg.alerts,
+            snap,
+            crate::health::streaming(),
+            crate::health::pipeline_markers(),
+            now,
+        );
+        set(
+            m::SLOT_LOSS_FORECAST_SECONDS,
+            trend.seconds_to_loss.unwrap_or(-1.0),
+        );
+        self.evaluate(snap, time_lag, trend);
     }
 
     /// `outbox_relay_heartbeat_age_seconds`: since the newest confirmed heartbeat was written
@@ -296,11 +275,15 @@ impl Monitor {
         metrics::gauge!(m::HEARTBEAT_AGE_SECONDS).set(age.as_secs_f64());
     }
 
-    fn evaluate(&mut self, snap: &SlotSnapshot, time_lag: Option<Duration>) {
+    fn evaluate(&mut self, snap: &SlotSnapshot, time_lag: Option<Duration>, trend: trend::Trend) {
         let slot = &self.cfg.postgres.slot;
-        let transitions = self
-            .alerts
-            .observe(&Observation::of(snap, time_lag), SystemTime::now());
+        let obs = Observation {
+            seconds_to_loss: trend.seconds_to_loss,
+            stalled_for: trend.stalled_for,
+            outbox_worst: crate::outbox_health::worst(&self.tables).cloned(),
+            ..Observation::of(snap, time_lag)
+        };
+        let transitions = self.alerts.observe(&obs, SystemTime::now());
         for t in &transitions {
             metrics::gauge!(m::ALERT_LEVEL, "alert" => t.kind.as_str()).set(Severity::gauge(t.to));
             let msg = t.message();
@@ -324,6 +307,14 @@ impl Monitor {
             }
         }
         self.shared.set_alerts(active);
+        if transitions
+            .iter()
+            .any(|t| t.kind == AlertKind::Stalled && t.to.is_some())
+        {
+            tracing::warn!(slot = %slot, stalled_secs = self.cfg.alerts.stalled_secs, "{PIPELINE_STALLED}: restarting the pipeline from the last confirmed LSN");
+            self.shared.request_restart();
+            self.trends.restarted();
+        }
 
         if let Some(s) = snap.slot.as_ref().filter(|s| s.is_lost())
             && let Some(fatal) = self.fatal.take()
@@ -345,43 +336,5 @@ impl Monitor {
                  table (docs/operations.md#slot-lost)"
             ))));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wal_clock_measures_the_age_of_the_oldest_unconfirmed_wal() {
-        let t0 = Instant::now();
-        let at = |s| t0 + Duration::from_secs(s);
-        let mut c = WalClock::default();
-        c.observe(at(0), Lsn(100));
-        assert_eq!(c.lag(Lsn(100), at(0)), Duration::ZERO, "caught up");
-        c.observe(at(5), Lsn(200));
-        c.observe(at(10), Lsn(200)); // no new WAL: no sample
-        c.observe(at(15), Lsn(300));
-        assert_eq!(
-            c.lag(Lsn(100), at(20)),
-            Duration::from_secs(15),
-            "WAL past 100 seen at 5 s"
-        );
-        assert_eq!(
-            c.lag(Lsn(250), at(20)),
-            Duration::from_secs(5),
-            "WAL past 250 seen at 15 s"
-        );
-        assert_eq!(c.lag(Lsn(300), at(20)), Duration::ZERO);
-        assert!(c.samples.is_empty(), "confirmed samples are forgotten");
-    }
-
-    #[test]
-    fn counter_mirror_turns_server_counters_into_increments() {
-        let mut m = CounterMirror::default();
-        assert_eq!(m.increment(10), 10, "first reading: the server's total");
-        assert_eq!(m.increment(15), 5);
-        assert_eq!(m.increment(15), 0);
-        assert_eq!(m.increment(3), 3, "stats reset: counted again from zero");
     }
 }

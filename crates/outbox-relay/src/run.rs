@@ -6,7 +6,8 @@
 //! the heartbeat, so they keep working while the stream or Kafka is down. The monitor gets one
 //! poll before the first attempt (the alerts then describe the backlog the relay starts from),
 //! and it can end the run: a lost slot stops the relay with a definite error, and the slot is
-//! never re-created.
+//! never re-created, and it can restart a stalled attempt (`alerts.stalled_secs`): the attempt
+//! is dropped like a crash (nothing past the confirmed LSN was confirmed) and starts over.
 
 use std::{
     sync::Arc,
@@ -87,7 +88,7 @@ pub async fn run(
     let _ = tokio::time::timeout(FIRST_POLL_WAIT, first_rx).await;
 
     let result = tokio::select! {
-        r = supervise(&cfg, shutdown) => r,
+        r = supervise(&cfg, shutdown, &shared) => r,
         Some(e) = fatal_rx.recv() => Err(e),
     };
     health::set_streaming(false);
@@ -101,7 +102,11 @@ pub async fn run(
 }
 
 /// Preflight and stream, restarting after transient failures.
-async fn supervise(cfg: &Config, mut shutdown: watch::Receiver<bool>) -> Result<(), RelayError> {
+async fn supervise(
+    cfg: &Config,
+    mut shutdown: watch::Receiver<bool>,
+    shared: &Shared,
+) -> Result<(), RelayError> {
     let initial = Duration::from_millis(cfg.relay.restart_backoff_initial_ms.max(1));
     let max = Duration::from_millis(cfg.relay.restart_backoff_max_ms).max(initial);
     let mut backoff = initial;
@@ -112,7 +117,14 @@ async fn supervise(cfg: &Config, mut shutdown: watch::Receiver<bool>) -> Result<
     let mut last_reason: Option<String> = None;
     loop {
         let started = Instant::now();
-        let err = match attempt(cfg, &mut shutdown, &mut carry).await {
+        let outcome = tokio::select! {
+            r = attempt(cfg, &mut shutdown, &mut carry) => r,
+            _ = shared.restart_requested() => {
+                health::set_streaming(false);
+                Err(Transient::Stalled { secs: cfg.alerts.stalled_secs }.into())
+            }
+        };
+        let err = match outcome {
             Ok(()) => return Ok(()),
             Err(e) if !e.is_transient() => return Err(e),
             Err(e) => e,

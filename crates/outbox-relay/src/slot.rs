@@ -73,11 +73,22 @@ pub struct SlotState {
     /// PostgreSQL 17+; `None` before.
     pub invalidation_reason: Option<String>,
     pub stats: Option<SpillStats>,
+    /// What the slot's walsender waits for (`pg_stat_activity`, `type:event`), `running` when
+    /// it is on the CPU; `None` when no walsender holds the slot.
+    pub walsender_wait: Option<String>,
 }
 
 impl SlotState {
     pub(crate) fn is_lost(&self) -> bool {
         self.wal_status == Some(WalStatus::Lost) || self.invalidation_reason.is_some()
+    }
+
+    /// The walsender is busy decoding (on the CPU or reading WAL or spilled changes), as while
+    /// a large transaction is read back; not when it waits for WAL or for the relay to read.
+    pub(crate) fn walsender_decoding(&self) -> bool {
+        self.walsender_wait
+            .as_deref()
+            .is_some_and(|w| w == "running" || w.starts_with("IO:"))
     }
 }
 
@@ -124,7 +135,9 @@ pub(crate) async fn query(
                       ELSE pg_current_wal_lsn() END)::text, \
                 (SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size'), \
                 s.slot_name IS NOT NULL, s.active, s.active_pid, s.restart_lsn::text, \
-                s.confirmed_flush_lsn::text, s.wal_status, s.safe_wal_size, {invalidation} \
+                s.confirmed_flush_lsn::text, s.wal_status, s.safe_wal_size, {invalidation}, \
+                (SELECT coalesce(a.wait_event_type || ':' || a.wait_event, 'running') \
+                   FROM pg_stat_activity a WHERE a.pid = s.active_pid) \
            FROM (SELECT 1) AS one \
            LEFT JOIN pg_replication_slots s ON s.slot_name = $1"
     );
@@ -165,6 +178,7 @@ pub(crate) async fn query(
             safe_wal_size: row.get(9),
             invalidation_reason: row.get(10),
             stats,
+            walsender_wait: row.get(11),
         }),
     })
 }
@@ -197,11 +211,13 @@ mod tests {
                 safe_wal_size: Some(1),
                 invalidation_reason: None,
                 stats: None,
+                walsender_wait: Some("Client:WalSenderWriteData".into()),
             }),
         };
         assert_eq!(snap.lag_bytes(), Some(100));
         assert_eq!(snap.retained_wal_bytes(), Some(600));
         assert!(!snap.slot.as_ref().unwrap().is_lost());
+        assert!(!snap.slot.as_ref().unwrap().walsender_decoding());
         let s = snap.slot.as_mut().unwrap();
         s.wal_status = Some("lost".parse().unwrap());
         s.restart_lsn = None;

@@ -15,6 +15,7 @@ use crate::{
     config::Config,
     error::{RelayError, Transient},
     http_client::{self as http, Target},
+    outbox_health::{self, TableHealth},
     pg::{self, describe_pg},
     slot::{self, SlotSnapshot},
     webhook::rfc3339,
@@ -29,6 +30,12 @@ pub struct RelayView {
     pub heartbeat_age_secs: Option<f64>,
     /// `(alert, level)` with level 0 ok, 1 warning, 2 critical.
     pub alert_levels: Vec<(String, f64)>,
+    /// Events Kafka acknowledged since the relay started, all topics.
+    pub events_produced: Option<f64>,
+    /// Records handed to Kafka, not yet acknowledged.
+    pub inflight_events: Option<f64>,
+    /// The monitor's forecast; negative: the headroom does not shrink.
+    pub loss_forecast_secs: Option<f64>,
 }
 
 #[derive(Debug)]
@@ -38,23 +45,43 @@ pub struct StatusReport {
     /// What is published: the outbox tables and message prefixes ([`sources`]).
     pub sources: String,
     pub snapshot: SlotSnapshot,
-    pub findings: [Finding; 3],
+    pub findings: [Finding; alert::ALERTS],
     pub relay: Result<RelayView, String>,
+    /// The health of each outbox table (empty in the table-less mode).
+    pub outbox: Vec<Result<TableHealth, String>>,
 }
 
 /// Queries PostgreSQL (required) and the relay's endpoint (optional).
 pub async fn collect(cfg: &Config) -> Result<StatusReport, RelayError> {
     let client = pg::connect(cfg).await?;
+    collect_on(&client, cfg).await
+}
+
+/// [`collect`] on an open connection (`--watch` keeps one).
+pub(crate) async fn collect_on(
+    client: &tokio_postgres::Client,
+    cfg: &Config,
+) -> Result<StatusReport, RelayError> {
     let err = |e: tokio_postgres::Error| Transient::Postgres {
         context: "read the replication slot",
         detail: describe_pg(&e),
         source: e,
     };
-    let version = slot::server_version(&client).await.map_err(err)?;
-    let snapshot = slot::query(&client, &cfg.postgres.slot, version)
+    let version = slot::server_version(client).await.map_err(err)?;
+    let snapshot = slot::query(client, &cfg.postgres.slot, version)
         .await
         .map_err(err)?;
-    let findings = alert::evaluate(&cfg.alerts, &Observation::of(&snapshot, None));
+    let outbox = outbox_health::query(client, &cfg.outbox).await;
+    let good: Vec<TableHealth> = outbox
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .cloned()
+        .collect();
+    let obs = Observation {
+        outbox_worst: outbox_health::worst(&good).cloned(),
+        ..Observation::of(&snapshot, None)
+    };
+    let findings = alert::evaluate(&cfg.alerts, &obs);
     let relay = if !cfg.http.enabled || cfg.http.listen.port() == 0 {
         Err("http endpoint disabled or on a random port".to_string())
     } else {
@@ -75,6 +102,7 @@ pub async fn collect(cfg: &Config) -> Result<StatusReport, RelayError> {
         snapshot,
         findings,
         relay,
+        outbox,
     })
 }
 
@@ -121,6 +149,11 @@ pub fn relay_view(text: &str) -> RelayView {
             crate::metrics::READY => v.ready = Some(value > 0.0),
             crate::metrics::SLOT_LAG_SECONDS => v.time_lag_secs = Some(value),
             crate::metrics::HEARTBEAT_AGE_SECONDS => v.heartbeat_age_secs = Some(value),
+            crate::metrics::EVENTS_PRODUCED => {
+                *v.events_produced.get_or_insert(0.0) += value;
+            }
+            crate::metrics::INFLIGHT_EVENTS => v.inflight_events = Some(value),
+            crate::metrics::SLOT_LOSS_FORECAST_SECONDS => v.loss_forecast_secs = Some(value),
             crate::metrics::ALERT_LEVEL => {
                 if let Some(alert) = labels
                     .split_once("alert=\"")
@@ -240,6 +273,9 @@ impl StatusReport {
                 }
             }
         }
+        for t in &self.outbox {
+            let _ = writeln!(o, "  outbox table     {}", table_line(t));
+        }
         match &self.relay {
             Ok(v) => {
                 let yes_no = |b: Option<bool>, y: &str, n: &str| match b {
@@ -321,6 +357,34 @@ impl StatusReport {
         o
     }
 }
+
+/// `public.outbox: 12 live, 3 dead tuples, 48.0 KiB, vacuumed 2m 0s ago, oldest row 1.5s`.
+pub fn table_line(t: &Result<TableHealth, String>) -> String {
+    let t = match t {
+        Ok(t) => t,
+        Err(e) => return format!("UNREADABLE: {e}"),
+    };
+    let parts = if t.partitions == 1 {
+        String::new()
+    } else {
+        format!(", {} partitions", t.partitions)
+    };
+    let vacuumed = t.last_vacuum_age.map_or("never vacuumed".into(), |a| {
+        format!("vacuumed {} ago", human_duration(a))
+    });
+    let oldest = t.oldest_row_age.map_or(String::new(), |a| {
+        format!(", oldest row {}", human_duration(a))
+    });
+    format!(
+        "{}: {} live, {} dead tuples, {}{parts}, {vacuumed}{oldest}",
+        t.table,
+        t.live_tuples,
+        t.dead_tuples,
+        human_bytes(t.size_bytes.max(0) as u64)
+    )
+}
+
+pub mod watch;
 
 #[cfg(test)]
 mod tests;

@@ -139,6 +139,9 @@ fn alertname(kind: AlertKind) -> &'static str {
         AlertKind::RetainedWal => "OutboxRelaySlotRetainedWal",
         AlertKind::TimeLag => "OutboxRelaySlotTimeLag",
         AlertKind::WalStatus => "OutboxRelaySlotWalStatus",
+        AlertKind::SlotForecast => "OutboxRelaySlotForecast",
+        AlertKind::Stalled => "OutboxRelayStalled",
+        AlertKind::OutboxDeadTuples => "OutboxRelayOutboxDeadTuples",
     }
 }
 

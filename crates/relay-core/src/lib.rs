@@ -6,6 +6,8 @@
 //! Begin/Commit/keepalive/ack ──▶ watermark::AckTracker ──▶ the one LSN safe to confirm
 //!   + in-flight limits, Kafka commits ──progress::Progress──▶ may read? what to confirm?
 //! checkpoint (last record of a Kafka txn) + stream ──skip::Skip──▶ skip or publish after a restart
+//! headroom samples ──forecast::seconds_to_loss──▶ when the slot is lost at this rate
+//! stream up, WAL grows, markers still ──stall::StallDetector──▶ stalled for N s
 //! new timeline's history + last published commit ──timeline::follow──▶ follow or refuse
 //! Debezium's Connect offset ──debezium_position──▶ the cutover's checkpoint (whole txns only)
 //! ```
@@ -16,11 +18,13 @@ pub mod checkpoint;
 pub mod deadletter;
 pub mod debezium_position;
 pub mod decode;
+pub mod forecast;
 pub mod lsn;
 pub mod pgoutput;
 pub mod progress;
 pub mod route;
 pub mod skip;
+pub mod stall;
 pub mod timeline;
 pub mod watermark;
 

@@ -54,6 +54,12 @@ pub struct OutboxTable {
     /// ([`DebeziumOptions`]). Absent: the records as before (StringConverter-compatible).
     #[serde(default)]
     pub debezium: Option<DebeziumOptions>,
+    /// A timestamp column of the table (e.g. `created_at`). Only for monitoring: the slot
+    /// monitor reports the age of the oldest row (`outbox_relay_outbox_oldest_row_age_seconds`),
+    /// which shows a cleanup job that stopped. Unset (default): not measured. Index it: the
+    /// monitor reads `min(column)` every `monitor.outbox_stats_interval_ms`.
+    #[serde(default)]
+    pub created_at_column: Option<String>,
 }
 
 fn default_table() -> String {
@@ -84,6 +90,7 @@ impl Default for OutboxTable {
             payload_column: default_payload_column(),
             headers: default_headers(),
             debezium: None,
+            created_at_column: None,
         }
     }
 }

@@ -1,11 +1,14 @@
 //! The built-in alerts: pure threshold evaluation with fire/resolve transitions.
 //!
-//! Three alerts watch the replication slot, each at one level at a time (ok, warning, critical):
+//! Six alerts, each at one level at a time (ok, warning, critical):
 //! - `retained_wal`: WAL the slot keeps on the server's disk (`pg_current_wal_lsn() -
 //!   restart_lsn`), in bytes and as a fraction of `max_slot_wal_keep_size`;
 //! - `time_lag`: age of the oldest WAL the slot has not confirmed;
 //! - `wal_status`: `wal_status` leaving `reserved` (`extended` at a configurable level,
-//!   `unreserved` and `lost` critical).
+//!   `unreserved` and `lost` critical);
+//! - `slot_forecast` and `stalled` ([`trend`]): when the slot is lost at the current WAL rate,
+//!   and a stream that is up while nothing moves;
+//! - `outbox_dead_tuples` ([`hygiene`]): dead tuples vacuum has not removed from an outbox table.
 //!
 //! Invariant: a change of level is exactly one [`Transition`], which the caller logs once and
 //! notifies once; an unchanged level produces nothing. Nothing here reads a clock or does I/O:
@@ -16,7 +19,7 @@ use std::{fmt, time::Duration, time::SystemTime};
 use relay_core::Lsn;
 
 use crate::{
-    config::{AlertsConfig, ExtendedLevel},
+    config::AlertsConfig,
     events::{ALERT_FIRING, ALERT_RESOLVED},
     slot::{SlotSnapshot, WalStatus},
 };
@@ -26,13 +29,22 @@ pub enum AlertKind {
     RetainedWal,
     TimeLag,
     WalStatus,
+    SlotForecast,
+    Stalled,
+    OutboxDeadTuples,
 }
 
+/// How many alerts there are.
+pub const ALERTS: usize = 6;
+
 impl AlertKind {
-    pub const ALL: [AlertKind; 3] = [
+    pub const ALL: [AlertKind; ALERTS] = [
         AlertKind::RetainedWal,
         AlertKind::TimeLag,
         AlertKind::WalStatus,
+        AlertKind::SlotForecast,
+        AlertKind::Stalled,
+        AlertKind::OutboxDeadTuples,
     ];
 
     /// The `alert` label value and the name in logs and notifications.
@@ -41,6 +53,9 @@ impl AlertKind {
             AlertKind::RetainedWal => "retained_wal",
             AlertKind::TimeLag => "time_lag",
             AlertKind::WalStatus => "wal_status",
+            AlertKind::SlotForecast => "slot_forecast",
+            AlertKind::Stalled => "stalled",
+            AlertKind::OutboxDeadTuples => "outbox_dead_tuples",
         }
     }
 
@@ -93,6 +108,16 @@ pub struct Observation {
     pub wal_status: Option<WalStatus>,
     /// The slot's `confirmed_flush_lsn`, for the message of a lost slot.
     pub confirmed_flush: Option<Lsn>,
+    /// Seconds until the slot's headroom is gone at the current rate; `None` when it does not
+    /// shrink or is unknown (set by the monitor, from its history).
+    pub seconds_to_loss: Option<f64>,
+    /// The headroom of the forecast is `alerts.retained_wal_critical_bytes` (unlimited
+    /// `max_slot_wal_keep_size`), not PostgreSQL's `safe_wal_size`.
+    pub forecast_to_threshold: bool,
+    /// For how long the stream has been up with nothing moving (set by the monitor).
+    pub stalled_for: Option<Duration>,
+    /// The outbox table with the most dead tuples, from the last reading of their health.
+    pub outbox_worst: Option<crate::outbox_health::TableHealth>,
 }
 
 impl Observation {
@@ -104,6 +129,10 @@ impl Observation {
             time_lag,
             wal_status: snap.slot.as_ref().and_then(|s| s.wal_status.clone()),
             confirmed_flush: snap.slot.as_ref().and_then(|s| s.confirmed_flush),
+            seconds_to_loss: None,
+            forecast_to_threshold: snap.max_slot_wal_keep_size.is_none(),
+            stalled_for: None,
+            outbox_worst: None,
         }
     }
 }
@@ -171,128 +200,16 @@ pub struct Active {
     pub state: String,
 }
 
-const ACTION_RETAINED_WAL: &str = "make sure outbox-relay is streaming (/readyz, \
-     outbox_relay_streaming) and Kafka accepts writes; until it catches up keep enough free \
-     space for pg_wal, or raise max_slot_wal_keep_size (docs/operations.md#retained-wal)";
-const ACTION_TIME_LAG: &str = "check the relay log for pipeline_restart and Kafka errors and the \
-     health of the Kafka cluster; events are delayed, not lost (docs/operations.md#time-lag)";
-const ACTION_EXTENDED: &str = "the slot holds WAL beyond max_wal_size; restore the relay's \
-     throughput before PostgreSQL marks it unreserved (docs/operations.md#wal-status)";
-const ACTION_UNRESERVED: &str = "PostgreSQL removes WAL this slot still needs at the next \
-     checkpoint and then invalidates it: restore streaming now, or buy time with ALTER SYSTEM \
-     SET max_slot_wal_keep_size = '<larger>'; SELECT pg_reload_conf() \
-     (docs/operations.md#wal-status)";
-const ACTION_LOST: &str = "the slot is unusable: outbox-relay stops and will not re-create it; \
-     run `outbox-relay setup --recreate-slot` and re-publish the gap from the outbox table \
-     (docs/operations.md#slot-lost)";
-
 /// Evaluates every alert for one observation, without state (used by `outbox-relay status`).
-pub fn evaluate(cfg: &AlertsConfig, obs: &Observation) -> [Finding; 3] {
+pub fn evaluate(cfg: &AlertsConfig, obs: &Observation) -> [Finding; ALERTS] {
     [
-        retained_wal(cfg, obs),
-        time_lag(cfg, obs),
-        wal_status(cfg, obs),
+        slot_state::retained_wal(cfg, obs),
+        slot_state::time_lag(cfg, obs),
+        slot_state::wal_status(cfg, obs),
+        trend::slot_forecast(cfg, obs),
+        trend::stalled(cfg, obs),
+        hygiene::outbox_dead_tuples(cfg, obs),
     ]
-}
-
-fn retained_wal(cfg: &AlertsConfig, obs: &Observation) -> Finding {
-    let kind = AlertKind::RetainedWal;
-    let Some(retained) = obs.retained_wal_bytes else {
-        return Finding {
-            kind,
-            level: None,
-            summary: "retained WAL unknown (slot missing or lost)".into(),
-            action: ACTION_RETAINED_WAL,
-            state: String::new(),
-        };
-    };
-    let by_bytes = |limit: u64| limit > 0 && retained >= limit;
-    let ratio = obs
-        .max_slot_wal_keep_size
-        .filter(|m| *m > 0)
-        .map(|max| retained as f64 / max as f64);
-    let by_ratio = |limit: f64| limit > 0.0 && ratio.is_some_and(|r| r >= limit);
-    let level = if by_bytes(cfg.retained_wal_critical_bytes)
-        || by_ratio(cfg.retained_wal_critical_ratio)
-    {
-        Some(Severity::Critical)
-    } else if by_bytes(cfg.retained_wal_warning_bytes) || by_ratio(cfg.retained_wal_warning_ratio) {
-        Some(Severity::Warning)
-    } else {
-        None
-    };
-    let of_max = match (ratio, obs.max_slot_wal_keep_size) {
-        (Some(r), Some(max)) => format!(
-            ", {:.0}% of max_slot_wal_keep_size {}",
-            r * 100.0,
-            human_bytes(max)
-        ),
-        _ => ", max_slot_wal_keep_size unlimited".into(),
-    };
-    let limits = format!(
-        "warning at {}, critical at {}",
-        limit_text(
-            cfg.retained_wal_warning_bytes,
-            cfg.retained_wal_warning_ratio
-        ),
-        limit_text(
-            cfg.retained_wal_critical_bytes,
-            cfg.retained_wal_critical_ratio
-        )
-    );
-    Finding {
-        kind,
-        level,
-        summary: format!(
-            "the slot retains {} of WAL{of_max} ({limits})",
-            human_bytes(retained)
-        ),
-        action: ACTION_RETAINED_WAL,
-        state: String::new(),
-    }
-}
-
-fn limit_text(bytes: u64, ratio: f64) -> String {
-    match (bytes > 0, ratio > 0.0) {
-        (true, true) => format!("{} or {:.0}%", human_bytes(bytes), ratio * 100.0),
-        (true, false) => human_bytes(bytes),
-        (false, true) => format!("{:.0}%", ratio * 100.0),
-        (false, false) => "off".into(),
-    }
-}
-
-fn time_lag(cfg: &AlertsConfig, obs: &Observation) -> Finding {
-    let kind = AlertKind::TimeLag;
-    let Some(lag) = obs.time_lag else {
-        return Finding {
-            kind,
-            level: None,
-            summary: "time lag unknown".into(),
-            action: ACTION_TIME_LAG,
-            state: String::new(),
-        };
-    };
-    let secs = lag.as_secs_f64();
-    let over = |limit: u64| limit > 0 && secs >= limit as f64;
-    let level = if over(cfg.time_lag_critical_secs) {
-        Some(Severity::Critical)
-    } else if over(cfg.time_lag_warning_secs) {
-        Some(Severity::Warning)
-    } else {
-        None
-    };
-    Finding {
-        kind,
-        level,
-        summary: format!(
-            "the oldest unconfirmed WAL is {} old (warning at {}, critical at {})",
-            human_duration(lag),
-            secs_text(cfg.time_lag_warning_secs),
-            secs_text(cfg.time_lag_critical_secs)
-        ),
-        action: ACTION_TIME_LAG,
-        state: String::new(),
-    }
 }
 
 fn secs_text(s: u64) -> String {
@@ -303,55 +220,18 @@ fn secs_text(s: u64) -> String {
     }
 }
 
-fn wal_status(cfg: &AlertsConfig, obs: &Observation) -> Finding {
-    let kind = AlertKind::WalStatus;
-    let (level, action) = match &obs.wal_status {
-        Some(WalStatus::Extended) => (
-            match cfg.wal_status_extended {
-                ExtendedLevel::Off => None,
-                ExtendedLevel::Warning => Some(Severity::Warning),
-                ExtendedLevel::Critical => Some(Severity::Critical),
-            },
-            ACTION_EXTENDED,
-        ),
-        Some(WalStatus::Unreserved) => (Some(Severity::Critical), ACTION_UNRESERVED),
-        Some(WalStatus::Lost) => (Some(Severity::Critical), ACTION_LOST),
-        Some(WalStatus::Reserved) | Some(WalStatus::Other(_)) | None => (None, ACTION_EXTENDED),
-    };
-    let summary = match &obs.wal_status {
-        Some(WalStatus::Lost) => format!(
-            "the slot was invalidated (wal_status = lost): PostgreSQL removed WAL it still \
-             needed, so events committed after {} may never reach Kafka",
-            obs.confirmed_flush
-                .map_or("its confirmed_flush_lsn".to_string(), |l| l.to_string())
-        ),
-        Some(s) => format!("wal_status = {s}"),
-        None => "wal_status unknown (slot missing)".into(),
-    };
-    Finding {
-        kind,
-        level,
-        summary,
-        action,
-        state: obs
-            .wal_status
-            .as_ref()
-            .map_or(String::new(), |s| s.to_string()),
-    }
-}
-
 /// The alerts' state across observations.
 #[derive(Debug)]
 pub struct Alerts {
     cfg: AlertsConfig,
-    current: [Option<Active>; 3],
+    current: [Option<Active>; ALERTS],
 }
 
 impl Alerts {
     pub fn new(cfg: AlertsConfig) -> Self {
         Self {
             cfg,
-            current: [None, None, None],
+            current: std::array::from_fn(|_| None),
         }
     }
 
@@ -435,6 +315,12 @@ pub fn human_duration(d: Duration) -> String {
         _ => format!("{}h {}m {}s", s / 3600, s % 3600 / 60, s % 60),
     }
 }
+
+mod hygiene;
+mod slot_state;
+mod trend;
+
+pub(crate) use trend::approx;
 
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 //! Alert evaluation: thresholds, hysteresis, transitions and messages.
 use super::*;
+use crate::config::ExtendedLevel;
 
 const MIB: u64 = 1 << 20;
 
@@ -22,6 +23,7 @@ fn obs(retained_mib: u64) -> Observation {
         time_lag: Some(Duration::ZERO),
         wal_status: Some(WalStatus::Reserved),
         confirmed_flush: Some(Lsn(0x1930468)),
+        ..Observation::default()
     }
 }
 

@@ -61,6 +61,53 @@ pub struct AlertsConfig {
     /// `unreserved` and `lost` are always critical; `lost` also stops the relay.
     #[serde(default)]
     pub wal_status_extended: ExtendedLevel,
+    /// `slot_forecast` warning: at the rate the slot's headroom shrinks (the WAL it does not
+    /// release), it is lost in at most this many seconds. The headroom is PostgreSQL's
+    /// `safe_wal_size`; when `max_slot_wal_keep_size` is unlimited, the WAL left until
+    /// `retained_wal_critical_bytes`. Default 3600.
+    #[serde(
+        default = "default_slot_forecast_warning_secs",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub slot_forecast_warning_secs: u64,
+    /// `slot_forecast` critical, in seconds. Default 900.
+    #[serde(
+        default = "default_slot_forecast_critical_secs",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub slot_forecast_critical_secs: u64,
+    /// The rate of the forecast is measured over this many seconds of monitor polls
+    /// (least-squares slope); no forecast until the polls span the whole window. Default 300.
+    #[serde(
+        default = "default_slot_forecast_window_secs",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub slot_forecast_window_secs: u64,
+    /// `stalled`: the replication stream is open and the server writes WAL, but for this many
+    /// seconds the relay received nothing, Kafka acknowledged nothing and the slot confirmed
+    /// nothing (a large transaction still being decoded or sent is not a stall). The alert
+    /// fires and the pipeline is restarted from the last confirmed LSN. Default 300; 0 = off.
+    /// Keep it above `relay.status_interval_ms` and below `relay.backpressure_release_ms`
+    /// if the latter should never be reached first.
+    #[serde(
+        default = "default_stalled_secs",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub stalled_secs: u64,
+    /// `outbox_dead_tuples` warning: an outbox table (all partitions together) holds this many
+    /// dead tuples (`pg_stat_user_tables.n_dead_tup`) that vacuum has not removed yet.
+    /// Default 1000000.
+    #[serde(
+        default = "default_outbox_dead_tuples_warning",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub outbox_dead_tuples_warning: u64,
+    /// `outbox_dead_tuples` critical. Default 10000000.
+    #[serde(
+        default = "default_outbox_dead_tuples_critical",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub outbox_dead_tuples_critical: u64,
     /// Where to send notifications (`[alerts.webhook]`). Off unless `url` is set.
     #[serde(default)]
     pub webhook: WebhookConfig,
@@ -83,6 +130,24 @@ fn default_time_lag_warning_secs() -> u64 {
 }
 fn default_time_lag_critical_secs() -> u64 {
     1800
+}
+fn default_slot_forecast_warning_secs() -> u64 {
+    3600
+}
+fn default_slot_forecast_critical_secs() -> u64 {
+    900
+}
+fn default_slot_forecast_window_secs() -> u64 {
+    300
+}
+fn default_stalled_secs() -> u64 {
+    300
+}
+fn default_outbox_dead_tuples_warning() -> u64 {
+    1_000_000
+}
+fn default_outbox_dead_tuples_critical() -> u64 {
+    10_000_000
 }
 
 /// See [`AlertsConfig::wal_status_extended`].
@@ -186,6 +251,11 @@ impl AlertsConfig {
                 self.time_lag_warning_secs as f64,
                 self.time_lag_critical_secs as f64,
             ),
+            (
+                "outbox_dead_tuples_*",
+                self.outbox_dead_tuples_warning as f64,
+                self.outbox_dead_tuples_critical as f64,
+            ),
         ] {
             if warning > 0.0 && critical > 0.0 && warning > critical {
                 return Err(format!(
@@ -193,6 +263,23 @@ impl AlertsConfig {
                      ({critical})"
                 ));
             }
+        }
+        // A forecast fires when the time left falls *below* the threshold: warning >= critical.
+        if self.slot_forecast_warning_secs > 0
+            && self.slot_forecast_critical_secs > self.slot_forecast_warning_secs
+        {
+            return Err(format!(
+                "alerts.slot_forecast_*_secs: the critical threshold ({}) is above the warning \
+                 one ({}); the forecast warns first, when more time is left",
+                self.slot_forecast_critical_secs, self.slot_forecast_warning_secs
+            ));
+        }
+        if self.slot_forecast_window_secs == 0 {
+            return Err(
+                "alerts.slot_forecast_window_secs = 0: the WAL rate needs a window of \
+                 at least one second (default 300)"
+                    .into(),
+            );
         }
         if let Some(url) = &self.webhook.url
             && let Err(e) = crate::http_client::Target::parse(url.expose())
@@ -270,6 +357,14 @@ mod tests {
             (
                 "[alerts.webhook]\nsecret = \"x\"\n",
                 "alerts.webhook.secret",
+            ),
+            (
+                "[alerts]\nslot_forecast_warning_secs = 60\nslot_forecast_critical_secs = 90\n",
+                "alerts.slot_forecast_*_secs",
+            ),
+            (
+                "[alerts]\nslot_forecast_window_secs = 0\n",
+                "alerts.slot_forecast_window_secs",
             ),
             (
                 "[alerts]\nwal_status_extended = \"loud\"\n",

@@ -50,10 +50,21 @@ pub struct MonitorConfig {
         deserialize_with = "from_str_or_native"
     )]
     pub poll_interval_ms: u64,
+    /// How often to read the outbox tables' health (`pg_stat_user_tables`, size, and the age
+    /// of the oldest row where `[[outbox]] created_at_column` is set), in milliseconds; read at
+    /// the first poll after this much time. Default 30000.
+    #[serde(
+        default = "default_outbox_stats_interval_ms",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub outbox_stats_interval_ms: u64,
 }
 
 fn default_monitor_poll_interval_ms() -> u64 {
     5_000
+}
+fn default_outbox_stats_interval_ms() -> u64 {
+    30_000
 }
 
 impl MonitorConfig {

@@ -107,6 +107,8 @@ pub(super) fn report_gauges(st: &State<'_>) {
     metrics::gauge!(m::INFLIGHT_EVENTS).set(st.progress.outstanding_records() as f64);
     metrics::gauge!(m::INFLIGHT_TRANSACTIONS).set(st.progress.pending_txns() as f64);
     metrics::gauge!(m::RECEIVED_LSN).set(st.progress.received().0 as f64);
+    let acked = st.progress.acked();
+    crate::health::pipeline_progress(acked + st.progress.outstanding_records(), acked);
     let lag = st
         .progress
         .oldest_pending_commit_time()

@@ -17,6 +17,7 @@ fn report(slot: Option<SlotState>, relay: Result<RelayView, String>) -> StatusRe
         findings: alert::evaluate(&cfg, &Observation::of(&snapshot, None)),
         snapshot,
         relay,
+        outbox: Vec::new(),
     }
 }
 
@@ -30,6 +31,7 @@ fn slot(status: &str, restart: u64) -> SlotState {
         safe_wal_size: Some(40 << 20),
         invalidation_reason: None,
         stats: None,
+        walsender_wait: None,
     }
 }
 
@@ -126,4 +128,42 @@ fn sources_say_whether_there_is_an_outbox_table() {
 
 fn cfg_message() -> relay_core::route::MessageRoute {
     toml::from_str("prefix = \"x\"").unwrap()
+}
+
+#[test]
+fn outbox_table_lines() {
+    use std::time::Duration;
+    let t = TableHealth {
+        table: "public.outbox".into(),
+        partitions: 3,
+        live_tuples: 12,
+        dead_tuples: 4,
+        size_bytes: 49152,
+        last_autovacuum: None,
+        last_vacuum_age: Some(Duration::from_secs(120)),
+        last_autoanalyze: None,
+        oldest_row_age: Some(Duration::from_millis(1500)),
+    };
+    assert_eq!(
+        table_line(&Ok(t.clone())),
+        "public.outbox: 12 live, 4 dead tuples, 48.0 KiB, 3 partitions, vacuumed 2m 0s ago, \
+         oldest row 1.5s"
+    );
+    let plain = TableHealth {
+        partitions: 1,
+        last_vacuum_age: None,
+        oldest_row_age: None,
+        ..t
+    };
+    assert_eq!(
+        table_line(&Ok(plain)),
+        "public.outbox: 12 live, 4 dead tuples, 48.0 KiB, never vacuumed"
+    );
+    assert_eq!(table_line(&Err("boom".into())), "UNREADABLE: boom");
+    let mut r = report(None, Err("off".into()));
+    r.outbox = vec![Err("cannot read".into())];
+    assert!(
+        r.render()
+            .contains("  outbox table     UNREADABLE: cannot read\n")
+    );
 }
