@@ -239,10 +239,6 @@ mod tests {
         // Debug lines.
         ("monitor.rs", "publication check failed; retried next poll"),
         ("pg.rs", "control connection closed"),
-        (
-            "checkpoint.rs",
-            "checkpoint reader reached the end of the topic",
-        ),
     ];
 
     const LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
