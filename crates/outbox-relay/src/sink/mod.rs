@@ -404,44 +404,6 @@ impl KafkaSink {
         .await;
     }
 
-    /// The replication stream went quiet: what was produced should go out now instead of when
-    /// `linger.ms` runs out, since no batch is going to fill (`kafka.flush_when_quiet`). Like
-    /// Nagle's algorithm, it goes out at once only when every earlier record was acknowledged;
-    /// otherwise it waits for those reports ([`try_kick`](Self::try_kick) on each) and batches
-    /// with whatever comes meanwhile. Kicking while requests are outstanding would send many
-    /// small requests that queue behind each other (5 in flight at most): at 10k events/s that
-    /// raised the p99 tenfold.
-    pub(crate) fn kick(&self) {
-        self.kick_wanted.store(true, Ordering::Relaxed);
-        self.try_kick();
-    }
-
-    /// Kicks if a kick is wanted and nothing older than the records since the last kick is
-    /// still unacknowledged. The kick is librdkafka's flush for at most 1 ms on a blocking
-    /// thread (while it runs the brokers' threads treat the linger as elapsed), without waiting
-    /// for acknowledgements; one at a time.
-    pub(crate) fn try_kick(&self) {
-        if !self.kick_wanted.load(Ordering::Relaxed) {
-            return;
-        }
-        let outstanding = u64::try_from(self.in_flight()).unwrap_or(0);
-        if outstanding > self.since_kick.load(Ordering::Relaxed) {
-            return;
-        }
-        if self.kicking.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        self.kick_wanted.store(false, Ordering::Relaxed);
-        self.since_kick.store(0, Ordering::Relaxed);
-        let producer = self.producer().clone();
-        let kicking = self.kicking.clone();
-        tokio::task::spawn_blocking(move || {
-            // SAFETY: as in `reports_served`: the handle lives as long as `producer`.
-            unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), 1) };
-            kicking.store(false, Ordering::Release);
-        });
-    }
-
     /// With transactions: the topic whose partition the transaction coordinator refused
     /// (authorisation). librdkafka then fails the transaction and purges every record, so the
     /// reports alone do not say which record was at fault.
@@ -488,111 +450,6 @@ impl KafkaSink {
                 }
                 .into(),
             })
-    }
-
-    /// `kafka.transactional_id`, once the slot is ours: registers the id with the transaction
-    /// coordinator, which fences every earlier producer with it and aborts its unfinished
-    /// transaction, then opens the first transaction.
-    pub(crate) async fn fence_and_begin(&self, timeout: Duration) -> Result<(), RelayError> {
-        // Every id of the relay before anything is read or written: the checkpoint read
-        // after this sees whatever an older instance committed with either of them.
-        for i in 1..self.producers.len() {
-            self.transaction_on(i, move |p| p.init_transactions(timeout))
-                .await?;
-        }
-        self.active.store(0, Ordering::Relaxed);
-        self.transaction(move |p| {
-            p.init_transactions(timeout)?;
-            p.begin_transaction()
-        })
-        .await
-    }
-
-    /// Commits the open transaction (after every record in it was acknowledged) and opens the
-    /// next one.
-    pub(crate) async fn commit_and_begin(&self, timeout: Duration) -> Result<(), RelayError> {
-        // rdkafka's commit_transaction first flushes, polling for reports in 100 ms steps; with
-        // the producer's own thread serving them, every commit took 100 ms. Wait here for the
-        // queue to drain (reports served), so that flush returns at once.
-        self.reports_served(timeout).await;
-        if self.producers.len() == 1 {
-            return self
-                .transaction(move |p| {
-                    p.commit_transaction(timeout)?;
-                    p.begin_transaction()
-                })
-                .await;
-        }
-        self.transaction(move |p| p.commit_transaction(timeout))
-            .await?;
-        // The next transaction on the other producer: its last one ended a transaction ago.
-        self.active.fetch_add(1, Ordering::Relaxed);
-        self.transaction(move |p| p.begin_transaction()).await
-    }
-
-    /// Aborts the open transaction: its records are purged and never visible to
-    /// read-committed consumers.
-    pub(crate) async fn abort(&self, timeout: Duration) -> Result<(), RelayError> {
-        self.transaction(move |p| p.abort_transaction(timeout))
-            .await
-    }
-
-    /// Runs a blocking transaction call off the runtime's thread.
-    async fn transaction(
-        &self,
-        call: impl FnOnce(&ThreadedProducer<SinkContext>) -> rdkafka::error::KafkaResult<()>
-        + Send
-        + 'static,
-    ) -> Result<(), RelayError> {
-        let active = self.active.load(Ordering::Relaxed);
-        self.transaction_on(active, call).await
-    }
-
-    /// Runs a blocking transaction call on producer `index` off the runtime's thread.
-    async fn transaction_on(
-        &self,
-        index: usize,
-        call: impl FnOnce(&ThreadedProducer<SinkContext>) -> rdkafka::error::KafkaResult<()>
-        + Send
-        + 'static,
-    ) -> Result<(), RelayError> {
-        let producer = self.producers[index % self.producers.len()].clone();
-        tokio::task::spawn_blocking(move || call(&producer))
-            .await
-            .map_err(|e| Transient::KafkaTransaction(e.to_string()))?
-            .map_err(|e| match e.rdkafka_error_code() {
-                Some(c) if is_fenced(c) => Transient::ProducerFenced(e.to_string()).into(),
-                Some(
-                    RDKafkaErrorCode::TransactionalIdAuthorizationFailed
-                    | RDKafkaErrorCode::ClusterAuthorizationFailed,
-                ) => Definite::KafkaTransactionRefused {
-                    id: self.transactional_id.clone().unwrap_or_default(),
-                    detail: e.to_string(),
-                }
-                .into(),
-                _ => RelayError::from(Transient::KafkaTransaction(e.to_string())),
-            })
-    }
-}
-
-/// The codes with which Kafka tells a producer that a newer one with its transactional id
-/// exists.
-fn is_fenced(code: RDKafkaErrorCode) -> bool {
-    matches!(
-        code,
-        RDKafkaErrorCode::Fenced
-            | RDKafkaErrorCode::ProducerFenced
-            | RDKafkaErrorCode::InvalidProducerEpoch
-    )
-}
-
-/// The transactional ids of the relay's producers: none without `kafka.transactional_id`,
-/// else `<id>` and, with `kafka.transaction_producers = 2`, `<id>.2`.
-pub(crate) fn transactional_ids(cfg: &KafkaConfig) -> Vec<String> {
-    match &cfg.transactional_id {
-        None => Vec::new(),
-        Some(id) if cfg.transaction_producers >= 2 => vec![id.clone(), format!("{id}.2")],
-        Some(id) => vec![id.clone()],
     }
 }
 
@@ -678,82 +535,10 @@ pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
     }
 }
 
+mod kick;
 #[cfg(test)]
-mod tests {
-    use std::{sync::atomic::Ordering, time::Duration};
+mod tests;
+mod transaction;
 
-    use rdkafka::{mocking::MockCluster, producer::Producer};
-
-    use super::{KafkaSink, transactional_ids};
-    use crate::config::Config;
-
-    fn kafka_config(brokers: &str, extra: &str) -> crate::config::KafkaConfig {
-        let dir = std::env::temp_dir().join(format!("relay-sink-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{}.toml", extra.len()));
-        std::fs::write(
-            &path,
-            format!("[kafka]\nbrokers = \"{brokers}\"\nlinger_ms = 0\n{extra}"),
-        )
-        .unwrap();
-        Config::load(Some(&path), std::iter::empty()).unwrap().kafka
-    }
-
-    #[test]
-    fn two_transactional_ids_by_default_one_on_request_none_without() {
-        let ids = |extra| transactional_ids(&kafka_config("127.0.0.1:1", extra));
-        assert_eq!(ids("transactional_id = \"r\"\n"), ["r", "r.2"]);
-        assert_eq!(
-            ids("transactional_id = \"r\"\ntransaction_producers = 1\n"),
-            ["r"]
-        );
-        assert!(ids("").is_empty());
-    }
-
-    /// Transactions alternate between the two producers. (That a new instance fences both
-    /// needs a real broker, whose coordinator bumps the epoch; librdkafka's mock does not:
-    /// e2e `fencing::a_start_fences_both_transactional_ids`.)
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn transactions_alternate_between_the_two_producers() {
-        let t = Duration::from_secs(10);
-        let mock = MockCluster::new(1).unwrap();
-        mock.create_topic("cp", 1, 1).unwrap();
-        let cfg = kafka_config(&mock.bootstrap_servers(), "transactional_id = \"tid\"\n");
-        let (sink, _reports) = KafkaSink::new(&cfg).unwrap();
-        assert_eq!(sink.producers.len(), 2);
-        sink.fence_and_begin(t).await.unwrap();
-        for expected in [1, 0, 1] {
-            sink.send_checkpoint("cp", "k", b"v", true).await.unwrap();
-            sink.commit_and_begin(t).await.unwrap();
-            assert_eq!(sink.active.load(Ordering::Relaxed) % 2, expected);
-        }
-        // The open transaction is on producer 1 only: producer 0 has none to commit.
-        let other = sink
-            .transaction_on(0, move |p| p.commit_transaction(t))
-            .await;
-        assert!(other.is_err(), "producer 0 had a transaction open too");
-    }
-
-    #[test]
-    fn the_refused_topic_is_read_from_librdkafkas_message() {
-        let m = "TxnCoordinator/1: Failed to add partition \"t_kacl.secret\" [0] to transaction: \
-                 Broker: Topic authorization failed";
-        assert_eq!(super::refused_topic_in(m), Some("t_kacl.secret"));
-        let collateral = "TxnCoordinator/1: Failed to add partition \"t_kacl.order\" [0] to \
-                          transaction: Broker: Operation not attempted";
-        assert_eq!(super::refused_topic_in(collateral), None);
-    }
-
-    #[test]
-    fn startup_notices_are_not_warnings() {
-        assert!(super::is_benign(
-            "[thrd:app]: Configuration property enable.gapless.guarantee is experimental: ..."
-        ));
-        assert!(super::is_benign(
-            "TxnCoordinator/1: FindCoordinator: Coordinator load in progress: retrying"
-        ));
-        assert!(!super::is_benign(
-            "ProduceRequest failed: Broker: Message size too large"
-        ));
-    }
-}
+use transaction::is_fenced;
+pub(crate) use transaction::transactional_ids;

@@ -1,0 +1,122 @@
+//! Kafka transactions (`kafka.transactional_id`): fencing at start, commit-and-begin on
+//! alternating producers, abort; librdkafka's blocking calls off the runtime's thread.
+
+use std::{sync::atomic::Ordering, time::Duration};
+
+use rdkafka::{
+    error::RDKafkaErrorCode,
+    producer::{Producer, ThreadedProducer},
+};
+
+use super::{KafkaSink, SinkContext};
+use crate::{
+    config::KafkaConfig,
+    error::{Definite, RelayError, Transient},
+};
+
+impl KafkaSink {
+    /// `kafka.transactional_id`, once the slot is ours: registers the id with the transaction
+    /// coordinator, which fences every earlier producer with it and aborts its unfinished
+    /// transaction, then opens the first transaction.
+    pub(crate) async fn fence_and_begin(&self, timeout: Duration) -> Result<(), RelayError> {
+        // Every id of the relay before anything is read or written: the checkpoint read
+        // after this sees whatever an older instance committed with either of them.
+        for i in 1..self.producers.len() {
+            self.transaction_on(i, move |p| p.init_transactions(timeout))
+                .await?;
+        }
+        self.active.store(0, Ordering::Relaxed);
+        self.transaction(move |p| {
+            p.init_transactions(timeout)?;
+            p.begin_transaction()
+        })
+        .await
+    }
+
+    /// Commits the open transaction (after every record in it was acknowledged) and opens the
+    /// next one.
+    pub(crate) async fn commit_and_begin(&self, timeout: Duration) -> Result<(), RelayError> {
+        // rdkafka's commit_transaction first flushes, polling for reports in 100 ms steps; with
+        // the producer's own thread serving them, every commit took 100 ms. Wait here for the
+        // queue to drain (reports served), so that flush returns at once.
+        self.reports_served(timeout).await;
+        if self.producers.len() == 1 {
+            return self
+                .transaction(move |p| {
+                    p.commit_transaction(timeout)?;
+                    p.begin_transaction()
+                })
+                .await;
+        }
+        self.transaction(move |p| p.commit_transaction(timeout))
+            .await?;
+        // The next transaction on the other producer: its last one ended a transaction ago.
+        self.active.fetch_add(1, Ordering::Relaxed);
+        self.transaction(move |p| p.begin_transaction()).await
+    }
+
+    /// Aborts the open transaction: its records are purged and never visible to
+    /// read-committed consumers.
+    pub(crate) async fn abort(&self, timeout: Duration) -> Result<(), RelayError> {
+        self.transaction(move |p| p.abort_transaction(timeout))
+            .await
+    }
+
+    /// Runs a blocking transaction call off the runtime's thread.
+    async fn transaction(
+        &self,
+        call: impl FnOnce(&ThreadedProducer<SinkContext>) -> rdkafka::error::KafkaResult<()>
+        + Send
+        + 'static,
+    ) -> Result<(), RelayError> {
+        let active = self.active.load(Ordering::Relaxed);
+        self.transaction_on(active, call).await
+    }
+
+    /// Runs a blocking transaction call on producer `index` off the runtime's thread.
+    pub(super) async fn transaction_on(
+        &self,
+        index: usize,
+        call: impl FnOnce(&ThreadedProducer<SinkContext>) -> rdkafka::error::KafkaResult<()>
+        + Send
+        + 'static,
+    ) -> Result<(), RelayError> {
+        let producer = self.producers[index % self.producers.len()].clone();
+        tokio::task::spawn_blocking(move || call(&producer))
+            .await
+            .map_err(|e| Transient::KafkaTransaction(e.to_string()))?
+            .map_err(|e| match e.rdkafka_error_code() {
+                Some(c) if is_fenced(c) => Transient::ProducerFenced(e.to_string()).into(),
+                Some(
+                    RDKafkaErrorCode::TransactionalIdAuthorizationFailed
+                    | RDKafkaErrorCode::ClusterAuthorizationFailed,
+                ) => Definite::KafkaTransactionRefused {
+                    id: self.transactional_id.clone().unwrap_or_default(),
+                    detail: e.to_string(),
+                }
+                .into(),
+                _ => RelayError::from(Transient::KafkaTransaction(e.to_string())),
+            })
+    }
+}
+
+/// The codes with which Kafka tells a producer that a newer one with its transactional id
+/// exists.
+pub(super) fn is_fenced(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::Fenced
+            | RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch
+    )
+}
+
+/// The transactional ids of the relay's producers: none without `kafka.transactional_id`,
+/// else `<id>` and, with `kafka.transaction_producers = 2`, `<id>.2`.
+pub(crate) fn transactional_ids(cfg: &KafkaConfig) -> Vec<String> {
+    match &cfg.transactional_id {
+        None => Vec::new(),
+        Some(id) if cfg.transaction_producers >= 2 => vec![id.clone(), format!("{id}.2")],
+        Some(id) => vec![id.clone()],
+    }
+}
