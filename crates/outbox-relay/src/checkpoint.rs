@@ -198,7 +198,10 @@ pub(crate) async fn read_latest(
     c.set("group.id", "outbox-relay-checkpoint-reader")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true");
+        .set("enable.partition.eof", "true")
+        // A failed lookup of the first offset must be an error, never a silent jump to the end
+        // (librdkafka's default), which would read as "no checkpoint".
+        .set("auto.offset.reset", "error");
     // Read-committed consumers wait for open transactions of other slots' relays; Kafka ends
     // those within their transaction timeout.
     let limit = Duration::from_millis(cfg.kafka.connect_timeout_ms) + Duration::from_secs(70);
