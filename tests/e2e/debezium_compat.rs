@@ -198,6 +198,49 @@ const COMBOS: &[Combo] = &[
         ),
         timestamp: false,
     },
+    // Expanded payloads: the struct Debezium infers from the JSON (a bytea payload is not
+    // expanded, on both sides).
+    Combo {
+        name: "expoff",
+        types: "jtb",
+        dbz: &[
+            ("key.converter", J),
+            ("value.converter", J),
+            ("key.converter.schemas.enable", "false"),
+            ("value.converter.schemas.enable", "false"),
+            ("transforms.outbox.table.expand.json.payload", "true"),
+        ],
+        relay: Some(
+            r#""extended.headers.enabled" = true
+"key.converter" = "JsonConverter"
+"key.converter.schemas.enable" = false
+"value.converter" = "JsonConverter"
+"value.converter.schemas.enable" = false
+"table.expand.json.payload" = true"#,
+        ),
+        timestamp: false,
+    },
+    Combo {
+        name: "exp",
+        types: "jt",
+        dbz: &[
+            ("key.converter", J),
+            ("value.converter", J),
+            ("transforms.outbox.table.expand.json.payload", "true"),
+            (
+                "transforms.outbox.table.json.payload.null.behavior",
+                "optional_bytes",
+            ),
+        ],
+        relay: Some(
+            r#""extended.headers.enabled" = true
+"key.converter" = "JsonConverter"
+"value.converter" = "JsonConverter"
+"table.expand.json.payload" = true
+"table.json.payload.null.behavior" = "optional_bytes""#,
+        ),
+        timestamp: false,
+    },
 ];
 
 /// Payloads as JSON text: objects, nesting, escapes, non-BMP characters, numbers PostgreSQL's
@@ -215,6 +258,13 @@ const PAYLOADS: &[Option<&str>] = &[
     Some(r#"{"f": 1.10, "g": 1E+2, "h": 0.000001}"#),
     Some(r#"{"ctl": "tab\tnl\nbs\bff\fcr\r\u0001\u001f\u007f slash/ <>&\u2028"}"#),
     Some(r#"{"long": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}"#),
+    // For the expansion: arrays of objects, empty arrays, nulls, nested arrays, 64-bit integers,
+    // a top-level empty array (no schema) and an empty key (Debezium keeps the string).
+    Some(
+        r#"{"items": [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}, null], "e": [], "n": null, "deep": [[1, 2], [3]], "big": 9007199254740993, "d": [1.5, 2.25], "neg": -2147483649}"#,
+    ),
+    Some("[]"),
+    Some(r#"{"": 1, "k": {"z": [true, false], "s": "é"}}"#),
 ];
 
 fn table(combo: &Combo, ty: char) -> String {

@@ -203,30 +203,31 @@ pub(crate) fn write_json_value(out: &mut String, kind: ConnectType, value: Optio
 }
 
 /// A JSON string as Kafka Connect's Jackson writes it: `"` and `\` escaped, control characters
-/// as `\b \t \n \f \r` or `\u00xx` (lowercase hex), characters beyond the BMP as an escaped
-/// UTF-16 surrogate pair (uppercase hex), everything else raw UTF-8.
+/// as `\b \t \n \f \r` or `\u00XX`, characters beyond the BMP as an escaped UTF-16 surrogate
+/// pair, everything else raw UTF-8 (hex digits uppercase: `WRITE_HEX_UPPER_CASE`, read off
+/// Debezium's output).
 pub fn write_json_string(out: &mut String, s: &str) {
     out.reserve(s.len() + 2);
+    write_json_units(out, s.encode_utf16());
+}
+
+/// [`write_json_string`] for a Java string's UTF-16 units; a lone surrogate is escaped as a
+/// pair's halves are.
+pub(crate) fn write_json_units(out: &mut String, units: impl IntoIterator<Item = u16>) {
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\u{c}' => out.push_str("\\f"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+    for u in units {
+        match u {
+            0x22 => out.push_str("\\\""),
+            0x5c => out.push_str("\\\\"),
+            0x08 => out.push_str("\\b"),
+            0x09 => out.push_str("\\t"),
+            0x0a => out.push_str("\\n"),
+            0x0c => out.push_str("\\f"),
+            0x0d => out.push_str("\\r"),
+            u if u < 0x20 || (0xD800..=0xDFFF).contains(&u) => {
+                let _ = write!(out, "\\u{u:04X}");
             }
-            c if (c as u32) > 0xFFFF => {
-                let mut units = [0u16; 2];
-                for u in c.encode_utf16(&mut units) {
-                    let _ = write!(out, "\\u{u:04X}");
-                }
-            }
-            c => out.push(c),
+            u => out.push(char::from_u32(u32::from(u)).expect("not a surrogate")),
         }
     }
     out.push('"');

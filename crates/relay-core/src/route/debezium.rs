@@ -18,10 +18,13 @@ use super::connect::{
 use crate::pgoutput::Relation;
 
 mod apply;
+mod expand;
+mod jackson;
 mod placement;
 mod timestamp;
 
 pub(crate) use apply::{CompileError, Mapped};
+pub use expand::NullBehavior;
 
 pub use placement::{Placed, Placement, PlacementError};
 pub(crate) use timestamp::timestamp_ms;
@@ -44,9 +47,15 @@ pub struct DebeziumOptions {
     pub header_converter: HeaderConverter,
     #[serde(rename = "header.converter.schemas.enable", default = "yes")]
     pub header_schemas: bool,
-    /// Only `false` is supported (see docs/migrating-from-debezium.md).
+    /// A string payload (text, varchar, json, jsonb) that is a JSON object goes out as the
+    /// struct Debezium infers from it, not as a JSON string. Needs JsonConverter values and no
+    /// envelope placement (Debezium fails its task on both).
     #[serde(rename = "table.expand.json.payload", default)]
     pub expand_json_payload: bool,
+    /// With `table.expand.json.payload`: a JSON `null` field is left out of the inferred
+    /// schema (`ignore`, the default) or becomes an optional bytes field (`optional_bytes`).
+    #[serde(rename = "table.json.payload.null.behavior", default)]
+    pub json_payload_null_behavior: NullBehavior,
     /// `column:header|envelope|partition[:alias]`, comma-separated.
     #[serde(rename = "table.fields.additional.placement", default)]
     pub additional_placement: String,
@@ -86,6 +95,7 @@ impl Default for DebeziumOptions {
             header_converter: HeaderConverter::Simple,
             header_schemas: true,
             expand_json_payload: false,
+            json_payload_null_behavior: NullBehavior::Ignore,
             additional_placement: String::new(),
             event_timestamp: None,
             schema_version: None,
@@ -101,10 +111,17 @@ impl Default for DebeziumOptions {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OptionsError {
     #[error(
-        "debezium.\"table.expand.json.payload\" = true is not supported: the relay publishes the \
-         payload column as Debezium does with it false; see docs/migrating-from-debezium.md"
+        "debezium.\"table.expand.json.payload\" = true needs \"value.converter\" = JsonConverter: \
+         Debezium's StringConverter writes Java debug text (Struct{{...}}) for an expanded \
+         payload and ByteArrayConverter fails the task"
     )]
-    ExpandJsonPayload,
+    ExpandNeedsJson,
+    #[error(
+        "debezium.\"table.expand.json.payload\" = true with {0:?} placed in the envelope: \
+         Debezium fails its task on every expanded payload there (the envelope keeps the \
+         column's string schema); place it as a header or turn the expansion off"
+    )]
+    ExpandWithEnvelope(String),
     #[error(transparent)]
     Placement(#[from] PlacementError),
     #[error(
@@ -119,10 +136,15 @@ pub enum OptionsError {
 
 impl DebeziumOptions {
     pub fn validate(&self) -> Result<(), OptionsError> {
-        if self.expand_json_payload {
-            return Err(OptionsError::ExpandJsonPayload);
-        }
         let placed = Placement::parse(&self.additional_placement)?;
+        if self.expand_json_payload {
+            if self.value_converter != Converter::Json {
+                return Err(OptionsError::ExpandNeedsJson);
+            }
+            if let Some(p) = placed.iter().find(|p| p.placement == Placement::Envelope) {
+                return Err(OptionsError::ExpandWithEnvelope(p.column.clone()));
+            }
+        }
         if let Some(p) = placed.iter().find(|p| p.placement == Placement::Envelope) {
             if self.value_converter != Converter::Json {
                 return Err(OptionsError::EnvelopeNeedsJson(p.column.clone()));
@@ -196,6 +218,8 @@ pub(crate) struct Compat {
     pub opts: DebeziumOptions,
     pub key: ColumnSchema,
     pub payload: ColumnSchema,
+    /// The payload column's name: Debezium names the expanded payload's schema after it.
+    pub payload_field: String,
     /// Header name → column, in Debezium's order after the context headers.
     pub headers: Vec<(String, Col)>,
     pub envelope: Vec<(String, Col)>,

@@ -23,7 +23,7 @@ fn json_strings_escape_as_kafka_connects_jackson_does() {
     );
     assert_eq!(
         out,
-        "\"tab\\tnl\\nbs\\bff\\fcr\\r\\u0001\\u001f\u{7f} slash/ <>&\u{2028}\""
+        "\"tab\\tnl\\nbs\\bff\\fcr\\r\\u0001\\u001F\u{7f} slash/ <>&\u{2028}\""
     );
 }
 

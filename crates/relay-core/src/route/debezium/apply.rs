@@ -4,7 +4,11 @@ use std::fmt::Write as _;
 
 use bytes::Bytes;
 
-use super::{Col, Compat, CompatError, DebeziumOptions, Placement, PlanEnv, timestamp_ms};
+use super::{
+    Col, Compat, CompatError, DebeziumOptions, Placement, PlanEnv,
+    expand::{self, Expansion},
+    timestamp_ms,
+};
 use crate::{
     pgoutput::Relation,
     route::connect::{self, ColumnSchema, ConnectType, Converter, HeaderConverter},
@@ -148,6 +152,7 @@ impl Compat {
             opts: opts.clone(),
             key: key.schema,
             payload: payload.schema,
+            payload_field: rel.columns[mapped.payload].name.clone(),
             headers,
             envelope,
             envelope_name: format!(
@@ -175,10 +180,14 @@ impl Compat {
         let key = connect::encode(o.key_converter, o.key_schemas, &self.key, Some(key_raw))
             .expect("a key is never NULL");
         let payload = row[payload_index].as_ref();
-        let value = if payload.is_none() && o.tombstone_on_empty_payload {
+        // Debezium's test: `payload == null || payload.toString().trim().isEmpty()`.
+        let empty = payload.is_none_or(|p| {
+            self.payload.kind == ConnectType::String && p.iter().all(|b| *b <= b' ')
+        });
+        let value = if empty && o.tombstone_on_empty_payload {
             None
         } else if self.envelope.is_empty() {
-            connect::encode(o.value_converter, o.value_schemas, &self.payload, payload)
+            self.plain_value(payload, payload_index)?
         } else {
             Some(self.envelope_value(row, payload, routed_by))
         };
@@ -219,6 +228,50 @@ impl Compat {
             partition,
             timestamp_ms,
         })
+    }
+
+    /// The payload alone under the value converter, expanded where the options say so.
+    fn plain_value(
+        &self,
+        payload: Option<&Bytes>,
+        payload_index: usize,
+    ) -> Result<Option<Bytes>, BadValue> {
+        let o = &self.opts;
+        let plain = || connect::encode(o.value_converter, o.value_schemas, &self.payload, payload);
+        let (true, ConnectType::String, Some(p)) =
+            (o.expand_json_payload, self.payload.kind, payload)
+        else {
+            return Ok(plain());
+        };
+        let text = String::from_utf8_lossy(p);
+        Ok(
+            match expand::expand(
+                &text,
+                &self.payload_field,
+                o.json_payload_null_behavior,
+                o.value_schemas,
+            ) {
+                Expansion::Expanded(b) => Some(b),
+                Expansion::Unchanged => plain(),
+                Expansion::NullSchema if !o.value_schemas => plain(),
+                Expansion::NullSchema => {
+                    let mut out = String::with_capacity(text.len() + 32);
+                    out.push_str(r#"{"schema":null,"payload":"#);
+                    connect::write_json_string(&mut out, &text);
+                    out.push('}');
+                    Some(Bytes::from(out))
+                }
+                Expansion::Fails(why) => {
+                    return Err(BadValue {
+                        column: format!("#{payload_index}"),
+                        role: "the payload (table.expand.json.payload)",
+                        detail: format!(
+                            "a JSON document Debezium's expansion fails its task on ({why})"
+                        ),
+                    });
+                }
+            },
+        )
     }
 
     fn int(&self, row: Row<'_>, col: &Col, role: &'static str) -> Result<i32, BadValue> {

@@ -179,7 +179,17 @@ fn options_that_cannot_match_debezium_are_refused() {
             expand_json_payload: true,
             ..DebeziumOptions::default()
         }),
-        OptionsError::ExpandJsonPayload
+        OptionsError::ExpandNeedsJson
+    );
+    assert_eq!(
+        bad(DebeziumOptions {
+            expand_json_payload: true,
+            value_converter: Converter::Json,
+            value_schemas: false,
+            additional_placement: "ver:envelope".into(),
+            ..DebeziumOptions::default()
+        }),
+        OptionsError::ExpandWithEnvelope("ver".into())
     );
     assert!(matches!(
         bad(DebeziumOptions {
@@ -226,4 +236,47 @@ fn options_parse_under_their_debezium_names() {
         (Converter::Json, true, false, HeaderConverter::Json)
     );
     assert!(serde_json::from_str::<DebeziumOptions>(r#"{"route.by.fieldz": "x"}"#).is_err());
+}
+
+#[test]
+fn an_expanded_payload_is_the_struct_and_a_failing_one_is_a_bad_value() {
+    let p = plan(DebeziumOptions {
+        expand_json_payload: true,
+        value_schemas: false,
+        ..json()
+    });
+    let value = |payload: &str| p.route(&row(t(payload)), POS).map(|r| r.value.unwrap());
+    assert_eq!(
+        value(r#"{"b": 1, "a": [2]}"#).unwrap(),
+        r#"{"b":1,"a":[2]}"#
+    );
+    // Not an object or array: Debezium keeps the JSON string.
+    assert_eq!(value("\"s\"").unwrap(), r#""\"s\"""#);
+    assert!(matches!(
+        value(r#"{"n": 12345678901234567890}"#),
+        Err(RouteError::BadValue { ref column, role, .. })
+            if column == "payload" && role.contains("expand")
+    ));
+    let with_schema = plan(DebeziumOptions {
+        expand_json_payload: true,
+        ..json()
+    });
+    assert_eq!(
+        with_schema
+            .route(&row(t("[]")), POS)
+            .unwrap()
+            .value
+            .unwrap(),
+        r#"{"schema":null,"payload":"[]"}"#
+    );
+}
+
+#[test]
+fn a_blank_string_payload_is_a_tombstone_as_in_debezium() {
+    let p = plan(DebeziumOptions {
+        tombstone_on_empty_payload: true,
+        ..DebeziumOptions::default()
+    });
+    assert_eq!(p.route(&row(t(" \t")), POS).unwrap().value, None);
+    assert!(p.route(&row(t(" x ")), POS).unwrap().value.is_some());
 }

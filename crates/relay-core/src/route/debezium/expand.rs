@@ -1,0 +1,487 @@
+//! `table.expand.json.payload = true`: Debezium 3.6.1's router parses a string payload that
+//! starts with `{` or `[` ([`jackson`]), infers a Connect schema from it (`JsonSchemaData`),
+//! builds the value, and JsonConverter writes that instead of the JSON string.
+//!
+//! Invariant: [`expand`] gives one of Debezium's three outcomes, never a fourth. Where Debezium's
+//! parse or schema inference throws, it logs "JSON expansion failed" and keeps the string
+//! ([`Expansion::Unchanged`]). Where the schema was built but the value does not fit it (an
+//! integer beyond `long`, array elements of another type than the first, a top-level array),
+//! Debezium has already replaced the schema and its converter fails the task
+//! ([`Expansion::Fails`]: the relay's poison policy decides). A top-level `[]` leaves a null
+//! schema over the string ([`Expansion::NullSchema`]).
+
+use std::fmt::Write as _;
+
+use bytes::Bytes;
+use serde::Deserialize;
+
+use super::jackson::{self, JStr, Node};
+use crate::route::connect;
+
+/// `table.json.payload.null.behavior`: what a JSON `null` field's schema is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum NullBehavior {
+    /// The field is left out of the schema.
+    #[default]
+    #[serde(rename = "ignore")]
+    Ignore,
+    /// The field is an optional `bytes` field holding null.
+    #[serde(rename = "optional_bytes")]
+    OptionalBytes,
+}
+
+/// What Debezium makes of one string payload.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Expansion {
+    /// Written as JsonConverter writes the inferred struct.
+    Expanded(Bytes),
+    /// The string goes out as without expansion.
+    Unchanged,
+    /// The string goes out with no schema (`"schema":null` when schemas are on).
+    NullSchema,
+    /// Debezium's converter fails the task on this payload; why.
+    Fails(String),
+}
+
+/// A Connect schema the inference builds; every one is optional.
+#[derive(Debug, Clone, PartialEq)]
+enum Schema {
+    Str,
+    Bool,
+    I32,
+    I64,
+    F64,
+    Bytes,
+    Array(Box<Schema>),
+    Struct {
+        name: Option<JStr>,
+        fields: Vec<(JStr, Schema)>,
+    },
+}
+
+/// A value that passed Connect's validation against its schema.
+enum Value {
+    Null,
+    Str(JStr),
+    Bool(bool),
+    I32(i32),
+    I64(i64),
+    F64(f64),
+    List(Vec<Value>),
+    /// One entry per schema field, in schema order.
+    Struct(Vec<Value>),
+}
+
+struct Failed(String);
+
+/// Debezium's expansion of `text`, the payload column `payload_field`'s string.
+pub(crate) fn expand(
+    text: &str,
+    payload_field: &str,
+    nulls: NullBehavior,
+    schemas: bool,
+) -> Expansion {
+    if !(text.starts_with('{') || text.starts_with('[')) {
+        return Expansion::Unchanged;
+    }
+    let Some(node) = jackson::read(text) else {
+        return Expansion::Unchanged;
+    };
+    let infer = Infer { nulls };
+    let key: JStr = payload_field.encode_utf16().collect();
+    let schema = match infer.schema(Some(&key), &node) {
+        Err(()) => return Expansion::Unchanged,
+        Ok(None) => return Expansion::NullSchema,
+        Ok(Some(s)) => s,
+    };
+    if !matches!(node, Node::Object(_)) {
+        return Expansion::Fails("a top-level JSON array, which is not a struct".into());
+    }
+    let value = match value(&node, &schema) {
+        Ok(v) => v,
+        Err(Failed(why)) => return Expansion::Fails(why),
+    };
+    let mut out = String::with_capacity(text.len() * 2);
+    let written = if schemas {
+        out.push_str(r#"{"schema":"#);
+        write_schema(&mut out, &schema, None, 2)
+            .and_then(|()| {
+                out.push_str(r#","payload":"#);
+                write_any(&mut out, &schema, &value, 2)
+            })
+            .map(|()| out.push('}'))
+    } else {
+        write_any(&mut out, &schema, &value, 1)
+    };
+    match written {
+        Ok(()) => Expansion::Expanded(Bytes::from(out)),
+        Err(Failed(why)) => Expansion::Fails(why),
+    }
+}
+
+struct Infer {
+    nulls: NullBehavior,
+}
+
+/// Java's `Strings.isNullOrBlank`: `trim()` drops every character up to U+0020.
+fn blank(key: Option<&JStr>) -> bool {
+    key.is_none_or(|k| k.iter().all(|u| *u <= 0x20))
+}
+
+impl Infer {
+    /// `JsonSchemaData.toConnectSchema`; `Err` where it throws, `Ok(None)` where it returns null.
+    fn schema(&self, key: Option<&JStr>, node: &Node) -> Result<Option<Schema>, ()> {
+        Ok(Some(match node {
+            Node::Str(_) => Schema::Str,
+            Node::Bool(_) => Schema::Bool,
+            Node::Int(_) => Schema::I32,
+            Node::Long(_) => Schema::I64,
+            Node::BigInt | Node::Double(_) => Schema::F64,
+            Node::Null => match self.nulls {
+                NullBehavior::OptionalBytes => Schema::Bytes,
+                NullBehavior::Ignore => return Ok(None),
+            },
+            Node::Array(items) if items.is_empty() => return Ok(None),
+            Node::Array(items) => Schema::Array(Box::new(self.element(key, items)?)),
+            Node::Object(entries) => {
+                let mut fields: Vec<(JStr, Schema)> = Vec::new();
+                for (name, v) in entries {
+                    let mut field_key = if blank(key) {
+                        Vec::new()
+                    } else {
+                        let mut k = key.cloned().unwrap_or_default();
+                        k.push(u16::from(b'.'));
+                        k
+                    };
+                    field_key.extend_from_slice(name);
+                    let Some(s) = self.schema(Some(&field_key), v)? else {
+                        continue;
+                    };
+                    if fields.iter().any(|(n, _)| n == name) {
+                        continue;
+                    }
+                    // SchemaBuilder.field refuses an empty name.
+                    if name.is_empty() {
+                        return Err(());
+                    }
+                    fields.push((name.clone(), s));
+                }
+                Schema::Struct {
+                    name: key.cloned(),
+                    fields,
+                }
+            }
+        }))
+    }
+
+    /// `toConnectSchemaWithCycles`: the element schema of a non-empty array.
+    fn element(&self, key: Option<&JStr>, items: &[Node]) -> Result<Schema, ()> {
+        let sample = first_element(items)?;
+        if !matches!(sample, Node::Object(_)) {
+            return self.schema(None, sample)?.ok_or(());
+        }
+        // Debezium merges the distinct element schemas in a HashSet's order, which varies
+        // between JVM runs when there are several; first-seen order here (see the guide).
+        let mut distinct: Vec<Schema> = Vec::new();
+        for item in items.iter().filter(|i| matches!(i, Node::Object(_))) {
+            let s = self.schema(key, item)?.ok_or(())?;
+            if !distinct.contains(&s) {
+                distinct.push(s);
+            }
+        }
+        let mut merged = distinct.remove(0);
+        for s in distinct {
+            merge(&mut merged, s);
+        }
+        Ok(merged)
+    }
+}
+
+/// `getFirstArrayElement`: the first non-null element (or null), refusing arrays of mixed node
+/// types or of mixed number kinds.
+fn first_element(items: &[Node]) -> Result<&Node, ()> {
+    let kind = |n: &Node| match n {
+        Node::Int(_) => 1,
+        Node::Long(_) => 2,
+        Node::BigInt | Node::Double(_) => 3,
+        Node::Bool(_) => 4,
+        Node::Str(_) => 5,
+        Node::Array(_) => 6,
+        Node::Object(_) => 7,
+        Node::Null => 0,
+    };
+    let mut first: Option<&Node> = None;
+    for item in items.iter().filter(|i| !matches!(i, Node::Null)) {
+        match first {
+            None => first = Some(item),
+            Some(f) if kind(f) != kind(item) => return Err(()),
+            Some(_) => {}
+        }
+    }
+    Ok(first.unwrap_or(&Node::Null))
+}
+
+/// `mergeSchema`: the right side's new fields are appended; a field already there is replaced
+/// only where it was `bytes` (a null) and the other is not.
+fn merge(left: &mut Schema, right: Schema) {
+    let (Schema::Struct { fields: l, .. }, Schema::Struct { fields: r, .. }) = (left, right) else {
+        return;
+    };
+    for (name, s) in r {
+        match l.iter_mut().find(|(n, _)| *n == name) {
+            None => l.push((name, s)),
+            Some(old) if old.1 == Schema::Bytes && s != Schema::Bytes => old.1 = s,
+            Some(_) => {}
+        }
+    }
+}
+
+/// `toConnectData` and Connect's `Struct.put` validation: the value by node type, checked
+/// against the schema.
+fn value(node: &Node, schema: &Schema) -> Result<Value, Failed> {
+    let v = match node {
+        Node::Null => return Ok(Value::Null),
+        Node::Str(s) => Value::Str(s.clone()),
+        Node::Bool(b) => Value::Bool(*b),
+        Node::Int(i) => Value::I32(*i),
+        Node::Long(l) => Value::I64(*l),
+        Node::Double(d) if d.is_finite() => Value::F64(*d),
+        Node::Double(_) => {
+            return Err(Failed(
+                "a number beyond the range of a double (the relay does not reproduce \
+                 Jackson's non-finite output)"
+                    .into(),
+            ));
+        }
+        Node::BigInt => {
+            return Err(Failed(
+                "an integer beyond 64 bits, which Debezium puts in a float64 field as a \
+                 BigDecimal"
+                    .into(),
+            ));
+        }
+        Node::Array(items) => {
+            let Schema::Array(inner) = schema else {
+                return Err(mismatch(schema, "an array"));
+            };
+            Value::List(
+                items
+                    .iter()
+                    .map(|i| value(i, inner))
+                    .collect::<Result<_, _>>()?,
+            )
+        }
+        Node::Object(entries) => {
+            let Schema::Struct { fields, .. } = schema else {
+                return Err(mismatch(schema, "an object"));
+            };
+            let mut values = Vec::with_capacity(fields.len());
+            for (name, s) in fields {
+                values.push(match entries.iter().find(|(n, _)| n == name) {
+                    Some((_, n)) => value(n, s)?,
+                    None => Value::Null,
+                });
+            }
+            return Ok(Value::Struct(values));
+        }
+    };
+    let fits = matches!(
+        (&v, schema),
+        (Value::Str(_), Schema::Str)
+            | (Value::Bool(_), Schema::Bool)
+            | (Value::I32(_), Schema::I32)
+            | (Value::I64(_), Schema::I64)
+            | (Value::F64(_), Schema::F64)
+            | (Value::List(_), Schema::Array(_))
+    );
+    if fits {
+        Ok(v)
+    } else {
+        Err(mismatch(schema, "a value of another JSON type"))
+    }
+}
+
+fn mismatch(schema: &Schema, got: &str) -> Failed {
+    Failed(format!(
+        "{got} where the schema Debezium inferred from the first element holds {}",
+        type_name(schema)
+    ))
+}
+
+fn type_name(s: &Schema) -> &'static str {
+    match s {
+        Schema::Str => "string",
+        Schema::Bool => "boolean",
+        Schema::I32 => "int32",
+        Schema::I64 => "int64",
+        Schema::F64 => "double",
+        Schema::Bytes => "bytes",
+        Schema::Array(_) => "array",
+        Schema::Struct { .. } => "struct",
+    }
+}
+
+/// Jackson's `StreamWriteConstraints` nesting limit.
+const MAX_WRITE_DEPTH: usize = 1000;
+
+fn deeper(depth: usize) -> Result<(), Failed> {
+    if depth > MAX_WRITE_DEPTH {
+        return Err(Failed(
+            "a document nested deeper than Jackson writes (1000 levels)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// JsonConverter's `asJsonSchema`; `field` is the struct field name it appends.
+fn write_schema(
+    out: &mut String,
+    s: &Schema,
+    field: Option<&JStr>,
+    depth: usize,
+) -> Result<(), Failed> {
+    deeper(depth)?;
+    let _ = write!(out, r#"{{"type":"#);
+    match s {
+        Schema::Array(inner) => {
+            out.push_str(r#""array","items":"#);
+            write_schema(out, inner, None, depth + 1)?;
+        }
+        Schema::Struct { fields, .. } => {
+            out.push_str(r#""struct","fields":["#);
+            deeper(depth + 1)?;
+            for (i, (name, fs)) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_schema(out, fs, Some(name), depth + 2)?;
+            }
+            out.push(']');
+        }
+        other => {
+            let _ = write!(out, r#""{}""#, type_name(other));
+        }
+    }
+    out.push_str(r#","optional":true"#);
+    if let Schema::Struct { name: Some(n), .. } = s {
+        out.push_str(r#","name":"#);
+        write_jstr(out, n);
+    }
+    if let Some(f) = field {
+        out.push_str(r#","field":"#);
+        write_jstr(out, f);
+    }
+    out.push('}');
+    Ok(())
+}
+
+/// A scalar value as Jackson writes its node.
+fn write_scalar(out: &mut String, v: &Value) {
+    match v {
+        Value::Str(s) => write_jstr(out, s),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::I32(i) => {
+            let _ = write!(out, "{i}");
+        }
+        Value::I64(l) => {
+            let _ = write!(out, "{l}");
+        }
+        Value::F64(d) => java_double(out, *d),
+        Value::Null => out.push_str("null"),
+        Value::List(_) | Value::Struct(_) => unreachable!("containers are written by write_any"),
+    }
+}
+
+fn write_jstr(out: &mut String, s: &[u16]) {
+    connect::write_json_units(out, s.iter().copied());
+}
+
+/// Java's `Double.toString` (the shortest digits that read back, as Java 19+ prints them):
+/// plain notation with at least one decimal for 10^-3 <= |d| < 10^7, else `d.dddE±n`.
+pub(crate) fn java_double(out: &mut String, d: f64) {
+    if d == 0.0 {
+        out.push_str(if d.is_sign_negative() { "-0.0" } else { "0.0" });
+        return;
+    }
+    let sci = format!("{:e}", d.abs());
+    let (mantissa, exp) = sci.split_once('e').expect("{:e} has an exponent");
+    let exp: i32 = exp.parse().expect("an integer exponent");
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    if d < 0.0 {
+        out.push('-');
+    }
+    if (-3..7).contains(&exp) {
+        if exp < 0 {
+            out.push_str("0.");
+            out.extend(std::iter::repeat_n('0', (-exp - 1) as usize));
+            out.push_str(&digits);
+        } else {
+            let int_len = exp as usize + 1;
+            if digits.len() <= int_len {
+                out.push_str(&digits);
+                out.extend(std::iter::repeat_n('0', int_len - digits.len()));
+                out.push_str(".0");
+            } else {
+                out.push_str(&digits[..int_len]);
+                out.push('.');
+                out.push_str(&digits[int_len..]);
+            }
+        }
+    } else {
+        out.push_str(&digits[..1]);
+        out.push('.');
+        out.push_str(if digits.len() > 1 { &digits[1..] } else { "0" });
+        let _ = write!(out, "E{exp}");
+    }
+}
+
+/// Writes a struct with its schema's field names (the only way a [`Value::Struct`] is written).
+fn write_struct(
+    out: &mut String,
+    schema: &Schema,
+    values: &[Value],
+    depth: usize,
+) -> Result<(), Failed> {
+    deeper(depth)?;
+    let Schema::Struct { fields, .. } = schema else {
+        unreachable!("a struct value has a struct schema");
+    };
+    out.push('{');
+    for (i, ((name, fs), v)) in fields.iter().zip(values).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_jstr(out, name);
+        out.push(':');
+        write_any(out, fs, v, depth + 1)?;
+    }
+    out.push('}');
+    Ok(())
+}
+
+fn write_any(out: &mut String, schema: &Schema, v: &Value, depth: usize) -> Result<(), Failed> {
+    match (v, schema) {
+        (Value::Struct(values), _) => write_struct(out, schema, values, depth),
+        (Value::List(items), Schema::Array(inner)) => {
+            deeper(depth)?;
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_any(out, inner, item, depth + 1)?;
+            }
+            out.push(']');
+            Ok(())
+        }
+        (Value::List(_), _) => unreachable!("a list value has an array schema"),
+        _ => {
+            write_scalar(out, v);
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "expand/tests.rs"]
+mod tests;
