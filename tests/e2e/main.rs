@@ -22,6 +22,7 @@ mod messages;
 mod messages_faults;
 mod observability;
 mod outbox_hygiene;
+mod outbox_updates;
 mod poison;
 mod preconditions;
 mod preflight;

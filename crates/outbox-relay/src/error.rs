@@ -175,6 +175,19 @@ pub enum Definite {
     )]
     Poison { table: String, reason: String },
 
+    /// An UPDATE of an outbox row under `table.op.invalid.behavior = "fatal"`.
+    #[error(
+        "an UPDATE of a row of outbox table {table} (commit LSN {commit_lsn}): the outbox is \
+         insert-only and [outbox.debezium] \"table.op.invalid.behavior\" = \"fatal\" stops here, \
+         confirming nothing from it on. Stop the writer that updates outbox rows, then set the \
+         option to \"warn\" (skip it) to go on, or publish INSERTs only (ALTER PUBLICATION ... \
+         SET (publish = 'insert'))"
+    )]
+    OutboxUpdated {
+        table: String,
+        commit_lsn: relay_core::Lsn,
+    },
+
     #[error("the replication stream broke transaction framing: {0}")]
     Framing(#[source] FramingError),
 
@@ -267,6 +280,7 @@ impl Definite {
             Definite::CheckpointTopic { .. } => "checkpoint_topic",
             Definite::Decode { .. } => "decode",
             Definite::Poison { .. } => "poison_event",
+            Definite::OutboxUpdated { .. } => "outbox_updated",
             Definite::Framing { .. } => "framing",
             Definite::KafkaSetup { .. } => "kafka_setup",
             Definite::KafkaTransactionRefused { .. } => "kafka_transaction_refused",

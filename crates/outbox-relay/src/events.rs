@@ -35,6 +35,10 @@ pub const SHUTDOWN_COMPLETE: &str = "shutdown_complete";
 pub const LOGICAL_MESSAGE_IGNORED: &str = "logical_message_ignored";
 /// An outbox table was renamed while in the publication; its rows are still relayed.
 pub const OUTBOX_TABLE_RENAMED: &str = "outbox_table_renamed";
+/// An UPDATE of an outbox row was read and not published (`table.op.invalid.behavior`).
+pub const OUTBOX_UPDATE_IGNORED: &str = "outbox_update_ignored";
+/// A DELETE of an outbox row was read and not published (debug).
+pub const OUTBOX_DELETE_IGNORED: &str = "outbox_delete_ignored";
 /// An event went to the dead-letter topic instead of its own (`relay.on_poison = "dead-letter"`).
 pub const EVENT_DEAD_LETTERED: &str = "event_dead_lettered";
 
@@ -165,6 +169,8 @@ pub const ALL: &[&str] = &[
     SHUTDOWN_COMPLETE,
     LOGICAL_MESSAGE_IGNORED,
     OUTBOX_TABLE_RENAMED,
+    OUTBOX_UPDATE_IGNORED,
+    OUTBOX_DELETE_IGNORED,
     EVENT_DEAD_LETTERED,
     KAFKA_PRODUCER_FENCED_OTHERS,
     KAFKA_TRANSACTION_ENDED,

@@ -19,6 +19,7 @@ pub const CHECKPOINTS_WRITTEN: &str = "outbox_relay_checkpoints_written_total";
 pub const CHECKPOINT_COMMIT_SECONDS: &str = "outbox_relay_checkpoint_commit_seconds";
 pub const SKIPPED_CHANGES: &str = "outbox_relay_skipped_changes_total";
 pub const LOGICAL_MESSAGES_IGNORED: &str = "outbox_relay_logical_messages_ignored_total";
+pub const OUTBOX_CHANGES_IGNORED: &str = "outbox_relay_outbox_changes_ignored_total";
 pub const OUTBOX_TABLES: &str = "outbox_relay_outbox_tables";
 pub const MESSAGE_PREFIXES: &str = "outbox_relay_message_prefixes";
 pub const INFLIGHT_EVENTS: &str = "outbox_relay_inflight_events";
@@ -78,6 +79,7 @@ pub const ALL: &[&str] = &[
     CHECKPOINT_COMMIT_SECONDS,
     SKIPPED_CHANGES,
     LOGICAL_MESSAGES_IGNORED,
+    OUTBOX_CHANGES_IGNORED,
     OUTBOX_TABLES,
     MESSAGE_PREFIXES,
     INFLIGHT_EVENTS,
@@ -242,6 +244,10 @@ pub fn describe() {
         CHECKPOINT_COMMIT_SECONDS,
         Unit::Seconds,
         "Time to write a checkpoint and commit the Kafka transaction it ends."
+    );
+    describe_counter!(
+        OUTBOX_CHANGES_IGNORED,
+        "UPDATEs and DELETEs of outbox rows read and not published (op: update, delete)."
     );
     describe_counter!(
         SKIPPED_CHANGES,

@@ -16,7 +16,9 @@ use crate::{
     checkpoint::Fingerprint,
     pgoutput,
     pgoutput::{Message, Relation},
-    route::{OutboxTable, Plan, PlanEnv, Position, Record, RouteError},
+    route::{
+        OutboxTable, Plan, PlanEnv, Position, Record, RouteError, debezium::OpInvalidBehavior,
+    },
 };
 
 /// What one message meant to the relay.
@@ -46,7 +48,17 @@ pub enum Decoded {
     /// the table was renamed while in the publication. Its rows are still published with its
     /// mapping; the caller warns.
     OutboxRenamed { configured: String, now: String },
-    /// Anything that needs no action and is not a change (Relation, Update, Delete...).
+    /// An UPDATE or DELETE of an outbox table's row: never published (the outbox is
+    /// insert-only); the caller logs it, or stops on an UPDATE under
+    /// `table.op.invalid.behavior = "fatal"`. Not a change of the change index.
+    OutboxModified {
+        /// The configured `[[outbox]]` table.
+        routed: Arc<str>,
+        delete: bool,
+        behavior: OpInvalidBehavior,
+    },
+    /// Anything that needs no action and is not a change (Relation, Truncate, changes of other
+    /// tables...).
     Nothing,
 }
 
@@ -204,8 +216,31 @@ impl Decoder {
                 content,
             }),
             Message::Begin { .. } | Message::Commit { .. } => Err(DecodeError::UnexpectedBoundary),
+            Message::Modified {
+                relation_oid,
+                delete,
+            } => Ok(match self.relations.get(&relation_oid) {
+                Some(Cached::Outbox(_, routed) | Cached::Broken(_, _, routed)) => {
+                    Decoded::OutboxModified {
+                        routed: routed.clone(),
+                        delete,
+                        behavior: self.op_behavior(routed),
+                    }
+                }
+                Some(Cached::Other) | None => Decoded::Nothing,
+            }),
             Message::Ignored { .. } => Ok(Decoded::Nothing),
         }
+    }
+
+    /// The `table.op.invalid.behavior` of the configured table `routed` (`schema.table`).
+    fn op_behavior(&self, routed: &str) -> OpInvalidBehavior {
+        self.tables
+            .iter()
+            .find(|((schema, table), _)| format!("{schema}.{table}") == routed)
+            .and_then(|(_, cfg)| cfg.debezium.as_ref())
+            .map(|d| d.op_invalid_behavior)
+            .unwrap_or_default()
     }
 
     fn on_relation(&mut self, rel: Relation) -> Decoded {
@@ -265,6 +300,43 @@ mod tests {
         relation(100, "public", "outbox", &cols)
     }
     const COLS: [&str; 5] = ["id", "aggregatetype", "aggregateid", "type", "payload"];
+
+    #[test]
+    fn updates_and_deletes_of_the_outbox_are_reported_with_the_tables_behaviour() {
+        let fatal = OutboxTable {
+            debezium: Some(crate::route::DebeziumOptions {
+                op_invalid_behavior: OpInvalidBehavior::Fatal,
+                ..Default::default()
+            }),
+            ..OutboxTable::default()
+        };
+        for (cfg, behavior) in [
+            (OutboxTable::default(), OpInvalidBehavior::Warn),
+            (fatal, OpInvalidBehavior::Fatal),
+        ] {
+            let mut d = Decoder::new(&[cfg], false);
+            d.decode(outbox_rel(&COLS), POS).unwrap();
+            d.decode(relation(200, "public", "orders", &[("id", TEXT)]), POS)
+                .unwrap();
+            for (tag, delete) in [(b'U', false), (b'D', true)] {
+                let msg = |oid: u32| {
+                    let mut b = vec![tag];
+                    b.extend_from_slice(&oid.to_be_bytes());
+                    b.push(b'K');
+                    Bytes::from(b)
+                };
+                assert_eq!(
+                    d.decode(msg(100), POS).unwrap(),
+                    Decoded::OutboxModified {
+                        routed: "public.outbox".into(),
+                        delete,
+                        behavior
+                    }
+                );
+                assert_eq!(d.decode(msg(200), POS).unwrap(), Decoded::Nothing);
+            }
+        }
+    }
 
     #[test]
     fn a_renamed_outbox_table_is_still_published_by_oid() {

@@ -2,9 +2,9 @@
 //!
 //! Reference: PostgreSQL docs, "Logical Replication Message Formats". The parser borrows nothing
 //! from the input beyond `Bytes` slices (cheap clones), never panics on malformed input (it is a
-//! fuzz target), and recognises every message tag of protocol v1. Messages the relay does not act
-//! on (Update, Delete, Truncate, Type, Origin) are returned as [`Message::Ignored`] so the caller
-//! can count them, never as errors: they are legal in the stream.
+//! fuzz target), and recognises every message tag of protocol v1. Updates and Deletes are returned
+//! with their table only ([`Message::Modified`]: the relay publishes INSERTs); Truncate, Type and
+//! Origin as [`Message::Ignored`], never as errors: they are legal in the stream.
 
 use bytes::{Buf, Bytes};
 
@@ -34,7 +34,12 @@ pub enum Message {
         prefix: String,
         content: Bytes,
     },
-    /// A legal message the relay has no use for (`U`, `D`, `T`, `Y`, `O`).
+    /// An UPDATE (`U`) or DELETE (`D`): which table; the tuples are not read.
+    Modified {
+        relation_oid: u32,
+        delete: bool,
+    },
+    /// A legal message the relay has no use for (`T`, `Y`, `O`).
     Ignored {
         tag: u8,
     },
@@ -256,7 +261,11 @@ pub fn parse(data: Bytes) -> Result<Message, ParseError> {
                 content,
             }
         }
-        b'U' | b'D' | b'T' | b'Y' | b'O' => Message::Ignored { tag },
+        b'U' | b'D' => Message::Modified {
+            relation_oid: r.u32("relation oid")?,
+            delete: tag == b'D',
+        },
+        b'T' | b'Y' | b'O' => Message::Ignored { tag },
         other => return Err(ParseError::UnknownTag(other as char)),
     })
 }
@@ -416,11 +425,21 @@ mod tests {
 
     #[test]
     fn messages_the_relay_does_not_use_are_recognised_not_rejected() {
-        for tag in [b'U', b'D', b'T', b'Y', b'O'] {
+        for tag in [b'T', b'Y', b'O'] {
             assert_eq!(
                 parse(Bytes::from(vec![tag, 0, 0])).unwrap(),
                 Message::Ignored { tag }
             );
+        }
+        for (tag, delete) in [(b'U', false), (b'D', true)] {
+            assert_eq!(
+                parse(Bytes::from(vec![tag, 0, 0, 1, 2, b'K'])).unwrap(),
+                Message::Modified {
+                    relation_oid: 258,
+                    delete
+                }
+            );
+            assert!(parse(Bytes::from(vec![tag, 0, 0])).is_err());
         }
     }
 

@@ -8,7 +8,7 @@ use relay_core::{
     checkpoint::Fingerprint,
     deadletter::{self, Refusal},
     decode::Decoded,
-    route::{Position, Record},
+    route::{Position, Record, debezium::OpInvalidBehavior},
     skip::Verdict,
 };
 use tokio::sync::mpsc;
@@ -22,7 +22,7 @@ use super::{
 use crate::{
     config::{Config, PoisonPolicy},
     error::{Definite, RelayError},
-    events::OUTBOX_TABLE_RENAMED,
+    events::{OUTBOX_DELETE_IGNORED, OUTBOX_TABLE_RENAMED, OUTBOX_UPDATE_IGNORED},
     sink::{Delivered, KafkaSink},
     source::{PG_EPOCH_UNIX_US, Session},
 };
@@ -118,6 +118,11 @@ pub(super) async fn on_event(
                          (matched by OID). Point [[outbox]] table at the new name"
                     );
                 }
+                Decoded::OutboxModified {
+                    routed,
+                    delete,
+                    behavior,
+                } => modified(&routed, delete, behavior, pos)?,
                 Decoded::OtherInsert(_) | Decoded::Nothing => {}
             }
         }
@@ -159,6 +164,40 @@ pub(super) async fn on_event(
             .await?;
         }
         ReplicationEvent::StoppedAt { .. } => {}
+    }
+    Ok(())
+}
+
+/// An UPDATE or DELETE of an outbox row: counted and logged, never published; an UPDATE stops
+/// the relay under `table.op.invalid.behavior = "fatal"` (nothing from it on is confirmed).
+fn modified(
+    table: &str,
+    delete: bool,
+    behavior: OpInvalidBehavior,
+    pos: Position,
+) -> Result<(), RelayError> {
+    let op = if delete { "delete" } else { "update" };
+    metrics::counter!(crate::metrics::OUTBOX_CHANGES_IGNORED, "op" => op).increment(1);
+    let lsn = pos.commit_lsn;
+    if delete {
+        tracing::debug!(table, commit_lsn = %lsn, "{OUTBOX_DELETE_IGNORED}");
+        return Ok(());
+    }
+    const WHY: &str = "an outbox row was updated; outbox events are INSERTs, the UPDATE is not \
+                       published (table.op.invalid.behavior)";
+    match behavior {
+        OpInvalidBehavior::Warn => {
+            tracing::warn!(table, commit_lsn = %lsn, "{OUTBOX_UPDATE_IGNORED}: {WHY}");
+        }
+        OpInvalidBehavior::Error => {
+            tracing::error!(table, commit_lsn = %lsn, "{OUTBOX_UPDATE_IGNORED}: {WHY}");
+        }
+        OpInvalidBehavior::Fatal => {
+            return Err(RelayError::from(Definite::OutboxUpdated {
+                table: table.to_string(),
+                commit_lsn: lsn,
+            }));
+        }
     }
     Ok(())
 }

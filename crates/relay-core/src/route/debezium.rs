@@ -72,6 +72,10 @@ pub struct DebeziumOptions {
     /// `tracestate`) become headers. Unset: no tracing headers.
     #[serde(rename = "tracing.span.context.field", default)]
     pub tracing_span_context_field: Option<String>,
+    /// An UPDATE of an outbox row (only a publication that publishes updates sends one):
+    /// `warn` or `error` logs it at that level and carries on, `fatal` stops the relay.
+    #[serde(rename = "table.op.invalid.behavior", default)]
+    pub op_invalid_behavior: OpInvalidBehavior,
     /// Debezium 3.x's four `__debezium.context.*` headers (Debezium's default is true).
     #[serde(rename = "extended.headers.enabled", default)]
     pub extended_headers: bool,
@@ -79,6 +83,19 @@ pub struct DebeziumOptions {
     /// schema name's first part.
     #[serde(rename = "topic.prefix", default)]
     pub topic_prefix: Option<String>,
+}
+
+/// `table.op.invalid.behavior`: what an UPDATE of an outbox row does (DELETEs are always
+/// skipped, as Debezium's router skips them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum OpInvalidBehavior {
+    #[default]
+    #[serde(rename = "warn")]
+    Warn,
+    #[serde(rename = "error")]
+    Error,
+    #[serde(rename = "fatal")]
+    Fatal,
 }
 
 fn yes() -> bool {
@@ -101,6 +118,7 @@ impl Default for DebeziumOptions {
             schema_version: None,
             tombstone_on_empty_payload: false,
             tracing_span_context_field: None,
+            op_invalid_behavior: OpInvalidBehavior::Warn,
             extended_headers: false,
             topic_prefix: None,
         }
