@@ -510,3 +510,65 @@ async fn a_new_slot_behind_debeziums_position_is_refused() {
         "the new slot was left behind"
     );
 }
+
+/// The new-slot path that goes through: the relay's slot was created while Debezium still ran,
+/// and Debezium's committed position is after the slot's start. The transactions before the
+/// position are skipped (here they never reached Kafka at all, so one skip too many or too few
+/// shows as a lost or an unexpected record) and every later one is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_slot_created_before_debeziums_position_starts_right_after_it() {
+    let db = TestDb::new("cuts").await;
+    let cfg = relay_config(&db, false);
+    let (status, log) = Relay::once(&db.name, &cfg, &["setup"], &[]);
+    assert!(status.success(), "{log}");
+    let c = connect(&db.conninfo()).await;
+    let mut before = Vec::new();
+    for i in 0..5 {
+        before.push(
+            insert_event(&c, "order", &format!("a{}", i % 2), 0)
+                .await
+                .unwrap(),
+        );
+    }
+    let position = db.current_wal_lsn().await;
+    let mut after = Vec::new();
+    for i in 0..5 {
+        after.push(
+            insert_event(&c, "order", &format!("a{}", i % 2), 0)
+                .await
+                .unwrap(),
+        );
+    }
+    let offsets = format!("{}.connect-offsets", db.name);
+    let value = format!(
+        r#"{{"lsn_proc":{l},"lsn_commit":{l},"lsn":{l},"txId":7,"ts_usec":1}}"#,
+        l = position.0
+    );
+    let key = format!(r#"["{}",{{"server":"{}"}}]"#, db.name, db.name);
+    offsets_topic(&offsets, &[(key.into_bytes(), Some(value.into_bytes()))]).await;
+    let (status, log) = setup(
+        &db,
+        &db.name,
+        &[
+            "--offsets-topic",
+            &offsets,
+            "--debezium-slot",
+            "debezium_slot_gone",
+        ],
+    );
+    assert!(status.success(), "{log}");
+    assert!(log.contains("cutover_recorded"), "{log}");
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
+        .await;
+    let got = kafka::consume_settled(vec![db.topic("order")], after.len()).await;
+    let (f, _) = check_topic("cutover_new_slot", &after, &got);
+    assert_eq!(
+        (f.lost, f.unexpected, f.duplicated),
+        (0, 0, 0),
+        "{f:?}\n{}",
+        relay.log_text()
+    );
+    relay.terminate(Duration::from_secs(10));
+    db.cleanup().await;
+}
