@@ -58,8 +58,10 @@ host    replication     all             ::1/128         trust
 HBA
 
 # Server settings as command-line options (pg_ctl keeps them in postmaster.opts for restarts).
+# 40 slots and walsenders: the Debezium side-by-side test alone holds 11, next to the tests that
+# run in parallel with it.
 OPTS="-p $PGPORT -k '$BASE' -c listen_addresses=127.0.0.1"
-OPTS+=" -c wal_level=logical -c max_wal_senders=20 -c max_replication_slots=20 -c wal_sender_timeout=10s"
+OPTS+=" -c wal_level=logical -c max_wal_senders=40 -c max_replication_slots=40 -c wal_sender_timeout=10s"
 OPTS+=" -c fsync=off -c shared_buffers=128MB -c max_connections=200"
 OPTS+=" -c log_min_messages=warning -c password_encryption=scram-sha-256"
 OPTS+="${PG_EXTRA_OPTS:+ $PG_EXTRA_OPTS}"

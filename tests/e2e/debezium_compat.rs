@@ -241,6 +241,35 @@ const COMBOS: &[Combo] = &[
         ),
         timestamp: false,
     },
+    // route.topic.regex + route.topic.replacement (`<db>`: the test database's name; the relay's
+    // `topic` is left unset): the topic from a named group, while the envelope schema's name
+    // keeps the raw aggregatetype.
+    Combo {
+        name: "regex",
+        types: "j",
+        dbz: &[
+            ("key.converter", J),
+            ("value.converter", J),
+            (
+                "transforms.outbox.table.fields.additional.placement",
+                "ver:envelope",
+            ),
+            ("transforms.outbox.route.topic.regex", "(?<t>[a-z])"),
+            (
+                "transforms.outbox.route.topic.replacement",
+                "<db>.dbz.regex.${t}",
+            ),
+        ],
+        relay: Some(
+            r#""extended.headers.enabled" = true
+"key.converter" = "JsonConverter"
+"value.converter" = "JsonConverter"
+"table.fields.additional.placement" = "ver:envelope"
+"route.topic.regex" = "(?<t>[a-z])"
+"route.topic.replacement" = "<db>.rly.regex.${t}""#,
+        ),
+        timestamp: false,
+    },
 ];
 
 /// Payloads as JSON text: objects, nesting, escapes, non-BMP characters, numbers PostgreSQL's
@@ -335,8 +364,9 @@ fn connector_properties(db: &TestDb, combo: &Combo) -> String {
         port = pg_port(),
         tables = tables.join(","),
     );
+    // A combination's keys come later, so they override the common ones.
     for (k, v) in combo.dbz {
-        let _ = writeln!(p, "{k}={v}");
+        let _ = writeln!(p, "{k}={}", v.replace("<db>", &db.name));
     }
     p
 }
@@ -345,20 +375,24 @@ fn relay_sections(db: &TestDb) -> String {
     let mut out = String::new();
     for combo in COMBOS {
         for ty in combo.types.chars() {
-            let _ = write!(
-                out,
-                "[[outbox]]\ntable = \"public.{t}\"\ntopic = \"{db}.rly.{c}.{{aggregatetype}}\"\n",
-                t = table(combo, ty),
-                db = db.name,
-                c = combo.name,
-            );
+            let _ = writeln!(out, "[[outbox]]\ntable = \"public.{}\"", table(combo, ty));
+            // With route.topic.* the options route, and `topic` must stay unset.
+            if !combo.relay.is_some_and(|b| b.contains("\"route.topic.")) {
+                let _ = writeln!(
+                    out,
+                    "topic = \"{}.rly.{}.{{aggregatetype}}\"",
+                    db.name, combo.name
+                );
+            }
             match combo.relay {
                 None => out.push('\n'),
                 Some(body) => {
                     let _ = write!(
                         out,
                         "headers = {{ id = \"id\" }}\n[outbox.debezium]\n\"topic.prefix\" = \"{}{}\"\n{body}\n\n",
-                        db.name, combo.name
+                        db.name,
+                        combo.name,
+                        body = body.replace("<db>", &db.name)
                     );
                 }
             }

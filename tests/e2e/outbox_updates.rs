@@ -26,7 +26,7 @@ async fn db_publishing_everything(hint: &str) -> TestDb {
 async fn updates_and_deletes_of_outbox_rows_are_logged_and_never_published() {
     let db = db_publishing_everything("obupd").await;
     let cfg = db.relay_config(&db.outbox_section());
-    let relay = Relay::streaming(&db.name, &cfg).await;
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
     let c = connect(&db.conninfo()).await;
     let first = writer::insert_event(&c, "order", "k-1", 0).await.unwrap();
     c.batch_execute(
@@ -53,6 +53,7 @@ async fn updates_and_deletes_of_outbox_rows_are_logged_and_never_published() {
         got.iter().all(|r| r.header("eventType") != "Changed"),
         "an UPDATE was published: {got:?}"
     );
+    relay.terminate(Duration::from_secs(10));
     db.cleanup().await;
 }
 

@@ -39,6 +39,7 @@ pub struct OutboxTable {
     pub table: String,
     /// Topic template. `{column}` is replaced by that column's value; anything else is literal.
     /// Debezium default: `outbox.event.{aggregatetype}`. A topic column: `{topic}`. Fixed: `orders`.
+    /// Left at its default when `[outbox.debezium]` routes (`route.by.field`, `route.topic.*`).
     #[serde(default = "default_topic")]
     pub topic: String,
     /// Column whose text becomes the record key (and so picks the partition). Must not be NULL.
@@ -109,9 +110,10 @@ impl OutboxTable {
     /// preflight check them against the table, so a typo fails before the first row.
     pub fn mapped_columns(&self) -> Vec<(String, String)> {
         let mut cols = Vec::new();
-        for p in parse_template(&self.topic).unwrap_or_default() {
+        let (parts, role) = self.topic_parts();
+        for p in parts.unwrap_or_default() {
             if let Part::Column(c) = p {
-                cols.push((c, "part of the topic".to_string()));
+                cols.push((c, role.to_string()));
             }
         }
         cols.push((self.key_column.clone(), "the key".to_string()));
@@ -133,8 +135,23 @@ impl OutboxTable {
         }
         if let Some(d) = &self.debezium {
             d.validate()?;
+            if d.route_by_field().is_some() && self.topic != default_topic() {
+                return Err(ConfigError::TopicAndRoute(self.topic.clone()));
+            }
         }
         validate_mapping(&self.topic, &self.key_column, &self.payload_column)
+    }
+
+    /// The topic's parts and their role: the `route.by.field` column when `[outbox.debezium]`
+    /// routes (its value then goes through `route.topic.regex`), else the `topic` template.
+    fn topic_parts(&self) -> (Result<Vec<Part>, ConfigError>, &'static str) {
+        match self.debezium.as_ref().and_then(|d| d.route_by_field()) {
+            Some(c) => (
+                Ok(vec![Part::Column(c.to_string())]),
+                "[outbox.debezium] \"route.by.field\"",
+            ),
+            None => (parse_template(&self.topic), "part of the topic"),
+        }
     }
 }
 
@@ -161,6 +178,12 @@ pub enum ConfigError {
     EmptyColumn(&'static str),
     #[error(transparent)]
     Debezium(#[from] OptionsError),
+    #[error(
+        "outbox topic = {0:?} and [outbox.debezium] \"route.by.field\" / \"route.topic.regex\" / \
+         \"route.topic.replacement\" both choose the topic: remove `topic` to route as Debezium \
+         does, or the route.* keys to use the template"
+    )]
+    TopicAndRoute(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,8 +245,8 @@ pub enum RouteError {
     },
     #[error(
         "an event in {table} routes to {topic:?}, which is not a valid Kafka topic name (1-249 \
-         characters of a-z A-Z 0-9 . _ -); fix the writer or the topic template (event at commit \
-         LSN {commit_lsn}, position {seq})"
+         characters of a-z A-Z 0-9 . _ -); fix the writer, the topic template or the route.* \
+         options (event at commit LSN {commit_lsn}, position {seq})"
     )]
     InvalidTopic {
         table: String,
@@ -310,8 +333,13 @@ pub struct Plan {
     relay_headers: bool,
     /// `[outbox.debezium]`, compiled; `None` is the plain (fast) path.
     compat: Option<Box<debezium::Compat>>,
-    /// Index of the topic template's first column: Debezium's `routedByValue`.
+    /// Index of the topic template's first column (or `route.by.field`): Debezium's
+    /// `routedByValue`.
     routed_by: Option<usize>,
+    /// What the topic's columns are configured as (for the NULL error).
+    topic_role: &'static str,
+    /// `route.topic.regex` + `route.topic.replacement`, applied to the `route.by.field` value.
+    router: Option<debezium::TopicRouter>,
 }
 
 impl Plan {
@@ -347,14 +375,21 @@ impl Plan {
                     role: role.to_string(),
                 })
         };
-        let parts = parse_template(&cfg.topic).expect("validated at config load");
-        let mut topic = Vec::with_capacity(parts.len());
-        for p in parts {
+        let (parts, topic_role) = cfg.topic_parts();
+        let mut topic = Vec::new();
+        for p in parts.expect("validated at config load") {
             topic.push(match p {
                 Part::Literal(s) => (None, s),
-                Part::Column(c) => (Some(find(&c, "part of the topic")?), c),
+                Part::Column(c) => (Some(find(&c, topic_role)?), c),
             });
         }
+        let router = match &cfg.debezium {
+            None => None,
+            Some(d) => d.topic_router().map_err(|e| RouteError::Debezium {
+                table: table.clone(),
+                detail: e.to_string(),
+            })?,
+        };
         let key = find(&cfg.key_column, "the key")?;
         let payload = find(&cfg.payload_column, "the payload")?;
         let mut headers = Vec::with_capacity(cfg.headers.len());
@@ -398,6 +433,8 @@ impl Plan {
             relay_headers,
             compat,
             routed_by,
+            topic_role,
+            router,
         })
     }
 
@@ -455,10 +492,13 @@ impl Plan {
             match col {
                 None => topic.push_str(s),
                 Some(i) => {
-                    let v = text(*i)?.ok_or_else(|| null(s, "part of the topic"))?;
+                    let v = text(*i)?.ok_or_else(|| null(s, self.topic_role))?;
                     topic.push_str(&String::from_utf8_lossy(&v));
                 }
             }
+        }
+        if let Some(router) = &self.router {
+            topic = router.route(topic);
         }
         if !valid_topic(&topic) {
             return Err(RouteError::InvalidTopic {

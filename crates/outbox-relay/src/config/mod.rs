@@ -264,6 +264,34 @@ mod tests {
     }
 
     #[test]
+    fn debezium_topic_routing_is_read_from_toml_and_checked_at_load() {
+        let section = |extra: &str, regex: &str| {
+            format!(
+                "[[outbox]]\n{extra}[outbox.debezium]\n\"route.by.field\" = \"kind\"\n\
+                 \"route.topic.regex\" = '{regex}'\n\"route.topic.replacement\" = 'e.${{k}}'\n"
+            )
+        };
+        let c = load(&section("", r"(?<k>\w+)\.v1"), &[]).unwrap();
+        let d = c.outbox[0].debezium.as_ref().unwrap();
+        assert_eq!(d.route_topic_regex.as_deref(), Some(r"(?<k>\w+)\.v1"));
+        let e = load(&section("topic = \"t\"\n", "(?<k>.*)"), &[]);
+        let e = e.unwrap_err().to_string();
+        assert!(
+            e.contains("outbox[0]: outbox topic = \"t\"") && e.contains("both"),
+            "{e}"
+        );
+        let e = load(&section("", "(?<k>.*)(?=x)"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("outbox[0]: debezium.\"route.topic.regex\"") && e.contains("lookahead"),
+            "{e}"
+        );
+        let e = load(&section("", "(?<j>.*)"), &[]).unwrap_err().to_string();
+        assert!(e.contains("no group named \"k\""), "{e}");
+    }
+
+    #[test]
     fn message_sections_alone_need_no_outbox_table() {
         let c = load("[[message]]\nprefix = \"outbox\"\n", &[]).unwrap();
         assert!(c.outbox.is_empty());

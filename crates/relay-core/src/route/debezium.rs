@@ -22,12 +22,15 @@ mod expand;
 mod jackson;
 mod placement;
 mod timestamp;
+mod topic;
 
 pub(crate) use apply::{CompileError, Mapped};
 pub use expand::NullBehavior;
 
 pub use placement::{Placed, Placement, PlacementError};
 pub(crate) use timestamp::timestamp_ms;
+pub use topic::TopicError;
+pub(crate) use topic::TopicRouter;
 
 /// `[outbox.debezium]`: Debezium's option names, verbatim. Defaults are Debezium's, except
 /// `extended.headers.enabled` (off here: current output stays as it is).
@@ -83,6 +86,20 @@ pub struct DebeziumOptions {
     /// schema name's first part.
     #[serde(rename = "topic.prefix", default)]
     pub topic_prefix: Option<String>,
+    /// The column whose value routes the event (Debezium's `routedByValue`; default
+    /// `aggregatetype`). Setting this or a `route.topic.*` key routes Debezium's way instead of
+    /// the `[[outbox]]` `topic` template, which must then be left at its default.
+    #[serde(rename = "route.by.field", default)]
+    pub route_by_field: Option<String>,
+    /// A Java regex the whole `route.by.field` value must match for the replacement to apply
+    /// (default `(?<routedByValue>.*)`); no match: the value itself is the topic. Java
+    /// constructs the relay cannot reproduce (lookaround, backreferences...) are refused.
+    #[serde(rename = "route.topic.regex", default)]
+    pub route_topic_regex: Option<String>,
+    /// The topic, in Java's replacement syntax: `$n`, `${name}`, `\` escapes the next
+    /// character (default `outbox.event.${routedByValue}`).
+    #[serde(rename = "route.topic.replacement", default)]
+    pub route_topic_replacement: Option<String>,
 }
 
 /// `table.op.invalid.behavior`: what an UPDATE of an outbox row does (DELETEs are always
@@ -121,6 +138,9 @@ impl Default for DebeziumOptions {
             op_invalid_behavior: OpInvalidBehavior::Warn,
             extended_headers: false,
             topic_prefix: None,
+            route_by_field: None,
+            route_topic_regex: None,
+            route_topic_replacement: None,
         }
     }
 }
@@ -150,6 +170,8 @@ pub enum OptionsError {
     EnvelopeNeedsJson(String),
     #[error("debezium.\"{0}\" needs debezium.\"topic.prefix\" (the connector's topic.prefix)")]
     NeedsTopicPrefix(&'static str),
+    #[error(transparent)]
+    Topic(#[from] TopicError),
 }
 
 impl DebeziumOptions {
@@ -176,6 +198,7 @@ impl DebeziumOptions {
         if self.extended_headers && self.topic_prefix.is_none() {
             return Err(OptionsError::NeedsTopicPrefix("extended.headers.enabled"));
         }
+        self.topic_router()?;
         Ok(())
     }
 
