@@ -17,7 +17,8 @@ use crate::{
     pgoutput,
     pgoutput::{Message, Relation},
     route::{
-        OutboxTable, Plan, PlanEnv, Position, Record, RouteError, debezium::OpInvalidBehavior,
+        OutboxTable, Plan, PlanEnv, Position, Record, RouteError,
+        debezium::{EnvelopeSchemas, OpInvalidBehavior},
     },
 };
 
@@ -134,6 +135,8 @@ pub struct Decoder {
     /// OID → NOT NULL columns of each outbox table (Connect's `optional` for `[outbox.debezium]`).
     not_null: HashMap<u32, Vec<String>>,
     run_id: Arc<str>,
+    /// Per configured table: Debezium's envelope value-schema cache, kept across recompiles.
+    envelope_schemas: HashMap<Arc<str>, Arc<EnvelopeSchemas>>,
 }
 
 impl Decoder {
@@ -148,6 +151,7 @@ impl Decoder {
             relations: HashMap::new(),
             not_null: HashMap::new(),
             run_id: Arc::from(""),
+            envelope_schemas: HashMap::new(),
         }
     }
 
@@ -267,6 +271,11 @@ impl Decoder {
                     relay_headers: self.relay_headers,
                     not_null: self.not_null.get(&rel.oid).cloned().unwrap_or_default(),
                     run_id: self.run_id.clone(),
+                    envelope_schemas: self
+                        .envelope_schemas
+                        .entry(routed.clone())
+                        .or_default()
+                        .clone(),
                 };
                 match Plan::compile_in(cfg, &rel, &env) {
                     Ok(plan) => Cached::Outbox(Box::new(plan), routed),

@@ -7,7 +7,10 @@
 //! unchanged); with one, every option either reproduces Debezium or fails the plan's
 //! compilation with the reason ([`CompatError`]) — there is no silent approximation.
 
-use std::sync::Arc;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -51,8 +54,8 @@ pub struct DebeziumOptions {
     #[serde(rename = "header.converter.schemas.enable", default = "yes")]
     pub header_schemas: bool,
     /// A string payload (text, varchar, json, jsonb) that is a JSON object goes out as the
-    /// struct Debezium infers from it, not as a JSON string. Needs JsonConverter values and no
-    /// envelope placement (Debezium fails its task on both).
+    /// struct Debezium infers from it, not as a JSON string. Needs JsonConverter values
+    /// (Debezium writes Java debug text or fails its task under the others).
     #[serde(rename = "table.expand.json.payload", default)]
     pub expand_json_payload: bool,
     /// With `table.expand.json.payload`: a JSON `null` field is left out of the inferred
@@ -154,12 +157,6 @@ pub enum OptionsError {
          payload and ByteArrayConverter fails the task"
     )]
     ExpandNeedsJson,
-    #[error(
-        "debezium.\"table.expand.json.payload\" = true with {0:?} placed in the envelope: \
-         Debezium fails its task on every expanded payload there (the envelope keeps the \
-         column's string schema); place it as a header or turn the expansion off"
-    )]
-    ExpandWithEnvelope(String),
     #[error(transparent)]
     Placement(#[from] PlacementError),
     #[error(
@@ -177,13 +174,8 @@ pub enum OptionsError {
 impl DebeziumOptions {
     pub fn validate(&self) -> Result<(), OptionsError> {
         let placed = Placement::parse(&self.additional_placement)?;
-        if self.expand_json_payload {
-            if self.value_converter != Converter::Json {
-                return Err(OptionsError::ExpandNeedsJson);
-            }
-            if let Some(p) = placed.iter().find(|p| p.placement == Placement::Envelope) {
-                return Err(OptionsError::ExpandWithEnvelope(p.column.clone()));
-            }
+        if self.expand_json_payload && self.value_converter != Converter::Json {
+            return Err(OptionsError::ExpandNeedsJson);
         }
         if let Some(p) = placed.iter().find(|p| p.placement == Placement::Envelope) {
             if self.value_converter != Converter::Json {
@@ -222,12 +214,37 @@ impl DebeziumOptions {
 }
 
 /// What the compiled plan needs from outside the row: which columns are NOT NULL (Connect's
-/// `optional`), and the run id of the `__debezium.context.runId` header.
+/// `optional`), the run id of the `__debezium.context.runId` header, and the table's
+/// [`EnvelopeSchemas`], which outlive a recompiled plan.
 #[derive(Debug, Clone, Default)]
 pub struct PlanEnv {
     pub relay_headers: bool,
     pub not_null: Vec<String>,
     pub run_id: Arc<str>,
+    pub envelope_schemas: Arc<EnvelopeSchemas>,
+}
+
+/// Debezium 3.6.1's value-schema cache (`EventRouterDelegate.getValueSchema`): the envelope's
+/// value schema is built once per payload schema, or once per schema version when
+/// `table.field.event.schema.version` is set, and reused for every later record, name and
+/// all: the name carries the routed value of the *first* such record since the task started.
+/// The relay keeps one per table for its run, so a table's records get the names Debezium
+/// gives them after a start.
+#[derive(Debug, Default)]
+pub struct EnvelopeSchemas(Mutex<HashMap<EnvelopeKey, EnvelopeEntry>>);
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum EnvelopeKey {
+    /// The payload's schema: `None` the column's, else the inferred one's identity.
+    Payload(Option<String>),
+    /// The schema version's text (`None`: NULL).
+    Version(Option<String>),
+}
+
+#[derive(Debug)]
+struct EnvelopeEntry {
+    name: String,
+    payload: Option<String>,
 }
 
 /// A column that does not fit the options (type, missing), found when a Relation arrives.
@@ -272,6 +289,7 @@ pub(crate) struct Compat {
     pub tracing: Option<Col>,
     /// The four `__debezium.context.*` headers, encoded.
     pub context: Vec<(String, Option<Bytes>)>,
+    pub envelope_schemas: Arc<EnvelopeSchemas>,
 }
 
 impl Compat {

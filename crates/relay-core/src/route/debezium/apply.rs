@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use bytes::Bytes;
 
 use super::{
-    Col, Compat, CompatError, DebeziumOptions, Placement, PlanEnv,
-    expand::{self, Expansion},
+    Col, Compat, CompatError, DebeziumOptions, EnvelopeEntry, EnvelopeKey, Placement, PlanEnv,
+    expand::{self, Expansion, Inferred},
     timestamp_ms,
 };
 use crate::{
@@ -164,6 +164,7 @@ impl Compat {
             version,
             tracing,
             context: Compat::context_headers(opts, &env.run_id),
+            envelope_schemas: env.envelope_schemas.clone(),
         })
     }
 
@@ -189,7 +190,7 @@ impl Compat {
         } else if self.envelope.is_empty() {
             self.plain_value(payload, payload_index)?
         } else {
-            Some(self.envelope_value(row, payload, routed_by))
+            Some(self.envelope_value(row, payload, payload_index, routed_by)?)
         };
         let mut headers = Vec::with_capacity(self.context.len() + self.headers.len() + 2);
         headers.extend(self.context.iter().cloned());
@@ -230,6 +231,25 @@ impl Compat {
         })
     }
 
+    /// What Debezium holds as the payload: `None` the column's value as it is, else the struct
+    /// `table.expand.json.payload` inferred from it. `Err(None)`: a top-level `[]`, whose
+    /// inferred schema is null.
+    fn inferred(&self, payload: Option<&Bytes>) -> Result<Option<Inferred>, Option<String>> {
+        let o = &self.opts;
+        let (true, ConnectType::String, Some(p)) =
+            (o.expand_json_payload, self.payload.kind, payload)
+        else {
+            return Ok(None);
+        };
+        let text = String::from_utf8_lossy(p);
+        match expand::expand(&text, &self.payload_field, o.json_payload_null_behavior) {
+            Expansion::Expanded(i) => Ok(Some(i)),
+            Expansion::Unchanged => Ok(None),
+            Expansion::NullSchema => Err(None),
+            Expansion::Fails(why) => Err(Some(why)),
+        }
+    }
+
     /// The payload alone under the value converter, expanded where the options say so.
     fn plain_value(
         &self,
@@ -238,40 +258,24 @@ impl Compat {
     ) -> Result<Option<Bytes>, BadValue> {
         let o = &self.opts;
         let plain = || connect::encode(o.value_converter, o.value_schemas, &self.payload, payload);
-        let (true, ConnectType::String, Some(p)) =
-            (o.expand_json_payload, self.payload.kind, payload)
-        else {
-            return Ok(plain());
-        };
-        let text = String::from_utf8_lossy(p);
-        Ok(
-            match expand::expand(
-                &text,
-                &self.payload_field,
-                o.json_payload_null_behavior,
-                o.value_schemas,
-            ) {
-                Expansion::Expanded(b) => Some(b),
-                Expansion::Unchanged => plain(),
-                Expansion::NullSchema if !o.value_schemas => plain(),
-                Expansion::NullSchema => {
-                    let mut out = String::with_capacity(text.len() + 32);
-                    out.push_str(r#"{"schema":null,"payload":"#);
-                    connect::write_json_string(&mut out, &text);
-                    out.push('}');
-                    Some(Bytes::from(out))
-                }
-                Expansion::Fails(why) => {
-                    return Err(BadValue {
-                        column: format!("#{payload_index}"),
-                        role: "the payload (table.expand.json.payload)",
-                        detail: format!(
-                            "a JSON document Debezium's expansion fails its task on ({why})"
-                        ),
-                    });
-                }
-            },
-        )
+        match self.inferred(payload) {
+            Ok(None) => Ok(plain()),
+            Ok(Some(i)) => i
+                .encode(o.value_schemas)
+                .map(Some)
+                .map_err(|why| expansion_fails(payload_index, &why)),
+            // Debezium writes the string with a null schema.
+            Err(None) if !o.value_schemas => Ok(plain()),
+            Err(None) => {
+                let text = String::from_utf8_lossy(payload.expect("expanded"));
+                let mut out = String::with_capacity(text.len() + 32);
+                out.push_str(r#"{"schema":null,"payload":"#);
+                connect::write_json_string(&mut out, &text);
+                out.push('}');
+                Ok(Some(Bytes::from(out)))
+            }
+            Err(Some(why)) => Err(expansion_fails(payload_index, &why)),
+        }
     }
 
     fn int(&self, row: Row<'_>, col: &Col, role: &'static str) -> Result<i32, BadValue> {
@@ -288,15 +292,74 @@ impl Compat {
             .ok_or_else(|| bad("not a partition number"))
     }
 
+    /// The envelope schema's name for this record, from Debezium's value-schema cache
+    /// ([`super::EnvelopeSchemas`]). A payload whose schema differs from the one cached for its
+    /// schema version fails Debezium's task (`Struct.put` validation).
+    fn envelope_name(
+        &self,
+        row: Row<'_>,
+        inferred: Option<&Inferred>,
+        payload_index: usize,
+        routed_by: &str,
+    ) -> Result<String, BadValue> {
+        let payload = inferred.map(Inferred::schema_key);
+        let key = match &self.version {
+            Some(c) => EnvelopeKey::Version(
+                row[c.index]
+                    .as_ref()
+                    .map(|v| String::from_utf8_lossy(v).into_owned()),
+            ),
+            None => EnvelopeKey::Payload(payload.clone()),
+        };
+        let mut cache = self
+            .envelope_schemas
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = cache.entry(key).or_insert_with(|| EnvelopeEntry {
+            name: format!("{}{routed_by}.Value", self.envelope_name),
+            payload: payload.clone(),
+        });
+        if entry.payload != payload {
+            return Err(expansion_fails(
+                payload_index,
+                "a payload schema other than the first one of its schema version, which \
+                 Debezium caches by the version alone",
+            ));
+        }
+        Ok(entry.name.clone())
+    }
+
     /// `{"payload": .., <envelope fields>}` under JsonConverter, with the struct schema
     /// `<topic.prefix>.<schema>.<table>.<routed value>.Value` when schemas are on.
-    fn envelope_value(&self, row: Row<'_>, payload: Option<&Bytes>, routed_by: &str) -> Bytes {
+    fn envelope_value(
+        &self,
+        row: Row<'_>,
+        payload: Option<&Bytes>,
+        payload_index: usize,
+        routed_by: &str,
+    ) -> Result<Bytes, BadValue> {
         let o = &self.opts;
+        let fails = |why: &str| expansion_fails(payload_index, why);
+        let inferred =
+            self.inferred(payload).map_err(|e| {
+                fails(e.as_deref().unwrap_or(
+                    "a top-level [], whose null schema Debezium cannot put in the envelope",
+                ))
+            })?;
+        let name = self.envelope_name(row, inferred.as_ref(), payload_index, routed_by)?;
         let mut out = String::with_capacity(256);
         if o.value_schemas {
             out.push_str(r#"{"schema":{"type":"struct","fields":["#);
-            self.payload.write_open(&mut out);
-            out.push_str(r#","field":"payload"}"#);
+            match &inferred {
+                Some(i) => i
+                    .write_schema_field(&mut out, "payload", 4)
+                    .map_err(|w| fails(&w))?,
+                None => {
+                    self.payload.write_open(&mut out);
+                    out.push_str(r#","field":"payload"}"#);
+                }
+            }
             for (name, col) in &self.envelope {
                 out.push(',');
                 col.schema.write_open(&mut out);
@@ -305,17 +368,19 @@ impl Compat {
                 out.push('}');
             }
             out.push_str(r#"],"optional":false,"name":"#);
-            connect::write_json_string(
-                &mut out,
-                &format!("{}{routed_by}.Value", self.envelope_name),
-            );
+            connect::write_json_string(&mut out, &name);
             if let Some(v) = self.version.as_ref().and_then(|c| row[c.index].as_ref()) {
                 let _ = write!(out, r#","version":{}"#, String::from_utf8_lossy(v));
             }
             out.push_str(r#"},"payload":"#);
         }
         out.push_str(r#"{"payload":"#);
-        connect::write_json_value(&mut out, self.payload.kind, payload.map(|b| &b[..]));
+        match &inferred {
+            Some(i) => i
+                .write_value(&mut out, if o.value_schemas { 3 } else { 2 })
+                .map_err(|w| fails(&w))?,
+            None => connect::write_json_value(&mut out, self.payload.kind, payload.map(|b| &b[..])),
+        }
         for (name, col) in &self.envelope {
             out.push(',');
             connect::write_json_string(&mut out, name);
@@ -326,7 +391,7 @@ impl Compat {
         if o.value_schemas {
             out.push('}');
         }
-        Bytes::from(out)
+        Ok(Bytes::from(out))
     }
 
     /// `traceparent` (and `tracestate`) from the span-context column, when it holds a valid
@@ -358,6 +423,15 @@ impl Compat {
         if let Some(state) = connect::property(&text, "tracestate") {
             push("tracestate", &state);
         }
+    }
+}
+
+/// A payload Debezium's task fails on (the relay's poison policy decides).
+fn expansion_fails(payload_index: usize, why: &str) -> BadValue {
+    BadValue {
+        column: format!("#{payload_index}"),
+        role: "the payload (table.expand.json.payload)",
+        detail: format!("a JSON document Debezium fails its task on ({why})"),
     }
 }
 

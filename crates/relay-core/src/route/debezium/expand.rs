@@ -36,8 +36,8 @@ pub enum NullBehavior {
 /// What Debezium makes of one string payload.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Expansion {
-    /// Written as JsonConverter writes the inferred struct.
-    Expanded(Bytes),
+    /// The inferred struct replaces the string.
+    Expanded(Inferred),
     /// The string goes out as without expansion.
     Unchanged,
     /// The string goes out with no schema (`"schema":null` when schemas are on).
@@ -63,6 +63,7 @@ enum Schema {
 }
 
 /// A value that passed Connect's validation against its schema.
+#[derive(Debug, PartialEq)]
 enum Value {
     Null,
     Str(JStr),
@@ -77,13 +78,55 @@ enum Value {
 
 struct Failed(String);
 
+/// The struct Debezium inferred from a payload, and its value.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Inferred {
+    schema: Schema,
+    value: Value,
+}
+
+impl Inferred {
+    /// JsonConverter's bytes for the payload alone (no envelope placement).
+    pub(crate) fn encode(&self, schemas: bool) -> Result<Bytes, String> {
+        let mut out = String::with_capacity(256);
+        if schemas {
+            out.push_str(r#"{"schema":"#);
+            write::write_schema(&mut out, &self.schema, None, 2).map_err(|Failed(w)| w)?;
+            out.push_str(r#","payload":"#);
+            write_any(&mut out, &self.schema, &self.value, 2).map_err(|Failed(w)| w)?;
+            out.push('}');
+        } else {
+            write_any(&mut out, &self.schema, &self.value, 1).map_err(|Failed(w)| w)?;
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// The schema as the envelope's `payload` field, written at nesting `depth`.
+    pub(crate) fn write_schema_field(
+        &self,
+        out: &mut String,
+        field: &str,
+        depth: usize,
+    ) -> Result<(), String> {
+        let name: JStr = field.encode_utf16().collect();
+        write::write_schema(out, &self.schema, Some(&name), depth).map_err(|Failed(w)| w)
+    }
+
+    /// The value, written at nesting `depth`.
+    pub(crate) fn write_value(&self, out: &mut String, depth: usize) -> Result<(), String> {
+        write_any(out, &self.schema, &self.value, depth).map_err(|Failed(w)| w)
+    }
+
+    /// The schema's identity (Connect's `Schema.equals`), for Debezium's value-schema cache.
+    pub(crate) fn schema_key(&self) -> String {
+        let mut out = String::new();
+        let _ = write::write_schema(&mut out, &self.schema, None, 0);
+        out
+    }
+}
+
 /// Debezium's expansion of `text`, the payload column `payload_field`'s string.
-pub(crate) fn expand(
-    text: &str,
-    payload_field: &str,
-    nulls: NullBehavior,
-    schemas: bool,
-) -> Expansion {
+pub(crate) fn expand(text: &str, payload_field: &str, nulls: NullBehavior) -> Expansion {
     if !(text.starts_with('{') || text.starts_with('[')) {
         return Expansion::Unchanged;
     }
@@ -100,24 +143,8 @@ pub(crate) fn expand(
     if !matches!(node, Node::Object(_)) {
         return Expansion::Fails("a top-level JSON array, which is not a struct".into());
     }
-    let value = match value(&node, &schema) {
-        Ok(v) => v,
-        Err(Failed(why)) => return Expansion::Fails(why),
-    };
-    let mut out = String::with_capacity(text.len() * 2);
-    let written = if schemas {
-        out.push_str(r#"{"schema":"#);
-        write::write_schema(&mut out, &schema, None, 2)
-            .and_then(|()| {
-                out.push_str(r#","payload":"#);
-                write_any(&mut out, &schema, &value, 2)
-            })
-            .map(|()| out.push('}'))
-    } else {
-        write_any(&mut out, &schema, &value, 1)
-    };
-    match written {
-        Ok(()) => Expansion::Expanded(Bytes::from(out)),
+    match value(&node, &schema) {
+        Ok(value) => Expansion::Expanded(Inferred { schema, value }),
         Err(Failed(why)) => Expansion::Fails(why),
     }
 }

@@ -68,6 +68,7 @@ fn plan(opts: DebeziumOptions) -> Plan {
             .map(String::from)
             .to_vec(),
         run_id: Arc::from("01a23250-974d-74a8-87ea-7aa7d38e3e39"),
+        envelope_schemas: Default::default(),
     };
     Plan::compile_in(&cfg, &rel(&COLS), &env).unwrap()
 }
@@ -181,16 +182,7 @@ fn options_that_cannot_match_debezium_are_refused() {
         }),
         OptionsError::ExpandNeedsJson
     );
-    assert_eq!(
-        bad(DebeziumOptions {
-            expand_json_payload: true,
-            value_converter: Converter::Json,
-            value_schemas: false,
-            additional_placement: "ver:envelope".into(),
-            ..DebeziumOptions::default()
-        }),
-        OptionsError::ExpandWithEnvelope("ver".into())
-    );
+
     assert!(matches!(
         bad(DebeziumOptions {
             additional_placement: "ver:envelope".into(),
@@ -279,4 +271,48 @@ fn a_blank_string_payload_is_a_tombstone_as_in_debezium() {
     });
     assert_eq!(p.route(&row(t(" \t")), POS).unwrap().value, None);
     assert!(p.route(&row(t(" x ")), POS).unwrap().value.is_some());
+}
+
+#[test]
+fn the_envelope_schema_is_named_after_the_first_routed_value_as_debeziums_cache_does() {
+    let p = plan(DebeziumOptions {
+        additional_placement: "type:envelope:eventType".into(),
+        topic_prefix: Some("p".into()),
+        expand_json_payload: true,
+        ..json()
+    });
+    let name = |agg: &str, payload: &str| {
+        let mut r = row(t(payload));
+        r[1] = t(agg);
+        let v = p.route(&r, POS).unwrap().value.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&v).unwrap();
+        v["schema"]["name"].as_str().unwrap().to_string()
+    };
+    assert_eq!(name("order", r#"{"a": 1}"#), "p.public.ob.order.Value");
+    // Same payload schema: the cached name, whatever the routed value.
+    assert_eq!(name("customer", r#"{"a": 2}"#), "p.public.ob.order.Value");
+    // Another inferred schema: built now, with this record's routed value.
+    assert_eq!(
+        name("customer", r#"{"b": "x"}"#),
+        "p.public.ob.customer.Value"
+    );
+    assert_eq!(name("invoice", "\"s\""), "p.public.ob.invoice.Value");
+    assert_eq!(name("order", "\"t\""), "p.public.ob.invoice.Value");
+}
+
+#[test]
+fn a_payload_schema_other_than_its_versions_first_fails_as_in_debezium() {
+    let p = plan(DebeziumOptions {
+        additional_placement: "type:envelope:eventType".into(),
+        schema_version: Some("ver".into()),
+        topic_prefix: Some("p".into()),
+        expand_json_payload: true,
+        ..json()
+    });
+    assert!(p.route(&row(t(r#"{"a": 1}"#)), POS).is_ok());
+    assert!(p.route(&row(t(r#"{"a": 2}"#)), POS).is_ok());
+    assert!(matches!(
+        p.route(&row(t(r#"{"b": 1}"#)), POS),
+        Err(RouteError::BadValue { .. })
+    ));
 }
