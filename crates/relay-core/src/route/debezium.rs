@@ -65,6 +65,10 @@ pub struct DebeziumOptions {
     /// `column:header|envelope|partition[:alias]`, comma-separated.
     #[serde(rename = "table.fields.additional.placement", default)]
     pub additional_placement: String,
+    /// A placed column the table lacks: `error` (the table's events are poison events, and
+    /// `setup` refuses it) or `ignore` (the placement is left out, as Debezium does).
+    #[serde(rename = "table.field.additional.missing", default)]
+    pub additional_missing: AdditionalMissing,
     /// A `timestamp` (or `timestamptz`) column whose value becomes the record timestamp.
     #[serde(rename = "table.field.event.timestamp", default)]
     pub event_timestamp: Option<String>,
@@ -105,6 +109,16 @@ pub struct DebeziumOptions {
     pub route_topic_replacement: Option<String>,
 }
 
+/// `table.field.additional.missing`: a placed column the table lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum AdditionalMissing {
+    #[default]
+    #[serde(rename = "error")]
+    Error,
+    #[serde(rename = "ignore")]
+    Ignore,
+}
+
 /// `table.op.invalid.behavior`: what an UPDATE of an outbox row does (DELETEs are always
 /// skipped, as Debezium's router skips them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -134,6 +148,7 @@ impl Default for DebeziumOptions {
             expand_json_payload: false,
             json_payload_null_behavior: NullBehavior::Ignore,
             additional_placement: String::new(),
+            additional_missing: AdditionalMissing::Error,
             event_timestamp: None,
             schema_version: None,
             tombstone_on_empty_payload: false,
@@ -197,8 +212,10 @@ impl DebeziumOptions {
     /// Every column these options read, with its role.
     pub(crate) fn mapped_columns(&self) -> Vec<(String, String)> {
         let mut cols = Vec::new();
-        for p in Placement::parse(&self.additional_placement).unwrap_or_default() {
-            cols.push((p.column, "an additional placement".to_string()));
+        if self.additional_missing == AdditionalMissing::Error {
+            for p in Placement::parse(&self.additional_placement).unwrap_or_default() {
+                cols.push((p.column, "an additional placement".to_string()));
+            }
         }
         for (c, role) in [
             (&self.event_timestamp, "the event timestamp"),

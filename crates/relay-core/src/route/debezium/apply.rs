@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use bytes::Bytes;
 
 use super::{
-    Col, Compat, CompatError, DebeziumOptions, EnvelopeEntry, EnvelopeKey, Placement, PlanEnv,
+    AdditionalMissing, Col, Compat, CompatError, DebeziumOptions, EnvelopeEntry, EnvelopeKey, Placement, PlanEnv,
     expand::{self, Expansion, Inferred},
     timestamp_ms,
 };
@@ -101,7 +101,11 @@ impl Compat {
         let mut envelope = Vec::new();
         let mut partition = None;
         for p in Placement::parse(&opts.additional_placement).expect("validated at config load") {
-            let i = find(&p.column, "an additional placement")?;
+            let i = match find(&p.column, "an additional placement") {
+                Ok(i) => i,
+                Err(_) if opts.additional_missing == AdditionalMissing::Ignore => continue,
+                Err(e) => return Err(e.into()),
+            };
             match p.placement {
                 Placement::Header => {
                     headers.push((p.alias, lenient(rel, env, i, "a header", json_headers)?))

@@ -316,3 +316,28 @@ fn a_payload_schema_other_than_its_versions_first_fails_as_in_debezium() {
         Err(RouteError::BadValue { .. })
     ));
 }
+
+#[test]
+fn a_missing_placed_column_is_left_out_under_ignore() {
+    let opts = |missing| DebeziumOptions {
+        additional_placement: "nope:header,type:header:eventType,gone:envelope".into(),
+        additional_missing: missing,
+        topic_prefix: Some("p".into()),
+        ..json()
+    };
+    let cfg = |missing| OutboxTable {
+        table: "public.ob".into(),
+        debezium: Some(opts(missing)),
+        ..OutboxTable::default()
+    };
+    let env = PlanEnv::default();
+    assert!(Plan::compile_in(&cfg(AdditionalMissing::Error), &rel(&COLS), &env).is_err());
+    let p = Plan::compile_in(&cfg(AdditionalMissing::Ignore), &rel(&COLS), &env).unwrap();
+    let rec = p.route(&row(t("{}")), POS).unwrap();
+    let names: Vec<&str> = rec.headers.iter().map(|(n, _)| n.as_str()).collect();
+    // The table's own `id` and `eventType` headers, then the placed one; `nope` left out.
+    assert_eq!(names, ["id", "eventType", "eventType"]);
+    let maps = |m| cfg(m).mapped_columns().iter().any(|(c, _)| c == "nope");
+    assert!(maps(AdditionalMissing::Error));
+    assert!(!maps(AdditionalMissing::Ignore));
+}
