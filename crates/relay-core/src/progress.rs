@@ -106,6 +106,19 @@ impl Progress {
         self.tracker.watermark()
     }
 
+    /// With Kafka transactions: the LSN a checkpoint that ends the open transaction covers,
+    /// taken before its records are acknowledged: every source transaction closed so far. The
+    /// commit makes every record handed to it visible together with the checkpoint, or none of
+    /// them, and every earlier record is in a committed transaction. Once the commit's reports
+    /// are read it equals [`checkpoint_position`](Self::checkpoint_position).
+    pub fn checkpoint_position_handed(&self) -> Lsn {
+        debug_assert!(
+            self.transactional,
+            "only a Kafka transaction makes this safe"
+        );
+        self.tracker.handed()
+    }
+
     /// Exactly-once mode: the stream moved past the last checkpoint without records (idle
     /// keepalives, heartbeats, other tables), so only a checkpoint lets that be confirmed.
     pub fn checkpoint_due(&self) -> bool {
@@ -169,7 +182,8 @@ impl Progress {
     }
 
     /// The open Kafka transaction committed: everything acknowledged in it may be confirmed.
-    /// (Every record in it was acknowledged before the commit was asked for.)
+    /// (The commit flushes: every record in it is acknowledged when it returns, and the
+    /// acknowledged prefix, not this call, decides what is confirmed.)
     pub fn kafka_committed(&mut self) {
         self.confirm_cap = None;
         self.kafka_txn_records = 0;

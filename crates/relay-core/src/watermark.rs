@@ -238,6 +238,24 @@ impl AckTracker {
         self.durable
     }
 
+    /// The end of the longest prefix of *closed* entries, acknowledged or not: every record
+    /// below it is handed to Kafka. Inside a Kafka transaction that is what a checkpoint ending
+    /// it may cover, since the commit makes all of its records visible or none. After a
+    /// failure, the watermark.
+    pub fn handed(&self) -> Lsn {
+        if self.failed {
+            return self.durable;
+        }
+        let closed = self.queue.iter().rev().find_map(|e| match e.kind {
+            Kind::Txn {
+                end_lsn: Some(end), ..
+            } => Some(end),
+            Kind::Txn { end_lsn: None, .. } => None,
+            Kind::Mark { lsn } => Some(lsn),
+        });
+        closed.map_or(self.durable, |l| l.max(self.durable))
+    }
+
     /// Records handed to Kafka and not yet acknowledged.
     pub fn outstanding_records(&self) -> u64 {
         self.outstanding_records

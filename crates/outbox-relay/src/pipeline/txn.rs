@@ -29,15 +29,16 @@ pub(super) async fn commit(
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
 ) -> Result<(), RelayError> {
     let started = Instant::now();
-    // The checkpoint that ends the transaction covers what is acknowledged once every report of
-    // it is read (the commit makes all of it visible, or none).
+    // The checkpoint that ends the transaction covers every source transaction closed so far,
+    // written before their records are acknowledged: the commit makes all of them visible with
+    // it, or none (relay_core::progress). Its records and the checkpoint then go out together,
+    // in the commit's one flush.
     let mut covered = None;
     if st.checkpoints.is_some() {
-        sink.reports_served(transaction_timeout(cfg)).await;
         while let Ok(d) = reports.try_recv() {
             delivered(sink, st, reports, d).await?;
         }
-        let position = st.progress.checkpoint_position();
+        let position = st.progress.checkpoint_position_handed();
         covered = checkpoints::write(cfg, sink, st, position).await?;
     }
     let result = sink.commit_and_begin(transaction_timeout(cfg)).await;

@@ -117,9 +117,19 @@ fn run(ops: &[Op], transactional: bool) -> Result<(), TestCaseError> {
                 }
             }
             Op::KafkaCommit if !m.failed => {
+                // The checkpoint ending the transaction is written before its acks: it covers
+                // every closed source transaction, never an open one, and exactly what the acks
+                // then make the acknowledged prefix.
+                let handed = transactional.then(|| p.checkpoint_position_handed());
+                if let (Some(h), Some((commit, None))) = (handed, m.txns.last()) {
+                    prop_assert!(h < *commit, "covers the open transaction {commit}: {h}");
+                }
                 for r in m.recs.iter_mut().filter(|r| !r.acked) {
                     p.ack(r.tx, 10).unwrap();
                     r.acked = true;
+                }
+                if let Some(h) = handed {
+                    prop_assert_eq!(p.checkpoint_position(), h);
                 }
                 p.kafka_committed();
                 for r in &mut m.recs {

@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use bytes::Bytes;
 
 use super::{
-    AdditionalMissing, Col, Compat, CompatError, DebeziumOptions, EnvelopeEntry, EnvelopeKey, Placement, PlanEnv,
+    AdditionalMissing, Col, Compat, CompatError, DebeziumOptions, EnvelopeEntry, EnvelopeKey,
+    Placement, PlanEnv,
     expand::{self, Expansion, Inferred},
     timestamp_ms,
 };
