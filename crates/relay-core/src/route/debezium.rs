@@ -7,10 +7,7 @@
 //! unchanged); with one, every option either reproduces Debezium or fails the plan's
 //! compilation with the reason ([`CompatError`]) — there is no silent approximation.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -21,6 +18,7 @@ use super::connect::{
 use crate::pgoutput::Relation;
 
 mod apply;
+mod envelope;
 mod expand;
 mod jackson;
 mod placement;
@@ -28,6 +26,7 @@ mod timestamp;
 mod topic;
 
 pub(crate) use apply::{CompileError, Mapped};
+pub use envelope::EnvelopeSchemas;
 pub use expand::NullBehavior;
 
 pub use placement::{Placed, Placement, PlacementError};
@@ -239,29 +238,6 @@ pub struct PlanEnv {
     pub not_null: Vec<String>,
     pub run_id: Arc<str>,
     pub envelope_schemas: Arc<EnvelopeSchemas>,
-}
-
-/// Debezium 3.6.1's value-schema cache (`EventRouterDelegate.getValueSchema`): the envelope's
-/// value schema is built once per payload schema, or once per schema version when
-/// `table.field.event.schema.version` is set, and reused for every later record, name and
-/// all: the name carries the routed value of the *first* such record since the task started.
-/// The relay keeps one per table for its run, so a table's records get the names Debezium
-/// gives them after a start.
-#[derive(Debug, Default)]
-pub struct EnvelopeSchemas(Mutex<HashMap<EnvelopeKey, EnvelopeEntry>>);
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum EnvelopeKey {
-    /// The payload's schema: `None` the column's, else the inferred one's identity.
-    Payload(Option<String>),
-    /// The schema version's text (`None`: NULL).
-    Version(Option<String>),
-}
-
-#[derive(Debug)]
-struct EnvelopeEntry {
-    name: String,
-    payload: Option<String>,
 }
 
 /// A column that does not fit the options (type, missing), found when a Relation arrives.

@@ -1,12 +1,9 @@
 //! Compiling `[outbox.debezium]` against a Relation, and turning a row into Debezium's bytes.
 
-use std::fmt::Write as _;
-
 use bytes::Bytes;
 
 use super::{
-    AdditionalMissing, Col, Compat, CompatError, DebeziumOptions, EnvelopeEntry, EnvelopeKey,
-    Placement, PlanEnv,
+    AdditionalMissing, Col, Compat, CompatError, DebeziumOptions, Placement, PlanEnv,
     expand::{self, Expansion, Inferred},
     timestamp_ms,
 };
@@ -239,7 +236,10 @@ impl Compat {
     /// What Debezium holds as the payload: `None` the column's value as it is, else the struct
     /// `table.expand.json.payload` inferred from it. `Err(None)`: a top-level `[]`, whose
     /// inferred schema is null.
-    fn inferred(&self, payload: Option<&Bytes>) -> Result<Option<Inferred>, Option<String>> {
+    pub(super) fn inferred(
+        &self,
+        payload: Option<&Bytes>,
+    ) -> Result<Option<Inferred>, Option<String>> {
         let o = &self.opts;
         let (true, ConnectType::String, Some(p)) =
             (o.expand_json_payload, self.payload.kind, payload)
@@ -297,108 +297,6 @@ impl Compat {
             .ok_or_else(|| bad("not a partition number"))
     }
 
-    /// The envelope schema's name for this record, from Debezium's value-schema cache
-    /// ([`super::EnvelopeSchemas`]). A payload whose schema differs from the one cached for its
-    /// schema version fails Debezium's task (`Struct.put` validation).
-    fn envelope_name(
-        &self,
-        row: Row<'_>,
-        inferred: Option<&Inferred>,
-        payload_index: usize,
-        routed_by: &str,
-    ) -> Result<String, BadValue> {
-        let payload = inferred.map(Inferred::schema_key);
-        let key = match &self.version {
-            Some(c) => EnvelopeKey::Version(
-                row[c.index]
-                    .as_ref()
-                    .map(|v| String::from_utf8_lossy(v).into_owned()),
-            ),
-            None => EnvelopeKey::Payload(payload.clone()),
-        };
-        let mut cache = self
-            .envelope_schemas
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let entry = cache.entry(key).or_insert_with(|| EnvelopeEntry {
-            name: format!("{}{routed_by}.Value", self.envelope_name),
-            payload: payload.clone(),
-        });
-        if entry.payload != payload {
-            return Err(expansion_fails(
-                payload_index,
-                "a payload schema other than the first one of its schema version, which \
-                 Debezium caches by the version alone",
-            ));
-        }
-        Ok(entry.name.clone())
-    }
-
-    /// `{"payload": .., <envelope fields>}` under JsonConverter, with the struct schema
-    /// `<topic.prefix>.<schema>.<table>.<routed value>.Value` when schemas are on.
-    fn envelope_value(
-        &self,
-        row: Row<'_>,
-        payload: Option<&Bytes>,
-        payload_index: usize,
-        routed_by: &str,
-    ) -> Result<Bytes, BadValue> {
-        let o = &self.opts;
-        let fails = |why: &str| expansion_fails(payload_index, why);
-        let inferred =
-            self.inferred(payload).map_err(|e| {
-                fails(e.as_deref().unwrap_or(
-                    "a top-level [], whose null schema Debezium cannot put in the envelope",
-                ))
-            })?;
-        let name = self.envelope_name(row, inferred.as_ref(), payload_index, routed_by)?;
-        let mut out = String::with_capacity(256);
-        if o.value_schemas {
-            out.push_str(r#"{"schema":{"type":"struct","fields":["#);
-            match &inferred {
-                Some(i) => i
-                    .write_schema_field(&mut out, "payload", 4)
-                    .map_err(|w| fails(&w))?,
-                None => {
-                    self.payload.write_open(&mut out);
-                    out.push_str(r#","field":"payload"}"#);
-                }
-            }
-            for (name, col) in &self.envelope {
-                out.push(',');
-                col.schema.write_open(&mut out);
-                out.push_str(r#","field":"#);
-                connect::write_json_string(&mut out, name);
-                out.push('}');
-            }
-            out.push_str(r#"],"optional":false,"name":"#);
-            connect::write_json_string(&mut out, &name);
-            if let Some(v) = self.version.as_ref().and_then(|c| row[c.index].as_ref()) {
-                let _ = write!(out, r#","version":{}"#, String::from_utf8_lossy(v));
-            }
-            out.push_str(r#"},"payload":"#);
-        }
-        out.push_str(r#"{"payload":"#);
-        match &inferred {
-            Some(i) => i
-                .write_value(&mut out, if o.value_schemas { 3 } else { 2 })
-                .map_err(|w| fails(&w))?,
-            None => connect::write_json_value(&mut out, self.payload.kind, payload.map(|b| &b[..])),
-        }
-        for (name, col) in &self.envelope {
-            out.push(',');
-            connect::write_json_string(&mut out, name);
-            out.push(':');
-            connect::write_json_value(&mut out, col.schema.kind, row[col.index].as_deref());
-        }
-        out.push('}');
-        if o.value_schemas {
-            out.push('}');
-        }
-        Ok(Bytes::from(out))
-    }
-
     /// `traceparent` (and `tracestate`) from the span-context column, when it holds a valid
     /// W3C trace context: the writer's span becomes the consumer's parent.
     fn trace_headers(&self, headers: &mut Vec<(String, Option<Bytes>)>, ctx: Option<&Bytes>) {
@@ -432,7 +330,7 @@ impl Compat {
 }
 
 /// A payload Debezium's task fails on (the relay's poison policy decides).
-fn expansion_fails(payload_index: usize, why: &str) -> BadValue {
+pub(super) fn expansion_fails(payload_index: usize, why: &str) -> BadValue {
     BadValue {
         column: format!("#{payload_index}"),
         role: "the payload (table.expand.json.payload)",
