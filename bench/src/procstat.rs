@@ -109,6 +109,11 @@ fn machine_ticks() -> u64 {
         .sum()
 }
 
+/// Busy CPU seconds of the whole machine so far (all cores).
+pub fn machine_cpu_seconds() -> f64 {
+    machine_ticks() as f64 / clk_tck()
+}
+
 /// Samples named processes every `period` on a background thread.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
