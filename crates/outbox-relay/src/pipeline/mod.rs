@@ -16,6 +16,7 @@
 //! reserved/extended ([`release_due`]). A delivery error freezes the watermark and ends the
 //! loop; the supervisor restarts from the last confirmed LSN.
 
+mod ack_metrics;
 mod checkpoints;
 mod delivery;
 mod drain;
@@ -48,6 +49,7 @@ use crate::{
 };
 
 use self::{
+    ack_metrics::AckMetrics,
     delivery::delivered,
     drain::drain,
     event::on_event,
@@ -150,6 +152,7 @@ pub(crate) async fn stream(
         checkpoints: begun.checkpoints,
         trail: begun.trail,
         last_checkpoint: begun.start,
+        acks: AckMetrics::new(),
     };
     confirm(&client, &mut st);
     // A state file that cannot be written is found now, not after a failover.
