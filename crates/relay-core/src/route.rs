@@ -583,16 +583,17 @@ impl Plan {
 }
 
 /// `relay.relay_headers`: the commit LSN, commit time and position of the source change.
+/// Every record carries them: the numbers are written without the formatting machinery.
 fn push_relay_headers(headers: &mut Vec<(String, Option<Bytes>)>, pos: Position) {
+    let mut buf = itoa::Buffer::new();
+    let time = Bytes::copy_from_slice(buf.format(pos.commit_time_unix_us).as_bytes());
+    let seq = Bytes::copy_from_slice(buf.format(pos.seq).as_bytes());
     headers.push((
         HEADER_COMMIT_LSN.into(),
-        Some(pos.commit_lsn.to_string().into()),
+        Some(pos.commit_lsn.to_text_bytes()),
     ));
-    headers.push((
-        HEADER_COMMIT_TIME.into(),
-        Some(pos.commit_time_unix_us.to_string().into()),
-    ));
-    headers.push((HEADER_SEQ.into(), Some(pos.seq.to_string().into())));
+    headers.push((HEADER_COMMIT_TIME.into(), Some(time)));
+    headers.push((HEADER_SEQ.into(), Some(seq)));
 }
 
 /// Kafka's rule for topic names (`Topic.validate` in the Java client).
