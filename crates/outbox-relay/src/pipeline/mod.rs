@@ -314,7 +314,9 @@ async fn run_loop(
                     since_quiet += 1;
                     // Handling an event can wait for Kafka (a full queue, a suspect record's
                     // report): a stop must not wait for it.
-                    match unless_stopped(&stop, on_event(cfg, sink, client, st, reports, ev)).await {
+                    // Pinned here: the (large) future is not moved again on every event.
+                    let work = std::pin::pin!(on_event(cfg, sink, client, st, reports, ev));
+                    match unless_stopped(&stop, work).await {
                         Some(r) => r?,
                         None => return Ok(()),
                     }
