@@ -424,6 +424,17 @@ impl Plan {
         }
     }
 
+    /// The length of the topic name of `tuple` (valid UTF-8 as it always is): one allocation
+    /// per record instead of one per growth.
+    fn topic_len(&self, tuple: &[Value]) -> usize {
+        let part = |(col, s): &(Option<usize>, String)| match col.map(|i| tuple.get(i)) {
+            None => s.len(),
+            Some(Some(Value::Text(b) | Value::Binary(b))) => b.len(),
+            Some(_) => 0,
+        };
+        self.topic.iter().map(part).sum()
+    }
+
     /// Builds the record for one inserted row.
     pub fn route(&self, tuple: &[Value], pos: Position) -> Result<Record, RouteError> {
         if tuple.len() != self.columns {
@@ -450,7 +461,7 @@ impl Plan {
             commit_lsn: pos.commit_lsn,
             seq: pos.seq,
         };
-        let mut topic = String::new();
+        let mut topic = String::with_capacity(self.topic_len(tuple));
         for (col, s) in &self.topic {
             match col {
                 None => topic.push_str(s),
