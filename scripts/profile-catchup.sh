@@ -16,7 +16,8 @@
 #   DB (cpuprof): the database to create and drop; EVENTS (200000); TXN_ROWS (1000);
 #   PAYLOAD (200); TIMED (1): timed drains without valgrind (0: none); CALLGRIND (1): 0 skips
 #   the callgrind drain; OUT (target/profile-catchup/<time>): callgrind.out, annotations, JSON;
-#   RELAY_EXTRA_TOML: a file merged into the relay's config; CARGO_TARGET_DIR as for cargo.
+#   RELAY_EXTRA_TOML: a file merged into the relay's config; RELAY: another outbox-relay binary
+#   (comparing builds); CARGO_TARGET_DIR as for cargo.
 # Needs valgrind (Debian package valgrind) for the callgrind drain.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -38,7 +39,7 @@ OUT="$(cd "$OUT" && pwd)"
 log "building outbox-relay and bench (release)"
 cargo build --release --locked -q -p outbox-relay -p bench
 BENCH="$TARGET/release/bench"
-RELAY="$TARGET/release/outbox-relay"
+RELAY="${RELAY:-$TARGET/release/outbox-relay}"
 git rev-parse --short HEAD >"$OUT/rev"
 git status --porcelain -- crates bench >"$OUT/dirty"
 

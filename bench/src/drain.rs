@@ -61,7 +61,11 @@ struct Drained {
     /// Relay start → last record in Kafka.
     seconds: f64,
     relay_cpu_s: f64,
+    /// Of `relay_cpu_s`, in the kernel (system time: socket reads and writes, wake-ups).
+    relay_system_s: f64,
     walsender_cpu_s: f64,
+    /// The relay's threads: (name, user s, system s, context switches), busiest first.
+    relay_threads: Vec<(String, f64, f64, u64)>,
     relay_us_per_event: f64,
     walsender_us_per_event: f64,
     relay_to_walsender: f64,
@@ -121,7 +125,7 @@ pub async fn run(a: DrainArgs) -> Result<()> {
         .await?;
     let d = result?;
     eprintln!(
-        "[drain] {} events ({}-row txns, ~{} B) in {:.2} s{}: relay {:.2} s CPU ({:.2} us/event), \
+        "[drain] {} events ({}-row txns, ~{} B) in {:.2} s{}: relay {:.2} s CPU ({:.2} us/event, {:.2} s system), \
          walsender {:.2} s ({:.2} us/event), relay/walsender {:.3}; other load {:.2} cores; \
          loadavg {} -> {}",
         d.events,
@@ -131,6 +135,7 @@ pub async fn run(a: DrainArgs) -> Result<()> {
         if d.wrapped { " (wrapped)" } else { "" },
         d.relay_cpu_s,
         d.relay_us_per_event,
+        d.relay_system_s,
         d.walsender_cpu_s,
         d.walsender_us_per_event,
         d.relay_to_walsender,
@@ -138,6 +143,14 @@ pub async fn run(a: DrainArgs) -> Result<()> {
         d.loadavg_before,
         d.loadavg_after
     );
+    for (name, user, system, switches) in &d.relay_threads {
+        if user + system > 0.0 || *switches > 100 {
+            eprintln!(
+                "[drain]   thread {name:<16} {user:>5.2} s user {system:>5.2} s system, \
+                 {switches:>6} context switches"
+            );
+        }
+    }
     println!("{}", serde_json::to_string(&d)?);
     Ok(())
 }
@@ -178,7 +191,9 @@ async fn drain(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let seconds = t0.elapsed().as_secs_f64();
-        let relay_cpu_s = procstat::cpu_seconds(running.pid).unwrap_or(0.0);
+        let (user, system) = procstat::user_system_seconds(running.pid).unwrap_or_default();
+        let relay_cpu_s = user + system;
+        let relay_threads = procstat::threads(running.pid);
         let walsender_cpu_s = procstat::cpu_seconds(walsender).unwrap_or(0.0);
         let machine = procstat::machine_cpu_seconds() - machine0;
         // Then until PostgreSQL has the backlog's end confirmed.
@@ -209,7 +224,9 @@ async fn drain(
             wrapped: !env.relay_wrapper.is_empty(),
             seconds,
             relay_cpu_s,
+            relay_system_s: system,
             walsender_cpu_s,
+            relay_threads,
             relay_us_per_event: per_event(relay_cpu_s),
             walsender_us_per_event: per_event(walsender_cpu_s),
             relay_to_walsender: relay_cpu_s / walsender_cpu_s.max(1e-9),
