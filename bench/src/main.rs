@@ -4,6 +4,7 @@
 //! and Kafka, and writes `results.json`; `bench poll-relay` is the polling relay baseline (run
 //! as its own process so that its CPU and memory can be measured like the others').
 
+mod drain;
 mod floor;
 mod kafka;
 mod pg;
@@ -33,6 +34,9 @@ struct Cli {
 enum Cmd {
     /// Run the workloads and write <out>/results.json.
     Suite(Box<SuiteArgs>),
+    /// One catch-up drain of outbox-relay in a database of its own, optionally under a profiler
+    /// (scripts/profile-catchup.sh); prints what it measured as JSON.
+    Drain(Box<drain::DrainArgs>),
     /// The polling relay baseline (SELECT … FOR UPDATE SKIP LOCKED LIMIT 100, produce, mark).
     PollRelay(poll_relay::PollArgs),
     /// Steady-rate writer alone (for profiling a relay by hand).
@@ -142,6 +146,7 @@ fn main() -> Result<()> {
     rt.block_on(async {
         match cli.command {
             Cmd::PollRelay(a) => poll_relay::run(a).await,
+            Cmd::Drain(a) => drain::run(*a).await,
             Cmd::Backlog {
                 pg_port,
                 events,
@@ -330,6 +335,9 @@ async fn suite(a: SuiteArgs) -> Result<()> {
             None => None,
         },
         relay_has_http: false,
+        database: pg::DB.into(),
+        relay_publication: System::Relay.publication().unwrap(),
+        relay_wrapper: Vec::new(),
     };
     env.probe_relay()?;
     pg::prepare(a.pg_port, &[200, 4096]).await?;

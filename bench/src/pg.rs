@@ -38,17 +38,22 @@ pub async fn connect(port: u16, db: &str) -> Result<Client> {
 
 /// Creates the `bench` database, the outbox table and the payload pool (idempotent).
 pub async fn prepare(port: u16, payload_sizes: &[i32]) -> Result<()> {
+    prepare_in(port, DB, payload_sizes).await
+}
+
+/// [`prepare`] in database `db` (created if missing).
+pub async fn prepare_in(port: u16, db: &str, payload_sizes: &[i32]) -> Result<()> {
     let admin = connect(port, "postgres").await?;
     let exists = admin
-        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&DB])
+        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&db])
         .await?
         .is_some();
     if !exists {
         admin
-            .batch_execute(&format!("CREATE DATABASE {DB}"))
+            .batch_execute(&format!("CREATE DATABASE {db}"))
             .await?;
     }
-    let c = connect(port, DB).await?;
+    let c = connect(port, db).await?;
     c.batch_execute(SCHEMA)
         .await
         .context("applying sql/schema.sql")?;

@@ -20,6 +20,11 @@ pub fn clk_tck() -> f64 {
 
 /// `(ppid, utime + stime in ticks)` of a process, or `None` when it is gone.
 fn stat(pid: i32) -> Option<(i32, u64)> {
+    stat_fields(pid).map(|(ppid, utime, stime)| (ppid, utime + stime))
+}
+
+/// `(ppid, utime, stime)` (ticks) of a process.
+fn stat_fields(pid: i32) -> Option<(i32, u64, u64)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces: parse after the last ')'.
     let rest = &s[s.rfind(')')? + 2..];
@@ -28,7 +33,54 @@ fn stat(pid: i32) -> Option<(i32, u64)> {
     let ppid = f.get(1)?.parse().ok()?;
     let utime: u64 = f.get(11)?.parse().ok()?;
     let stime: u64 = f.get(12)?.parse().ok()?;
-    Some((ppid, utime + stime))
+    Some((ppid, utime, stime))
+}
+
+/// Per thread of a process: `(name, user and system CPU seconds, voluntary + involuntary
+/// context switches)`, from `/proc/<pid>/task/*`; how often each thread slept and woke up.
+pub fn threads(pid: i32) -> Vec<(String, f64, f64, u64)> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in dir.flatten() {
+        let path = task.path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(path.join("status")).unwrap_or_default();
+        let switches: u64 = status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        let (user, system) = std::fs::read_to_string(path.join("stat"))
+            .ok()
+            .and_then(|s| {
+                let f: Vec<String> = s[s.rfind(')')? + 2..]
+                    .split_whitespace()
+                    .map(String::from)
+                    .collect();
+                Some((
+                    f.get(11)?.parse::<u64>().ok()?,
+                    f.get(12)?.parse::<u64>().ok()?,
+                ))
+            })
+            .unwrap_or((0, 0));
+        let tck = clk_tck();
+        out.push((
+            name.trim().to_string(),
+            user as f64 / tck,
+            system as f64 / tck,
+            switches,
+        ));
+    }
+    out.sort_by(|a, b| (b.1 + b.2).total_cmp(&(a.1 + a.2)));
+    out
+}
+
+/// `(user, system)` CPU seconds a process has used so far.
+pub fn user_system_seconds(pid: i32) -> Option<(f64, f64)> {
+    let tck = clk_tck();
+    stat_fields(pid).map(|(_, u, s)| (u as f64 / tck, s as f64 / tck))
 }
 
 /// Process state letter (R, S, D, Z, ...), `None` when there is no such process.
@@ -107,6 +159,11 @@ fn machine_ticks() -> u64 {
         .iter()
         .filter_map(|&i| f.get(i))
         .sum()
+}
+
+/// Busy CPU seconds of the whole machine so far (all cores).
+pub fn machine_cpu_seconds() -> f64 {
+    machine_ticks() as f64 / clk_tck()
 }
 
 /// Samples named processes every `period` on a background thread.

@@ -859,7 +859,7 @@ impl Suite {
     }
 }
 
-async fn wait_walsender(c: &Client, slot: &str, timeout: Duration) -> Result<i32> {
+pub(crate) async fn wait_walsender(c: &Client, slot: &str, timeout: Duration) -> Result<i32> {
     let t = Instant::now();
     loop {
         if let Some(pid) = pg::walsender_pid(c, slot).await? {

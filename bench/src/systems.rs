@@ -168,6 +168,12 @@ pub struct Env {
     pub relay_extra_toml: Option<String>,
     /// Whether this outbox-relay build knows the `[http]` section (see [`Env::probe_relay`]).
     pub relay_has_http: bool,
+    /// The database holding the outbox (`bench` in the suite).
+    pub database: String,
+    /// The publication every outbox-relay run uses (created by `outbox-relay setup`).
+    pub relay_publication: String,
+    /// A command outbox-relay runs under (e.g. `valgrind --tool=callgrind …`); empty: none.
+    pub relay_wrapper: Vec<String>,
 }
 
 /// Deep-merges `extra` into `base` (tables merge, everything else replaces).
@@ -193,9 +199,9 @@ pub struct Running {
 impl Env {
     fn relay_config(&self, prefix: &str, slot: &str, system: System) -> Result<PathBuf> {
         let path = self.work.join(format!("{prefix}-relay.toml"));
-        let publ = System::Relay.publication().unwrap();
+        let (publ, db) = (&self.relay_publication, &self.database);
         let base = format!(
-            "[postgres]\nhost = \"127.0.0.1\"\nport = {}\nuser = \"postgres\"\ndatabase = \"bench\"\n\
+            "[postgres]\nhost = \"127.0.0.1\"\nport = {}\nuser = \"postgres\"\ndatabase = \"{db}\"\n\
              slot = \"{slot}\"\npublication = \"{publ}\"\n\n[kafka]\nbrokers = \"{}\"\n\n\
              [[outbox]]\ntable = \"public.outbox\"\ntopic = \"{prefix}.{{aggregatetype}}\"\n",
             self.pg_port, self.brokers
@@ -303,7 +309,7 @@ impl Env {
                     "-U",
                     "postgres",
                     "-d",
-                    "bench",
+                    &self.database,
                     "--no-loop",
                 ])
                 .args(["-p", &self.pg_port.to_string()])
@@ -327,7 +333,15 @@ impl Env {
             }
             System::Relay | System::RelayFenced | System::RelayEos | System::RelayMessages => {
                 let cfg = self.relay_config(prefix, slot, system)?;
-                let c = Command::new(&self.relay_bin)
+                let mut cmd = match self.relay_wrapper.split_first() {
+                    Some((wrapper, args)) => {
+                        let mut c = Command::new(wrapper);
+                        c.args(args).arg(&self.relay_bin);
+                        c
+                    }
+                    None => Command::new(&self.relay_bin),
+                };
+                let c = cmd
                     .args(["run", "-c"])
                     .arg(&cfg)
                     .env("RUST_LOG", "warn")
@@ -401,7 +415,12 @@ impl Running {
     }
 
     /// Graceful stop (SIGTERM, SIGKILL after 30 s), then waits for the exit.
-    pub fn stop(mut self) -> Result<()> {
+    pub fn stop(self) -> Result<()> {
+        self.stop_within(Duration::from_secs(30))
+    }
+
+    /// [`Running::stop`] with SIGKILL after `grace` instead of 30 s.
+    pub fn stop_within(mut self, grace: Duration) -> Result<()> {
         if let Some((stop_sh, data)) = self.connect.take() {
             let st = Command::new(stop_sh).env("CONNECT_DATA", &data).status();
             if !matches!(st, Ok(s) if s.success()) {
@@ -415,7 +434,7 @@ impl Running {
             if matches!(c.try_wait(), Ok(None)) {
                 // SAFETY: kill with the pid of our own child.
                 unsafe { libc::kill(self.pid, libc::SIGTERM) };
-                let deadline = Instant::now() + Duration::from_secs(30);
+                let deadline = Instant::now() + grace;
                 while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(20));
                 }

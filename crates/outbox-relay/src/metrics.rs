@@ -163,7 +163,7 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
     Ok(handle)
 }
 
-fn builder() -> Result<PrometheusBuilder, BuildError> {
+pub(crate) fn builder() -> Result<PrometheusBuilder, BuildError> {
     PrometheusBuilder::new()
         .with_recommended_naming(true)
         .set_buckets_for_metric(Matcher::Full(COMMIT_TO_ACK_SECONDS.into()), ACK_BUCKETS)

@@ -6,15 +6,22 @@
 //! this way leaves nothing confirmed that Kafka has not acknowledged: the pipeline then drains
 //! (bounded) and confirms only the acknowledged prefix.
 
-use std::future::Future;
+use std::{future::Future, pin::pin, task::Poll};
 
 use tokio::sync::watch;
 
-/// Runs `work` unless a stop arrives first (`None`: stopped, `work` was dropped).
+/// Runs `work` unless a stop arrives first (`None`: stopped, `work` was dropped). Work that
+/// completes without waiting (an event handed to librdkafka: almost every call, once per
+/// event in a catch-up) returns at once, without watching the stop signal: it waits for
+/// nobody, so there is nothing to cut short.
 pub(crate) async fn unless_stopped<F: Future>(
     stop: &watch::Receiver<bool>,
     work: F,
 ) -> Option<F::Output> {
+    let mut work = pin!(work);
+    if let Poll::Ready(out) = std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await {
+        return Some(out);
+    }
     let mut stop = stop.clone();
     let stopped = async move {
         // A dropped sender can no longer stop anything: wait for `work` alone.
@@ -51,5 +58,13 @@ mod tests {
             unless_stopped(&rx, std::future::pending::<()>()).await,
             None
         );
+        // Already stopped, but the work is done without waiting: its result counts.
+        assert_eq!(unless_stopped(&rx, async { 8 }).await, Some(8));
+        // Work that waits first is cut short.
+        let waits = async {
+            tokio::task::yield_now().await;
+            9
+        };
+        assert_eq!(unless_stopped(&rx, waits).await, None);
     }
 }

@@ -48,10 +48,8 @@ pub(super) fn on_delivery(st: &mut State<'_>, d: Delivered) -> Result<(), RelayE
     match d.outcome {
         Ok(()) => {
             st.progress.ack(d.origin.tx, d.bytes)?;
-            metrics::counter!(m::EVENTS_PRODUCED, "topic" => d.topic.clone()).increment(1);
-            metrics::counter!(m::BYTES_PRODUCED, "topic" => d.topic).increment(d.bytes);
             let lag_us = now_unix_us() - d.origin.commit_time_unix_us;
-            metrics::histogram!(m::COMMIT_TO_ACK_SECONDS).record(lag_us.max(0) as f64 / 1e6);
+            st.acks.acked(&d.topic, d.bytes, lag_us);
             Ok(())
         }
         Err(e) => {
@@ -60,7 +58,7 @@ pub(super) fn on_delivery(st: &mut State<'_>, d: Delivered) -> Result<(), RelayE
             let err = delivery_error(&e, &d.topic);
             if st.policy == PoisonPolicy::DeadLetter
                 && matches!(err, RelayError::Definite(Definite::DeliveryRefused { .. }))
-                && d.topic != st.dead_letter_topic
+                && *d.topic != *st.dead_letter_topic
             {
                 // Restart from the confirmed LSN. The broker refuses whole batches, so this
                 // event is only a suspect: when it comes round again it is sent alone, and

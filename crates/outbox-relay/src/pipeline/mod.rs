@@ -16,6 +16,7 @@
 //! reserved/extended ([`release_due`]). A delivery error freezes the watermark and ends the
 //! loop; the supervisor restarts from the last confirmed LSN.
 
+mod ack_metrics;
 mod checkpoints;
 mod delivery;
 mod drain;
@@ -30,6 +31,7 @@ mod tests;
 
 use std::time::{Duration, Instant};
 
+use futures::FutureExt as _;
 use relay_core::{
     decode::Decoder,
     progress::{Limits, Progress},
@@ -48,6 +50,7 @@ use crate::{
 };
 
 use self::{
+    ack_metrics::AckMetrics,
     delivery::delivered,
     drain::drain,
     event::on_event,
@@ -150,6 +153,7 @@ pub(crate) async fn stream(
         checkpoints: begun.checkpoints,
         trail: begun.trail,
         last_checkpoint: begun.start,
+        acks: AckMetrics::new(),
     };
     confirm(&client, &mut st);
     // A state file that cannot be written is found now, not after a failover.
@@ -306,19 +310,33 @@ async fn run_loop(
                     last_checkpoint = Some(Instant::now());
                 }
             }
-            ev = client.recv(), if can_read => match ev {
-                Ok(Some(ev)) => {
-                    since_quiet += 1;
-                    // Handling an event can wait for Kafka (a full queue, a suspect record's
-                    // report): a stop must not wait for it.
-                    match unless_stopped(&stop, on_event(cfg, sink, client, st, reports, ev)).await {
-                        Some(r) => r?,
-                        None => return Ok(()),
+            ev = client.recv(), if can_read => {
+                // The events already received are handled here, up to EVENTS_PER_TURN,
+                // without a turn through this select each (see EVENTS_PER_TURN).
+                let mut next = Some(ev);
+                let mut handled = 0;
+                while let Some(ev) = next.take() {
+                    match ev {
+                        Ok(Some(ev)) => {
+                            since_quiet += 1;
+                            // Handling an event can wait for Kafka (a full queue, a suspect
+                            // record's report): a stop must not wait for it. Pinned here: the
+                            // (large) future is not moved again on every event.
+                            let work = std::pin::pin!(on_event(cfg, sink, client, st, reports, ev));
+                            match unless_stopped(&stop, work).await {
+                                Some(r) => r?,
+                                None => return Ok(()),
+                            }
+                        }
+                        Ok(None) => return Err(RelayError::from(Transient::Replication("the server closed the replication stream".into()))),
+                        Err(e) => return Err(classify(e, cfg)),
+                    }
+                    handled += 1;
+                    if handled < EVENTS_PER_TURN && st.progress.can_read() {
+                        next = client.recv().now_or_never();
                     }
                 }
-                Ok(None) => return Err(RelayError::from(Transient::Replication("the server closed the replication stream".into()))),
-                Err(e) => return Err(classify(e, cfg)),
-            },
+            }
             // Nothing is ready: the stream went quiet (unless the task merely ran out of its
             // co-operative budget, which a busy catch-up does every ~128 events).
             _ = std::future::ready(()), if since_quiet > 0 => {
@@ -410,6 +428,16 @@ async fn release_when_due(since: Instant, release_after: Duration) -> RelayError
         }
     }
 }
+
+/// Events handled per turn of the loop's select when more are already received. In a
+/// catch-up every event is ready at once, and a turn through the select (the stop signal,
+/// the timers, the reports, each polled and dropped) cost about 1,000 instructions per event
+/// (docs/benchmarks.md, "CPU per event"). The timers, the reports and a stop still come first
+/// after at most this many events; the in-flight limits are checked before each one.
+/// A receive that is not ready at once is dropped: the replication client's receive is a
+/// channel's, which loses nothing then (on the current-thread runtime the worker that closes
+/// the channel has also finished, so its end is read at once too).
+const EVENTS_PER_TURN: u32 = 64;
 
 /// A quiet moment after fewer events than this is a trickle worth coalescing.
 const COALESCE_BELOW: u32 = 64;

@@ -16,6 +16,7 @@ use relay_core::{
     skip::Skip,
 };
 
+use super::ack_metrics::AckMetrics;
 use crate::{
     checkpoint::Identity, config::PoisonPolicy, error::RelayError, events::CHECKPOINT_SKIP_DONE,
     failover::Memory, metrics as m, sink::Origin, source::Session,
@@ -53,6 +54,8 @@ pub(super) struct State<'a> {
     pub(super) trail: Trail,
     /// Outside transactions: the covered LSN of the last checkpoint written.
     pub(super) last_checkpoint: Lsn,
+    /// Handles of the acknowledgement metrics.
+    pub(super) acks: AckMetrics,
 }
 
 /// Counts one more record of the open transaction in the tracker and the failover memory;

@@ -201,6 +201,7 @@ impl Run {
             checkpoints,
             trail: Trail::new(None),
             last_checkpoint: Lsn::ZERO,
+            acks: super::ack_metrics::AckMetrics::new(),
         };
         let mut session = Scripted {
             events: script(),

@@ -46,7 +46,7 @@ pub(crate) struct Origin {
 pub(crate) struct Delivered {
     pub(crate) origin: Origin,
     pub(crate) bytes: u64,
-    pub(crate) topic: String,
+    pub(crate) topic: Arc<str>,
     pub(crate) outcome: Result<(), KafkaError>,
 }
 
@@ -84,6 +84,22 @@ pub(crate) struct SinkContext {
     refused_topic: Shared,
     /// The error of the last checkpoint Kafka did not take, until read.
     checkpoint_failure: Shared,
+    /// The topic of the last delivery report, shared by the next ones of the same topic (no
+    /// copy of the name per record).
+    last_topic: Arc<Mutex<Option<Arc<str>>>>,
+}
+
+impl SinkContext {
+    /// `topic` as shared text: the last report's if it is the same topic.
+    fn topic(&self, topic: &str) -> Arc<str> {
+        let Ok(mut last) = self.last_topic.lock() else {
+            return topic.into();
+        };
+        match &*last {
+            Some(t) if **t == *topic => t.clone(),
+            _ => last.insert(topic.into()).clone(),
+        }
+    }
 }
 
 /// The topic in librdkafka's `Failed to add partition "<topic>" [<p>] to transaction: Broker:
@@ -152,17 +168,17 @@ impl ProducerContext for SinkContext {
     type DeliveryOpaque = Box<Pending>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, p: Self::DeliveryOpaque) {
-        let (outcome, topic) = match result {
-            Ok(msg) => (Ok(()), rdkafka::Message::topic(msg).to_string()),
-            Err((e, msg)) => (Err(e.clone()), rdkafka::Message::topic(msg).to_string()),
-        };
         let Some(origin) = p.origin else {
-            if let Err(e) = outcome
+            if let Err((e, _)) = result
                 && let Ok(mut f) = self.checkpoint_failure.lock()
             {
                 *f = Some(e.to_string());
             }
             return;
+        };
+        let (outcome, topic) = match result {
+            Ok(msg) => (Ok(()), self.topic(rdkafka::Message::topic(msg))),
+            Err((e, msg)) => (Err(e.clone()), self.topic(rdkafka::Message::topic(msg))),
         };
         // The receiver is gone only when the pipeline is being torn down.
         let _ = self.reports.send(Delivered {
@@ -223,6 +239,7 @@ impl KafkaSink {
             last_error: Default::default(),
             refused_topic: Default::default(),
             checkpoint_failure: Default::default(),
+            last_topic: Default::default(),
         };
         let ids = transactional_ids(cfg);
         let mut producers = Vec::new();
@@ -420,7 +437,7 @@ impl KafkaSink {
     pub(crate) fn attribute(&self, mut d: Delivered) -> Delivered {
         if self.transactional_id.is_some()
             && d.is_purged()
-            && self.refused_topic().as_deref() == Some(d.topic.as_str())
+            && self.refused_topic().as_deref() == Some(&*d.topic)
         {
             d.outcome = Err(KafkaError::MessageProduction(
                 RDKafkaErrorCode::TopicAuthorizationFailed,
