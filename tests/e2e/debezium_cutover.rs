@@ -480,6 +480,19 @@ async fn a_cutover_from_a_running_debezium_loses_nothing() {
     ));
 }
 
+/// An offsets topic in which `db`'s connector committed everything before `lsn` (a stopped
+/// Debezium that never ran here: what the relay then skips never reached Kafka at all).
+async fn debezium_committed_at(db: &TestDb, lsn: relay_core::Lsn) -> String {
+    let offsets = format!("{}.connect-offsets", db.name);
+    let value = format!(
+        r#"{{"lsn_proc":{l},"lsn_commit":{l},"lsn":{l},"txId":7,"ts_usec":1}}"#,
+        l = lsn.0
+    );
+    let key = format!(r#"["{}",{{"server":"{}"}}]"#, db.name, db.name);
+    offsets_topic(&offsets, &[(key.into_bytes(), Some(value.into_bytes()))]).await;
+    offsets
+}
+
 /// A new slot starts where PostgreSQL is now; Debezium's committed position is older: the
 /// events between would be lost, so the cutover is refused and the slot it created dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -493,13 +506,7 @@ async fn a_new_slot_behind_debeziums_position_is_refused() {
         )
         .await
         .unwrap();
-    let offsets = format!("{}.connect-offsets", db.name);
-    let value = format!(
-        r#"{{"lsn_proc":{l},"lsn_commit":{l},"lsn":{l},"txId":7,"ts_usec":1}}"#,
-        l = committed.0
-    );
-    let key = format!(r#"["{}",{{"server":"{}"}}]"#, db.name, db.name);
-    offsets_topic(&offsets, &[(key.into_bytes(), Some(value.into_bytes()))]).await;
+    let offsets = debezium_committed_at(&db, committed).await;
     let (status, log) = setup(&db, &db.name, &["--offsets-topic", &offsets]);
     assert_eq!(status.code(), Some(3), "{log}");
     assert!(log.contains("would be lost"), "{log}");
@@ -539,13 +546,7 @@ async fn a_new_slot_created_before_debeziums_position_starts_right_after_it() {
                 .unwrap(),
         );
     }
-    let offsets = format!("{}.connect-offsets", db.name);
-    let value = format!(
-        r#"{{"lsn_proc":{l},"lsn_commit":{l},"lsn":{l},"txId":7,"ts_usec":1}}"#,
-        l = position.0
-    );
-    let key = format!(r#"["{}",{{"server":"{}"}}]"#, db.name, db.name);
-    offsets_topic(&offsets, &[(key.into_bytes(), Some(value.into_bytes()))]).await;
+    let offsets = debezium_committed_at(&db, position).await;
     let (status, log) = setup(
         &db,
         &db.name,

@@ -123,6 +123,9 @@ pub const ALL: &[&str] = &[
     HEARTBEAT_AGE_SECONDS,
 ];
 
+/// `op` label values of [`OUTBOX_CHANGES_IGNORED`].
+pub const OUTBOX_CHANGE_OPS: &[&str] = &["update", "delete"];
+
 /// `reason` label values of [`RESTARTS`]: the transient errors of `RelayError::reason`.
 pub const RESTART_REASONS: &[&str] = &[
     "postgres_unreachable",
@@ -199,6 +202,9 @@ pub fn init() {
     }
     for r in CHECKPOINT_RESULTS {
         metrics::counter!(CHECKPOINTS_WRITTEN, "result" => *r).increment(0);
+    }
+    for op in OUTBOX_CHANGE_OPS {
+        metrics::counter!(OUTBOX_CHANGES_IGNORED, "op" => *op).increment(0);
     }
     for alert in crate::alert::AlertKind::ALL {
         metrics::gauge!(ALERT_LEVEL, "alert" => alert.as_str()).set(0.0);

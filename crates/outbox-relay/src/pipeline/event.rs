@@ -176,6 +176,7 @@ fn modified(
     behavior: OpInvalidBehavior,
     pos: Position,
 ) -> Result<(), RelayError> {
+    // One of metrics::OUTBOX_CHANGE_OPS.
     let op = if delete { "delete" } else { "update" };
     metrics::counter!(crate::metrics::OUTBOX_CHANGES_IGNORED, "op" => op).increment(1);
     let lsn = pos.commit_lsn;
