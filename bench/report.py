@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ORDER = ["kafka-floor-linger0", "kafka-floor-linger5", "pg_recvlogical", "outbox-relay", "outbox-relay-fenced", "outbox-relay-eos", "outbox-relay-messages",
+ORDER = ["kafka-floor-linger0", "kafka-floor-linger5", "kafka-floor-txn", "pg_recvlogical", "outbox-relay", "outbox-relay-fenced", "outbox-relay-eos", "outbox-relay-messages",
          "debezium-default", "debezium-tuned", "polling"]
 COLORS = {
     "pg_recvlogical": "#888888",
@@ -24,6 +24,7 @@ COLORS = {
     "outbox-relay-messages": "#8c564b",
     "kafka-floor-linger0": "#bcbd22",
     "kafka-floor-linger5": "#dbdb8d",
+    "kafka-floor-txn": "#8c564b",
     "debezium-default": "#d62728",
     "debezium-tuned": "#ff7f0e",
     "polling": "#2ca02c",

@@ -341,7 +341,7 @@ impl Suite {
             System::DbzDefault | System::DbzTuned => (1, 0),
             System::Polling => (2, 0),
             // Not in catch-up runs (plan() leaves them out): no slot, nothing to drain.
-            System::Floor0 | System::Floor5 => (3, 0),
+            System::Floor0 | System::Floor5 | System::FloorTxn => (3, 0),
         });
         for (s, _, prefix, slot) in &runs {
             if s.produces() {
@@ -361,7 +361,7 @@ impl Suite {
                 System::DbzDefault | System::DbzTuned => {
                     self.prime_debezium(*s, prefix, spec).await?
                 }
-                System::Polling | System::Floor0 | System::Floor5 => {}
+                System::Polling | System::Floor0 | System::Floor5 | System::FloorTxn => {}
             }
         }
         log("writing the backlog");
@@ -614,6 +614,7 @@ impl Suite {
                     topic.clone(),
                     spec.clone(),
                     linger,
+                    s.floor_transactional(),
                 )),
                 None => tokio::spawn(pg::steady_load(
                     self.env.pg_port,
@@ -910,6 +911,7 @@ async fn floor_load(
     topic: String,
     spec: SteadySpec,
     linger_ms: u32,
+    transactional: bool,
 ) -> Result<pg::LoadStats> {
     let seconds = spec.warmup_s + spec.seconds;
     crate::floor::load(
@@ -919,7 +921,10 @@ async fn floor_load(
         spec.rate,
         seconds,
         spec.payload,
-        linger_ms,
+        crate::floor::Kind {
+            linger_ms,
+            transactional,
+        },
     )
     .await
 }

@@ -32,6 +32,10 @@ pub enum System {
     /// The same with linger 5 (the Kafka 4 Java client's default).
     #[serde(rename = "kafka-floor-linger5")]
     Floor5,
+    /// Exactly-once's floor: a bare transactional producer (linger 0) committing back to back,
+    /// read by the same read-committed consumer.
+    #[serde(rename = "kafka-floor-txn")]
+    FloorTxn,
     #[serde(rename = "polling")]
     Polling,
     #[serde(rename = "debezium-default")]
@@ -42,9 +46,10 @@ pub enum System {
 
 impl System {
     /// Every system, in the order a run takes them.
-    pub const CANONICAL: [System; 10] = [
+    pub const CANONICAL: [System; 11] = [
         System::Floor0,
         System::Floor5,
+        System::FloorTxn,
         System::RecvLogical,
         System::Relay,
         System::RelayFenced,
@@ -73,6 +78,7 @@ impl System {
             System::RelayMessages => "outbox-relay-messages",
             System::Floor0 => "kafka-floor-linger0",
             System::Floor5 => "kafka-floor-linger5",
+            System::FloorTxn => "kafka-floor-txn",
             System::Polling => "polling",
             System::DbzDefault => "debezium-default",
             System::DbzTuned => "debezium-tuned",
@@ -88,6 +94,7 @@ impl System {
             "outbox-relay-messages" | "relay-messages" => System::RelayMessages,
             "kafka-floor-linger0" | "floor0" => System::Floor0,
             "kafka-floor-linger5" | "floor5" => System::Floor5,
+            "kafka-floor-txn" | "floortxn" => System::FloorTxn,
             "polling" | "poll" => System::Polling,
             "debezium-default" | "dbz-default" | "dbzd" => System::DbzDefault,
             "debezium-tuned" | "dbz-tuned" | "dbzt" => System::DbzTuned,
@@ -104,6 +111,7 @@ impl System {
             System::RelayMessages => "relaym",
             System::Floor0 => "floor0",
             System::Floor5 => "floor5",
+            System::FloorTxn => "floortxn",
             System::Polling => "poll",
             System::DbzDefault => "dbzd",
             System::DbzTuned => "dbzt",
@@ -120,10 +128,15 @@ impl System {
     /// The floor producers' `linger.ms`; `None` for every other system.
     pub fn floor_linger_ms(self) -> Option<u32> {
         match self {
-            System::Floor0 => Some(0),
+            System::Floor0 | System::FloorTxn => Some(0),
             System::Floor5 => Some(5),
             _ => None,
         }
+    }
+
+    /// The floor producer commits Kafka transactions (exactly-once's floor).
+    pub fn floor_transactional(self) -> bool {
+        self == System::FloorTxn
     }
 
     pub fn publication(self) -> Option<String> {
@@ -300,7 +313,9 @@ impl Env {
         let (child, pid, connect) = match system {
             // The floor producer runs inside the harness (bench/src/floor.rs): its CPU is the
             // harness's own; there is no process to start or stop.
-            System::Floor0 | System::Floor5 => (None, std::process::id() as i32, None),
+            System::Floor0 | System::Floor5 | System::FloorTxn => {
+                (None, std::process::id() as i32, None)
+            }
             System::RecvLogical => {
                 let mut cmd = Command::new("/usr/lib/postgresql/15/bin/pg_recvlogical");
                 cmd.args([
