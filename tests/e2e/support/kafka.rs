@@ -264,6 +264,11 @@ pub async fn set_topic_config(topic: &str, key: &str, value: &str) {
 /// Produces one record (key, value, header `id`) with a plain idempotent producer and waits
 /// for its acknowledgement.
 pub async fn produce_one(topic: &str, key: &str, value: &str, id: &str) {
+    produce(topic, key, value, Some(id)).await
+}
+
+/// [`produce_one`], with no headers at all when `id` is `None`.
+pub async fn produce(topic: &str, key: &str, value: &str, id: Option<&str>) {
     use rdkafka::{
         message::{Header, OwnedHeaders},
         producer::{FutureProducer, FutureRecord},
@@ -273,17 +278,14 @@ pub async fn produce_one(topic: &str, key: &str, value: &str, id: &str) {
         .set("enable.idempotence", "true")
         .create()
         .expect("producer");
-    let headers = OwnedHeaders::new().insert(Header {
-        key: "id",
-        value: Some(id),
-    });
-    p.send(
-        FutureRecord::to(topic)
-            .key(key)
-            .payload(value)
-            .headers(headers),
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap_or_else(|(e, _)| panic!("cannot produce to {topic}: {e}"));
+    let mut record = FutureRecord::to(topic).key(key).payload(value);
+    if let Some(id) = id {
+        record = record.headers(OwnedHeaders::new().insert(Header {
+            key: "id",
+            value: Some(id),
+        }));
+    }
+    p.send(record, Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|(e, _)| panic!("cannot produce to {topic}: {e}"));
 }

@@ -247,21 +247,7 @@ fn build_rust(dir: &Path) -> Result<Vec<OsString>, String> {
 
 /// Produces one record WITHOUT headers (the bad input the recipes must refuse).
 pub async fn produce_without_id(topic: &str, key: &str, value: &str) {
-    use rdkafka::{
-        ClientConfig,
-        producer::{FutureProducer, FutureRecord},
-    };
-    let p: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
-        .set("enable.idempotence", "true")
-        .create()
-        .expect("producer");
-    p.send(
-        FutureRecord::to(topic).key(key).payload(value),
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap_or_else(|(e, _)| panic!("cannot produce to {topic}: {e}"));
+    super::kafka::produce(topic, key, value, None).await
 }
 
 /// The Kafka consumer group a recipe run named `group` uses on `topic`: each recipe row has its

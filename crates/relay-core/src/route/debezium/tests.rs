@@ -15,7 +15,8 @@ const POS: Position = Position {
     seq: 2,
 };
 
-fn rel(cols: &[(&str, u32)]) -> Relation {
+/// A Relation of `public.ob` with these columns (also the topic tests').
+pub(super) fn rel(cols: &[(&str, u32)]) -> Relation {
     Relation {
         oid: 1,
         namespace: "public".into(),

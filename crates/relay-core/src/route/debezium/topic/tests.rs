@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::{
     Lsn,
-    pgoutput::{Column, Relation, Value},
+    pgoutput::{Relation, Value},
     route::{ConfigError, OptionsError, OutboxTable, Plan, PlanEnv, Position, RouteError, connect},
 };
 
@@ -247,25 +247,13 @@ const POS: Position = Position {
 };
 
 fn rel() -> Relation {
-    let cols = [
+    crate::route::debezium::tests::rel(&[
         ("id", connect::oid::UUID),
         ("aggregatetype", connect::oid::VARCHAR),
         ("aggregateid", connect::oid::VARCHAR),
         ("kind", connect::oid::VARCHAR),
         ("payload", connect::oid::JSONB),
-    ];
-    Relation {
-        oid: 1,
-        namespace: "public".into(),
-        name: "ob".into(),
-        columns: cols
-            .iter()
-            .map(|(c, t)| Column {
-                name: c.to_string(),
-                type_oid: *t,
-            })
-            .collect(),
-    }
+    ])
 }
 
 fn table(opts: DebeziumOptions) -> OutboxTable {
