@@ -21,7 +21,8 @@
 #   working tree; BENCH_RELAY_PATCHES="bench/proposals/x.diff ..." applies patches to that export
 #   first (measuring a proposal without touching crates/). STACK_DIR (.stack-bench), PGPORT (56432),
 #   KAFKA_PORT (29192), CONNECT_REST_PORT (28083): the bench stack never touches the test stack;
-#   BENCH_FETCH_WAIT_MS (100): the latency consumer's fetch.wait.max.ms
+#   BENCH_FETCH_WAIT_MS (100): the latency consumer's fetch.wait.max.ms; BENCH_RELAY_LOG (warn): the
+#   relay's RUST_LOG in the run (its log is in the work dir), e.g. outbox_relay=debug for commit timings
 #   (55432/19092).
 #
 # Installs what is missing: apt (infra/install-deps.sh: PostgreSQL 15, Java 17, Maven, build deps),

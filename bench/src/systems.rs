@@ -359,7 +359,12 @@ impl Env {
                 let c = cmd
                     .args(["run", "-c"])
                     .arg(&cfg)
-                    .env("RUST_LOG", "warn")
+                    // BENCH_RELAY_LOG: the relay's log filter in a bench run (its log file is in
+                    // the work dir), e.g. `outbox_relay=debug` for the commit timings.
+                    .env(
+                        "RUST_LOG",
+                        std::env::var("BENCH_RELAY_LOG").unwrap_or_else(|_| "warn".into()),
+                    )
                     .stdout(Stdio::null())
                     .stderr(log("outbox-relay")?)
                     .spawn()

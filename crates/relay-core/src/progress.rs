@@ -8,7 +8,11 @@
 //! - **With Kafka transactions, only what a committed transaction holds.** An acknowledged record
 //!   of a Kafka transaction that later aborts is invisible to read-committed consumers, so while
 //!   the open Kafka transaction holds records, confirmation is capped at the watermark it had when
-//!   it got its first one; [`Progress::kafka_committed`] lifts the cap.
+//!   it got its first one; [`Progress::kafka_committed`] lifts the cap. A commit may run while
+//!   the next Kafka transaction fills ([`Progress::kafka_commit_started`], then
+//!   [`Progress::kafka_commit_settled`]): the committing transaction's cap holds until it
+//!   settles, and the next one's cap is taken as it gets its first record, so neither lifts
+//!   the other's.
 //! - **Confirmations never go backwards** and are handed out once ([`Progress::take_confirmation`]).
 //! - **In exactly-once mode, only what a committed checkpoint covers**
 //!   ([`Progress::with_checkpoints`]): confirmation is further capped at the covered LSN of the
@@ -42,6 +46,10 @@ pub struct Progress {
     /// With Kafka transactions, while the open one holds records: the watermark when it got its
     /// first one.
     confirm_cap: Option<Lsn>,
+    /// With Kafka transactions, while a commit runs: the cap of the transaction it commits.
+    committing_cap: Option<Lsn>,
+    /// A commit runs (started and not settled).
+    committing: bool,
     /// While skipping after a start, and always in exactly-once mode: the covered LSN of the
     /// last committed (or verified) checkpoint.
     checkpointed: Option<Lsn>,
@@ -62,6 +70,8 @@ impl Progress {
             in_flight_bytes: 0,
             acked: 0,
             confirm_cap: None,
+            committing_cap: None,
+            committing: false,
             checkpointed: None,
             exactly_once: false,
             kafka_txn_records: 0,
@@ -185,8 +195,29 @@ impl Progress {
     /// (The commit flushes: every record in it is acknowledged when it returns, and the
     /// acknowledged prefix, not this call, decides what is confirmed.)
     pub fn kafka_committed(&mut self) {
-        self.confirm_cap = None;
+        self.kafka_commit_started();
+        self.kafka_commit_settled();
+    }
+
+    /// The open Kafka transaction's commit was sent (every record of it acknowledged); records
+    /// handed from now on go to the next transaction. Its cap holds until
+    /// [`kafka_commit_settled`](Self::kafka_commit_settled).
+    pub fn kafka_commit_started(&mut self) {
+        debug_assert!(!self.committing, "one commit at a time");
+        self.committing_cap = self.confirm_cap.take();
+        self.committing = true;
         self.kafka_txn_records = 0;
+    }
+
+    /// The commit sent by [`kafka_commit_started`](Self::kafka_commit_started) succeeded.
+    pub fn kafka_commit_settled(&mut self) {
+        self.committing_cap = None;
+        self.committing = false;
+    }
+
+    /// A commit was started and has not settled.
+    pub fn kafka_committing(&self) -> bool {
+        self.committing
     }
 
     /// The open Kafka transaction holds records that only a commit makes confirmable.
@@ -202,10 +233,10 @@ impl Progress {
 
     /// The highest LSN that may be confirmed now.
     pub fn confirmable(&self) -> Lsn {
-        let w = match self.confirm_cap {
-            Some(cap) => self.tracker.watermark().min(cap),
-            None => self.tracker.watermark(),
-        };
+        let w = [self.confirm_cap, self.committing_cap]
+            .into_iter()
+            .flatten()
+            .fold(self.tracker.watermark(), Lsn::min);
         match self.checkpointed {
             Some(c) => w.min(c),
             None => w,

@@ -116,7 +116,9 @@ pub struct KafkaConfig {
     /// alone. A producer that starts its next transaction right after a commit waits while
     /// the coordinator still writes the commit's markers (Kafka answers
     /// CONCURRENT_TRANSACTIONS and librdkafka retries after 20 ms); with two, each producer's
-    /// previous transaction ended one transaction ago (docs/benchmarks.md).
+    /// previous transaction ended one transaction ago (docs/benchmarks.md). With two, the
+    /// relay also keeps reading and producing into the next transaction while Kafka answers
+    /// the last commit (every record of it acknowledged first, so order holds).
     /// Both ids are fenced at start; the principal needs WRITE and DESCRIBE on both (a
     /// prefixed ACL on `<transactional_id>` covers them: docs/security.md).
     #[serde(

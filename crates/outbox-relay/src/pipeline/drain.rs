@@ -9,7 +9,7 @@ use super::{
     checkpoints::write_acknowledged,
     delivery::on_delivery,
     state::{State, confirm},
-    txn::commit,
+    txn::{commit, settle_running},
 };
 use crate::{
     config::Config,
@@ -46,11 +46,17 @@ pub(super) async fn drain(
             }
         }
     }
-    if st.progress.kafka_commit_pending() {
+    if st.progress.kafka_commit_pending() || st.committing.is_some() {
         // Commit what was acknowledged, within the shutdown timeout; if that fails it stays
-        // unconfirmed and is sent again.
-        let committed =
-            tokio::time::timeout_at(deadline, commit(cfg, sink, client, st, reports)).await;
+        // unconfirmed and is sent again. A commit still running is waited for first, the
+        // last one too.
+        let last = async {
+            if st.progress.kafka_commit_pending() {
+                commit(cfg, sink, client, st, reports).await?;
+            }
+            settle_running(sink, client, st, reports).await
+        };
+        let committed = tokio::time::timeout_at(deadline, last).await;
         if let Err(e) = committed
             .map_err(|_| RelayError::from(Transient::KafkaTransaction("shutdown timeout".into())))
             .and_then(|r| r)

@@ -55,7 +55,7 @@ use self::{
     drain::drain,
     event::on_event,
     state::{State, confirm, remember, report_gauges},
-    txn::{abort_open_transaction, commit, transaction_timeout},
+    txn::{abort_open_transaction, commit, settle, transaction_timeout},
 };
 use crate::carry::Carry;
 
@@ -154,6 +154,7 @@ pub(crate) async fn stream(
         trail: begun.trail,
         last_checkpoint: begun.start,
         acks: AckMetrics::new(),
+        committing: None,
     };
     confirm(&client, &mut st);
     // A state file that cannot be written is found now, not after a failover.
@@ -250,7 +251,9 @@ async fn run_loop(
                     return Ok(());
                 }
             }
-            _ = sleep_until_some(quiet_commit_at), if quiet_commit_at.is_some() => {
+            // A quiet commit waits for the running one to settle (the branch below) rather
+            // than blocking the loop on it.
+            _ = sleep_until_some(quiet_commit_at), if quiet_commit_at.is_some() && st.committing.is_none() => {
                 (last_commit, quiet_commit_at) = (Some(Instant::now()), None);
                 if st.progress.kafka_commit_pending()
                     && !commit_unless(cfg, sink, client, st, reports, shutdown, paused, release_after).await?
@@ -281,6 +284,7 @@ async fn run_loop(
                             last_checkpoint = Some(Instant::now());
                         }
                     } else if st.progress.checkpoint_due() && !st.progress.kafka_commit_pending()
+                        && st.committing.is_none()
                         && st.skip.is_verified()
                     {
                         // Exactly-once and idle: a checkpoint-only transaction lets the
@@ -290,6 +294,11 @@ async fn run_loop(
                             return Ok(());
                         }
                     }
+                }
+            }
+            ended = running_commit(&mut st.committing), if st.committing.is_some() => {
+                if let Some(running) = st.committing.take() {
+                    settle(sink, client, st, reports, running, ended).await?;
                 }
             }
             Some(d) = reports.recv() => {
@@ -360,6 +369,10 @@ async fn run_loop(
                 if quiet && st.progress.kafka_commit_pending() && quiet_commit_at.is_none() {
                     match last_commit.map(|t| t + commit_gap).filter(|at| *at > Instant::now()) {
                         Some(at) => quiet_commit_at = Some(at.into()),
+                        // Once the running commit settled.
+                        None if st.committing.is_some() => {
+                            quiet_commit_at = Some(tokio::time::Instant::now());
+                        }
                         None => {
                             last_commit = Some(Instant::now());
                             if !commit_unless(cfg, sink, client, st, reports, shutdown, paused, release_after).await? {
@@ -370,6 +383,15 @@ async fn run_loop(
                 }
             }
         }
+    }
+}
+
+/// Waits until the running Kafka commit ended (never, if none runs: the branch is disabled
+/// then anyway).
+async fn running_commit(committing: &mut Option<txn::Committing>) -> crate::sink::CommitEnded {
+    match committing {
+        Some(c) => c.commit.ended().await,
+        None => std::future::pending().await,
     }
 }
 

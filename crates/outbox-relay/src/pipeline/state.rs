@@ -16,7 +16,7 @@ use relay_core::{
     skip::Skip,
 };
 
-use super::ack_metrics::AckMetrics;
+use super::{ack_metrics::AckMetrics, txn::Committing};
 use crate::{
     checkpoint::Identity, config::PoisonPolicy, error::RelayError, events::CHECKPOINT_SKIP_DONE,
     failover::Memory, metrics as m, sink::Origin, source::Session,
@@ -56,6 +56,9 @@ pub(super) struct State<'a> {
     pub(super) last_checkpoint: Lsn,
     /// Handles of the acknowledgement metrics.
     pub(super) acks: AckMetrics,
+    /// A Kafka commit sent and not answered yet (two producers: the next transaction fills
+    /// meanwhile).
+    pub(super) committing: Option<Committing>,
 }
 
 /// Counts one more record of the open transaction in the tracker and the failover memory;

@@ -202,6 +202,7 @@ impl Run {
             trail: Trail::new(None),
             last_checkpoint: Lsn::ZERO,
             acks: super::ack_metrics::AckMetrics::new(),
+            committing: None,
         };
         let mut session = Scripted {
             events: script(),

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use relay_core::Lsn;
 use tokio::sync::mpsc;
 
 use super::{
@@ -15,12 +16,14 @@ use crate::{
     error::{RelayError, Transient},
     events::{KAFKA_TRANSACTION_ABORT_FAILED, KAFKA_TRANSACTION_ABORTED, KAFKA_TRANSACTION_ENDED},
     metrics as m,
-    sink::{Delivered, KafkaSink},
+    sink::{CommitEnded, Delivered, KafkaSink, RunningCommit},
     source::Session,
 };
 
 /// With `kafka.transactional_id`: commits the open Kafka transaction, after which its
-/// records' LSNs may be confirmed.
+/// records' LSNs may be confirmed. With two producers the commit runs on (the loop settles it
+/// with [`settle`]) while the next transaction fills; a commit still running is settled first:
+/// one commit at a time, in order.
 pub(super) async fn commit(
     cfg: &Config,
     sink: &KafkaSink,
@@ -28,6 +31,7 @@ pub(super) async fn commit(
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
 ) -> Result<(), RelayError> {
+    settle_running(sink, client, st, reports).await?;
     let started = Instant::now();
     // The checkpoint that ends the transaction covers every source transaction closed so far,
     // written before their records are acknowledged: the commit makes all of them visible with
@@ -41,9 +45,121 @@ pub(super) async fn commit(
         let position = st.progress.checkpoint_position_handed();
         covered = checkpoints::write(cfg, sink, st, position).await?;
     }
-    let result = sink.commit_and_begin(transaction_timeout(cfg)).await;
+    let handed = started.elapsed();
+    let timeout = transaction_timeout(cfg);
+    if sink.pipelines_commits() {
+        return match sink.commit_start(timeout).await {
+            Ok((commit, flushed)) => {
+                st.progress.kafka_commit_started();
+                st.committing = Some(Committing {
+                    commit,
+                    covered,
+                    started,
+                    handed,
+                    flushed,
+                });
+                Ok(())
+            }
+            Err(e) => {
+                ended(
+                    sink,
+                    client,
+                    st,
+                    reports,
+                    Err(e),
+                    covered,
+                    started,
+                    handed,
+                    Duration::ZERO,
+                )
+                .await
+            }
+        };
+    }
+    let result = sink.commit_and_begin(timeout).await;
+    let flushed = result.as_ref().map_or(Duration::ZERO, |f| *f);
+    st.progress.kafka_commit_started();
+    ended(
+        sink,
+        client,
+        st,
+        reports,
+        result.map(|_| ()),
+        covered,
+        started,
+        handed,
+        flushed,
+    )
+    .await
+}
+
+/// Waits for the running commit, if any, and settles it.
+pub(super) async fn settle_running(
+    sink: &KafkaSink,
+    client: &impl Session,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+) -> Result<(), RelayError> {
+    match st.committing.take() {
+        Some(mut running) => {
+            let ended = running.commit.ended().await;
+            settle(sink, client, st, reports, running, ended).await
+        }
+        None => Ok(()),
+    }
+}
+
+/// A commit sent and not yet answered ([`KafkaSink::commit_start`]).
+pub(super) struct Committing {
+    pub(super) commit: RunningCommit,
+    covered: Option<Lsn>,
+    started: Instant,
+    handed: Duration,
+    flushed: Duration,
+}
+
+/// The running commit ended (`ended`, from [`RunningCommit::ended`]): on success its records
+/// may be confirmed; on failure the pipeline ends (and aborts the transaction that filled
+/// meanwhile).
+pub(super) async fn settle(
+    sink: &KafkaSink,
+    client: &impl Session,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    running: Committing,
+    ended_as: CommitEnded,
+) -> Result<(), RelayError> {
+    let result = sink.commit_settled(ended_as);
+    let Committing {
+        covered,
+        started,
+        handed,
+        flushed,
+        ..
+    } = running;
+    ended(
+        sink, client, st, reports, result, covered, started, handed, flushed,
+    )
+    .await
+}
+
+/// A commit's end, either way: logged and counted; on success what it covered is confirmed.
+#[allow(clippy::too_many_arguments)]
+async fn ended(
+    sink: &KafkaSink,
+    client: &impl Session,
+    st: &mut State<'_>,
+    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    result: Result<(), RelayError>,
+    covered: Option<Lsn>,
+    started: Instant,
+    handed: Duration,
+    flushed: Duration,
+) -> Result<(), RelayError> {
     tracing::debug!(
         elapsed_us = started.elapsed().as_micros() as u64,
+        checkpoint_us = handed.as_micros() as u64,
+        flush_us = flushed.as_micros() as u64,
         ok = result.is_ok(),
         "{KAFKA_TRANSACTION_ENDED}"
     );
@@ -63,7 +179,7 @@ pub(super) async fn commit(
         metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => r).increment(1);
     }
     result?;
-    st.progress.kafka_committed();
+    st.progress.kafka_commit_settled();
     if let Some(c) = covered {
         st.progress.checkpoint_committed(c);
         st.trail.within(c);

@@ -198,8 +198,10 @@ type Handle = Arc<ThreadedProducer<SinkContext>>;
 /// transactional producers, and each Kafka transaction runs on the one that did not run the
 /// previous: a producer whose transaction just committed has to wait (CONCURRENT_TRANSACTIONS,
 /// retried after 20 ms) until the coordinator wrote that commit's markers, the other does not.
-/// Order holds across them because transactions never overlap: every record of one is
-/// acknowledged and the transaction committed before the next one's first record is sent.
+/// Order holds across them: every record of one transaction is acknowledged before the next
+/// one's first record is sent, and the next one commits only once this one committed. Its
+/// commit's answer is awaited while the next one fills ([`KafkaSink::commit_start`]); if the
+/// commit fails, the next one is aborted.
 pub(crate) struct KafkaSink {
     producers: Vec<Handle>,
     /// Index in `producers` of the one the open transaction (or every record, without
@@ -558,4 +560,4 @@ mod tests;
 mod transaction;
 
 use transaction::is_fenced;
-pub(crate) use transaction::transactional_ids;
+pub(crate) use transaction::{CommitEnded, RunningCommit, transactional_ids};

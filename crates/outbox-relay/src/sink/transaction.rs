@@ -1,7 +1,10 @@
 //! Kafka transactions (`kafka.transactional_id`): fencing at start, commit-and-begin on
 //! alternating producers, abort; librdkafka's blocking calls off the runtime's thread.
 
-use std::{sync::atomic::Ordering, time::Duration};
+use std::{
+    sync::atomic::Ordering,
+    time::{Duration, Instant},
+};
 
 use rdkafka::{
     error::RDKafkaErrorCode,
@@ -34,25 +37,66 @@ impl KafkaSink {
     }
 
     /// Commits the open transaction (after every record in it was acknowledged) and opens the
-    /// next one.
-    pub(crate) async fn commit_and_begin(&self, timeout: Duration) -> Result<(), RelayError> {
+    /// next one. Returns how long the flush (every record acknowledged) took.
+    pub(crate) async fn commit_and_begin(&self, timeout: Duration) -> Result<Duration, RelayError> {
         // rdkafka's commit_transaction first flushes, polling for reports in 100 ms steps; with
         // the producer's own thread serving them, every commit took 100 ms. Wait here for the
         // queue to drain (reports served), so that flush returns at once.
+        let started = Instant::now();
         self.reports_served(timeout).await;
+        let flushed = started.elapsed();
         if self.producers.len() == 1 {
-            return self
-                .transaction(move |p| {
-                    p.commit_transaction(timeout)?;
-                    p.begin_transaction()
-                })
-                .await;
+            self.transaction(move |p| {
+                p.commit_transaction(timeout)?;
+                p.begin_transaction()
+            })
+            .await?;
+            return Ok(flushed);
         }
         self.transaction(move |p| p.commit_transaction(timeout))
             .await?;
         // The next transaction on the other producer: its last one ended a transaction ago.
         self.active.fetch_add(1, Ordering::Relaxed);
-        self.transaction(move |p| p.begin_transaction()).await
+        self.transaction(move |p| p.begin_transaction()).await?;
+        Ok(flushed)
+    }
+
+    /// Commits run on while the next transaction fills ([`commit_start`](Self::commit_start)):
+    /// there are two producers.
+    pub(crate) fn pipelines_commits(&self) -> bool {
+        self.producers.len() >= 2
+    }
+
+    /// With two producers: commits the open transaction without waiting for Kafka's answer.
+    /// Flushes it (every record acknowledged), sends the commit from a blocking thread, and
+    /// opens the next transaction on the other producer at once, so the stream keeps flowing
+    /// while the coordinator answers. Order holds: every record of the committing transaction
+    /// is acknowledged before the next one's first is sent, and the caller commits the next
+    /// one only after [`commit_settled`](Self::commit_settled) said this one succeeded (else
+    /// it aborts the next one). Returns the running commit and how long the flush took.
+    pub(crate) async fn commit_start(
+        &self,
+        timeout: Duration,
+    ) -> Result<(RunningCommit, Duration), RelayError> {
+        debug_assert!(
+            self.producers.len() >= 2,
+            "a commit runs on its own producer"
+        );
+        let started = Instant::now();
+        self.reports_served(timeout).await;
+        let flushed = started.elapsed();
+        let producer =
+            self.producers[self.active.load(Ordering::Relaxed) % self.producers.len()].clone();
+        let handle = tokio::task::spawn_blocking(move || producer.commit_transaction(timeout));
+        self.active.fetch_add(1, Ordering::Relaxed);
+        self.transaction(move |p| p.begin_transaction()).await?;
+        Ok((RunningCommit { handle }, flushed))
+    }
+
+    /// How a commit sent by [`commit_start`](Self::commit_start) ended
+    /// ([`RunningCommit::ended`]).
+    pub(crate) fn commit_settled(&self, ended: CommitEnded) -> Result<(), RelayError> {
+        self.transaction_result(ended.0)
     }
 
     /// Aborts the open transaction: its records are purged and never visible to
@@ -82,8 +126,17 @@ impl KafkaSink {
         + 'static,
     ) -> Result<(), RelayError> {
         let producer = self.producers[index % self.producers.len()].clone();
-        tokio::task::spawn_blocking(move || call(&producer))
-            .await
+        let joined = tokio::task::spawn_blocking(move || call(&producer)).await;
+        self.transaction_result(joined)
+    }
+
+    /// A transaction call's outcome as the relay's error: fenced, refused for good, or
+    /// transient (outcome unknown: the pipeline restarts with new producers).
+    fn transaction_result(
+        &self,
+        joined: Result<rdkafka::error::KafkaResult<()>, tokio::task::JoinError>,
+    ) -> Result<(), RelayError> {
+        joined
             .map_err(|e| Transient::KafkaTransaction(e.to_string()))?
             .map_err(|e| match e.rdkafka_error_code() {
                 Some(c) if is_fenced(c) => Transient::ProducerFenced(e.to_string()).into(),
@@ -97,6 +150,22 @@ impl KafkaSink {
                 .into(),
                 _ => RelayError::from(Transient::KafkaTransaction(e.to_string())),
             })
+    }
+}
+
+/// A Kafka commit running on a blocking thread ([`KafkaSink::commit_start`]).
+pub(crate) struct RunningCommit {
+    handle: tokio::task::JoinHandle<rdkafka::error::KafkaResult<()>>,
+}
+
+/// How a [`RunningCommit`] ended, for [`KafkaSink::commit_settled`].
+pub(crate) struct CommitEnded(Result<rdkafka::error::KafkaResult<()>, tokio::task::JoinError>);
+
+impl RunningCommit {
+    /// Waits until the commit ended. Cancel-safe: dropped before that, it can be waited for
+    /// again; once it returned, the commit must not be waited for again.
+    pub(crate) async fn ended(&mut self) -> CommitEnded {
+        CommitEnded((&mut self.handle).await)
     }
 }
 

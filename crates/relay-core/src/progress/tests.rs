@@ -20,6 +20,11 @@ enum Op {
     Ack(usize),
     /// Every record delivered, then the Kafka transaction committed.
     KafkaCommit,
+    /// Every record of the open Kafka transaction delivered, and its commit sent; records
+    /// handed from now on go to the next one (the commit runs meanwhile).
+    KafkaCommitStart,
+    /// The commit sent by `KafkaCommitStart` succeeded.
+    KafkaCommitSettle,
     Fail,
 }
 
@@ -31,6 +36,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Keepalive),
         5 => (0usize..8).prop_map(Op::Ack),
         1 => Just(Op::KafkaCommit),
+        1 => Just(Op::KafkaCommitStart),
+        1 => Just(Op::KafkaCommitSettle),
         1 => prop::bool::weighted(0.1).prop_map(|f| if f { Op::Fail } else { Op::Keepalive }),
     ]
 }
@@ -43,6 +50,8 @@ struct Rec {
     acked: bool,
     /// In a committed Kafka transaction (always true without transactions once acked).
     committed: bool,
+    /// The Kafka transaction it was handed to (with transactions).
+    ktxn: usize,
 }
 
 #[derive(Debug, Default)]
@@ -53,6 +62,10 @@ struct Model {
     lsn: u64,
     open: bool,
     failed: bool,
+    /// The open Kafka transaction.
+    ktxn: usize,
+    /// The Kafka transaction whose commit runs.
+    committing: Option<usize>,
 }
 
 impl Model {
@@ -95,6 +108,7 @@ fn run(ops: &[Op], transactional: bool) -> Result<(), TestCaseError> {
                     txn: m.txns.len() - 1,
                     acked: false,
                     committed: false,
+                    ktxn: m.ktxn,
                 });
             }
             Op::Commit if m.open => {
@@ -116,7 +130,29 @@ fn run(ops: &[Op], transactional: bool) -> Result<(), TestCaseError> {
                     r.committed = !transactional;
                 }
             }
-            Op::KafkaCommit if !m.failed => {
+            Op::KafkaCommitStart if transactional && !m.failed && m.committing.is_none() => {
+                let h = p.checkpoint_position_handed();
+                if let Some((commit, None)) = m.txns.last() {
+                    prop_assert!(h < *commit, "covers the open transaction {commit}: {h}");
+                }
+                // The commit flushes the open transaction's records first.
+                for r in m.recs.iter_mut().filter(|r| !r.acked && r.ktxn == m.ktxn) {
+                    p.ack(r.tx, 10).unwrap();
+                    r.acked = true;
+                }
+                prop_assert!(p.checkpoint_position() >= h, "the flush acknowledged {h}");
+                p.kafka_commit_started();
+                m.committing = Some(m.ktxn);
+                m.ktxn += 1;
+            }
+            Op::KafkaCommitSettle if !m.failed && m.committing.is_some() => {
+                let k = m.committing.take();
+                p.kafka_commit_settled();
+                for r in m.recs.iter_mut().filter(|r| Some(r.ktxn) == k) {
+                    r.committed = true;
+                }
+            }
+            Op::KafkaCommit if !m.failed && m.committing.is_none() => {
                 // The checkpoint ending the transaction is written before its acks: it covers
                 // every closed source transaction, never an open one, and exactly what the acks
                 // then make the acknowledged prefix.
@@ -135,6 +171,7 @@ fn run(ops: &[Op], transactional: bool) -> Result<(), TestCaseError> {
                 for r in &mut m.recs {
                     r.committed = true;
                 }
+                m.ktxn += 1;
             }
             Op::Fail => {
                 p.fail();
@@ -163,6 +200,9 @@ fn run(ops: &[Op], transactional: bool) -> Result<(), TestCaseError> {
     if !m.failed && !m.open {
         for r in m.recs.iter_mut().filter(|r| !r.acked) {
             p.ack(r.tx, 10).unwrap();
+        }
+        if m.committing.is_some() {
+            p.kafka_commit_settled();
         }
         p.kafka_committed();
         if let Some((_, Some(end))) = m.txns.last() {
