@@ -32,13 +32,26 @@ COLORS = {
 
 
 def shape_name(c):
-    p = "~4 KB" if c["payload"] > 1000 else "~200 B"
-    t = "1,000-row txns" if c["txn_rows"] > 1 else "single-row txns"
-    return f"{c['events']:,} events, {t}, {p}"
+    size = c["payload"]
+    p = f"~{size // 1024} KB" if size > 1000 else f"~{size} B"
+    rows = c["txn_rows"]
+    if rows >= c["events"]:
+        t = "one transaction"
+    elif rows > 1:
+        t = f"{rows:,}-row txns"
+    else:
+        t = "single-row txns"
+    name = f"{c['events']:,} events, {t}, {p}"
+    # Partitions and outbox tables, when not the defaults (3 and 1; runs before they were recorded)
+    if c.get("partitions", 3) != 3:
+        name += f", {c['partitions']} partition{'s' if c['partitions'] > 1 else ''}"
+    if c.get("tables", 1) != 1:
+        name += f", {c['tables']} outbox tables"
+    return name
 
 
 def shape_key(c):
-    return (c["txn_rows"], c["payload"], c["events"])
+    return (c["txn_rows"], c["payload"], c["events"], c.get("partitions", 3), c.get("tables", 1))
 
 
 def fmt(x, nd=0):
@@ -319,6 +332,12 @@ def md_catchup(results, out):
         for r in runs:
             if r.get("note"):
                 out.append(f"- {r['system']}: {r['note']}")
+        spilled = [r for r in runs if (r.get("slot_stats") or {}).get("spill_bytes", 0) > 0]
+        for r in spilled:
+            st = r["slot_stats"]
+            out.append(f"- {r['system']}'s slot spilled {st['spill_bytes'] / 2**20:,.0f} MiB to disk in "
+                       f"{st['spill_count']:,} spills of {st['spill_txns']:,} transaction(s) "
+                       f"(logical_decoding_work_mem {st['work_mem']})")
         out.append("")
 
 
@@ -374,6 +393,12 @@ def md_steady(results, out):
         for r in runs:
             if r.get("note"):
                 out.append(f"- {r['system']}: {r['note']}")
+        spilled = [r for r in runs if (r.get("slot_stats") or {}).get("spill_bytes", 0) > 0]
+        for r in spilled:
+            st = r["slot_stats"]
+            out.append(f"- {r['system']}'s slot spilled {st['spill_bytes'] / 2**20:,.0f} MiB to disk in "
+                       f"{st['spill_count']:,} spills of {st['spill_txns']:,} transaction(s) "
+                       f"(logical_decoding_work_mem {st['work_mem']})")
         out.append("")
 
 

@@ -13,14 +13,17 @@
 #   relay.delivery = "exactly-once", outbox-relay-messages = writers emitting logical messages to a
 #   [[message]] section (steady only), all three only when named);
 #   --workloads catchup,steady,saturation; --events N (backlog size); --shapes 1000x200,1x200,1000x4096
-#   (catch-up: rows per transaction x payload bytes); --rates 1000x200,10000x200 (steady: events/s x
-#   payload bytes); --steady-seconds S; --repeat N (drains per backlog for pg_recvlogical and
-#   outbox-relay); --relay-extra-toml FILE (merged into outbox-relay's config: config experiments);
+#   (catch-up: rows per transaction x payload bytes [x events: 1000000x200x1000000 = one transaction
+#   of 1M rows]); --partitions 1,3,12 (catch-up topic's partitions, default 3) and --tables 1,4
+#   (outbox tables the backlog is spread over, one [[outbox]] each): every shape with each;
+#   --rates 1000x200,10000x200 (steady: events/s x payload bytes); --steady-seconds S; --repeat N
+#   (drains per backlog for pg_recvlogical and outbox-relay); --relay-extra-toml FILE (merged into outbox-relay's config: config experiments);
 #   --out DIR (results, report and plots); --keep-stack (leave the bench stack running).
 # Env: BENCH_RELAY_REV=<git rev> builds outbox-relay from that revision (clean export) instead of the
 #   working tree; BENCH_RELAY_PATCHES="bench/proposals/x.diff ..." applies patches to that export
 #   first (measuring a proposal without touching crates/). STACK_DIR (.stack-bench), PGPORT (56432),
-#   KAFKA_PORT (29192), CONNECT_REST_PORT (28083): the bench stack never touches the test stack;
+#   KAFKA_PORT (29192; the controller listens on KAFKA_PORT+1), CONNECT_REST_PORT (28083): the bench
+#   stack never touches the test stack;
 #   BENCH_FETCH_WAIT_MS (100): the latency consumer's fetch.wait.max.ms; BENCH_RELAY_LOG (warn): the
 #   relay's RUST_LOG in the run (its log is in the work dir), e.g. outbox_relay=debug for commit timings
 #   (55432/19092).
@@ -43,9 +46,9 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1; ARGS+=(--quick) ;;
     --keep-stack) KEEP=1 ;;
     --out) OUT="$2"; shift ;;
-    --systems|--workloads|--events|--steady-seconds|--shapes|--rates|--repeat) ARGS+=("$1" "$2"); shift ;;
+    --systems|--workloads|--events|--steady-seconds|--shapes|--rates|--repeat|--partitions|--tables) ARGS+=("$1" "$2"); shift ;;
     --relay-extra-toml) ARGS+=("$1" "$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift

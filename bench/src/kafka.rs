@@ -31,10 +31,15 @@ fn admin(brokers: &str) -> Result<AdminClient<DefaultClientContext>> {
 
 /// Creates `topics` with [`PARTITIONS`] partitions (RF 1); existing ones are fine.
 pub async fn create_topics(brokers: &str, topics: &[String]) -> Result<()> {
+    create_topics_with(brokers, topics, PARTITIONS).await
+}
+
+/// [`create_topics`] with `n` partitions each.
+pub async fn create_topics_with(brokers: &str, topics: &[String], n: i32) -> Result<()> {
     let a = admin(brokers)?;
     let new: Vec<NewTopic> = topics
         .iter()
-        .map(|t| NewTopic::new(t, PARTITIONS, TopicReplication::Fixed(1)))
+        .map(|t| NewTopic::new(t, n, TopicReplication::Fixed(1)))
         .collect();
     for r in a.create_topics(&new, &AdminOptions::new()).await? {
         match r {
@@ -47,7 +52,7 @@ pub async fn create_topics(brokers: &str, topics: &[String]) -> Result<()> {
     let c = plain_consumer(brokers)?;
     for t in topics {
         for _ in 0..100 {
-            if partitions(&c, t).map(|n| n == PARTITIONS).unwrap_or(false) {
+            if partitions(&c, t).is_some_and(|p| p == n) {
                 break;
             }
             thread::sleep(Duration::from_millis(100));
@@ -84,19 +89,24 @@ fn partitions(c: &BaseConsumer, topic: &str) -> Option<i32> {
 pub struct EndOffsets {
     c: BaseConsumer,
     topic: String,
+    /// The topic's partition count (from its metadata; [`PARTITIONS`] if it does not exist yet).
+    partitions: i32,
 }
 
 impl EndOffsets {
     pub fn new(brokers: &str, topic: &str) -> Result<Self> {
+        let c = plain_consumer(brokers)?;
+        let partitions = partitions(&c, topic).unwrap_or(PARTITIONS);
         Ok(Self {
-            c: plain_consumer(brokers)?,
+            c,
             topic: topic.to_string(),
+            partitions,
         })
     }
 
     pub fn total(&self) -> Result<i64> {
         let mut sum = 0;
-        for p in 0..PARTITIONS {
+        for p in 0..self.partitions {
             let (_, high) = self
                 .c
                 .fetch_watermarks(&self.topic, p, Duration::from_secs(5))

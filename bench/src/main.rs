@@ -10,6 +10,7 @@ mod kafka;
 mod pg;
 mod poll_relay;
 mod procstat;
+mod slot_stats;
 mod suite;
 mod systems;
 
@@ -118,9 +119,18 @@ struct SuiteArgs {
     #[arg(long)]
     events: Option<i32>,
     /// Catch-up shapes as TXN_ROWSxPAYLOAD, comma-separated (default 1000x200,1x200,1000x4096;
-    /// the 4 KB backlog has a tenth of the events).
+    /// the 4 KB backlog has a tenth of the events), or TXN_ROWSxPAYLOADxEVENTS (that many events,
+    /// e.g. 1000000x200x1000000: one transaction of a million rows).
     #[arg(long, value_delimiter = ',')]
     shapes: Option<Vec<String>>,
+    /// Partition counts of the catch-up topic, comma-separated (default 3); every shape is run
+    /// with each.
+    #[arg(long, value_delimiter = ',')]
+    partitions: Option<Vec<i32>>,
+    /// Outbox tables (1 to 4) the catch-up backlog is spread over, comma-separated (default 1);
+    /// every shape is run with each.
+    #[arg(long, value_delimiter = ',')]
+    tables: Option<Vec<i32>>,
     /// Steady runs as RATExPAYLOAD, comma-separated (default 1000x200,10000x200,1000x4096; quick
     /// 10000x200).
     #[arg(long, value_delimiter = ',')]
@@ -243,17 +253,33 @@ fn plan(a: &SuiteArgs) -> Result<Plan> {
             .with_context(|| format!("{x:?}: expected AxB"))?;
         Ok((a.parse()?, b.parse()?))
     };
+    // TXN_ROWSxPAYLOAD[xEVENTS]
+    let shape = |x: &str| -> Result<(f64, i32, Option<i32>)> {
+        match x.rsplit_once('x') {
+            Some((head, n)) if head.contains('x') => {
+                let (rows, payload) = pair(head)?;
+                Ok((rows, payload, Some(n.parse()?)))
+            }
+            _ => pair(x).map(|(r, p)| (r, p, None)),
+        }
+    };
+    let partitions = a.partitions.clone().unwrap_or(vec![kafka::PARTITIONS]);
+    let tables = a.tables.clone().unwrap_or(vec![1]);
+    anyhow::ensure!(
+        tables.iter().all(|t| (1..=4).contains(t)),
+        "--tables: 1 to 4 (sql/schema.sql has four outbox tables)"
+    );
     let mut catchup = Vec::new();
     if has("catchup") {
         let shapes = match &a.shapes {
-            Some(v) => v.iter().map(|x| pair(x)).collect::<Result<Vec<_>>>()?,
-            None => vec![(1000.0, 200), (1.0, 200), (1000.0, 4096)],
+            Some(v) => v.iter().map(|x| shape(x)).collect::<Result<Vec<_>>>()?,
+            None => vec![(1000.0, 200, None), (1.0, 200, None), (1000.0, 4096, None)],
         };
         // Time budget of the full run (~25 min on 2 cores), unless --systems says otherwise:
         // the polling relay does not see transaction boundaries (it reads rows), so it skips
         // the single-row backlog; Debezium default skips the 4 KB one (tuned runs it).
         let trim = a.systems.is_none() && a.shapes.is_none();
-        for (rows, payload) in shapes {
+        for (rows, payload, n) in shapes {
             let mut skip = Vec::new();
             if trim && rows as i32 == 1 {
                 skip.push(System::Polling);
@@ -261,16 +287,23 @@ fn plan(a: &SuiteArgs) -> Result<Plan> {
             if trim && payload > 1000 {
                 skip.push(System::DbzDefault);
             }
-            catchup.push(CatchupSpec {
-                events: match (payload > 1000, quick) {
-                    (false, _) => events,
-                    (true, false) => events / 10,
-                    (true, true) => events / 5,
-                },
-                txn_rows: rows as i32,
-                payload,
-                skip,
+            let events = n.unwrap_or(match (payload > 1000, quick) {
+                (false, _) => events,
+                (true, false) => events / 10,
+                (true, true) => events / 5,
             });
+            for &p in &partitions {
+                for &t in &tables {
+                    catchup.push(CatchupSpec {
+                        events,
+                        txn_rows: rows as i32,
+                        payload,
+                        partitions: p,
+                        tables: t,
+                        skip: skip.clone(),
+                    });
+                }
+            }
         }
     }
     let mut steady = Vec::new();
@@ -338,9 +371,15 @@ async fn suite(a: SuiteArgs) -> Result<()> {
         database: pg::DB.into(),
         relay_publication: System::Relay.publication().unwrap(),
         relay_wrapper: Vec::new(),
+        outbox_tables: 1,
     };
     env.probe_relay()?;
-    pg::prepare(a.pg_port, &[200, 4096]).await?;
+    let mut sizes = vec![200, 4096];
+    sizes.extend(plan.catchup.iter().map(|c| c.payload));
+    sizes.extend(plan.steady.iter().map(|s| s.payload));
+    sizes.sort_unstable();
+    sizes.dedup();
+    pg::prepare(a.pg_port, &sizes).await?;
     let mut suite = Suite::new(env, a.out.clone(), a.postmaster_pid, a.kafka_pid).await?;
     suite.results.meta = meta(&a, &repo).await;
     suite.save()?;

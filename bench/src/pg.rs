@@ -87,7 +87,7 @@ pub async fn reset(c: &Client) -> Result<()> {
            FOR p IN SELECT pubname FROM pg_publication WHERE pubname LIKE 'bench\\_%' LOOP
              EXECUTE format('DROP PUBLICATION %I', p);
            END LOOP; END$$;
-         TRUNCATE public.outbox;
+         TRUNCATE public.outbox, public.outbox_2, public.outbox_3, public.outbox_4;
          CHECKPOINT;",
     )
     .await?;
@@ -115,13 +115,25 @@ pub async fn drop_slot(c: &Client, slot: &str) -> Result<()> {
     anyhow::bail!("slot {slot} still active after 10 s")
 }
 
-/// `FOR TABLE public.outbox WITH (publish = 'insert')`, as outbox-relay creates its own.
-pub async fn create_publication(c: &Client, name: &str) -> Result<()> {
+/// `FOR TABLE public.outbox WITH (publish = 'insert')` (and `outbox_2` … up to `tables`), as
+/// outbox-relay creates its own.
+pub async fn create_publication(c: &Client, name: &str, tables: usize) -> Result<()> {
+    let list = outbox_tables(tables).join(", ");
     c.batch_execute(&format!(
-        "CREATE PUBLICATION {name} FOR TABLE public.outbox WITH (publish = 'insert')"
+        "CREATE PUBLICATION {name} FOR TABLE {list} WITH (publish = 'insert')"
     ))
     .await?;
     Ok(())
+}
+
+/// The first `n` of the benchmark's outbox tables (sql/schema.sql has four).
+pub fn outbox_tables(n: usize) -> Vec<String> {
+    (1..=n)
+        .map(|i| match i {
+            1 => "public.outbox".to_string(),
+            i => format!("public.outbox_{i}"),
+        })
+        .collect()
 }
 
 pub async fn publication_exists(c: &Client, name: &str) -> Result<bool> {
@@ -176,13 +188,33 @@ pub async fn server_version(c: &Client) -> Result<String> {
 
 /// Writes `n` events in transactions of `per_txn` rows, server-side. Returns the seconds taken.
 pub async fn backlog(c: &Client, n: i32, per_txn: i32, psize: i32, atype: &str) -> Result<f64> {
+    backlog_spread(c, n, per_txn, psize, atype, 1).await
+}
+
+/// [`backlog`] over the first `tables` outbox tables, row by row in turn.
+pub async fn backlog_spread(
+    c: &Client,
+    n: i32,
+    per_txn: i32,
+    psize: i32,
+    atype: &str,
+    tables: i32,
+) -> Result<f64> {
     let t0 = Instant::now();
     c.batch_execute("SET synchronous_commit = off").await?;
-    c.execute(
-        "CALL public.bench_backlog($1, $2, $3, $4)",
-        &[&n, &per_txn, &psize, &atype],
-    )
-    .await?;
+    if tables <= 1 {
+        c.execute(
+            "CALL public.bench_backlog($1, $2, $3, $4)",
+            &[&n, &per_txn, &psize, &atype],
+        )
+        .await?;
+    } else {
+        c.execute(
+            "CALL public.bench_backlog_spread($1, $2, $3, $4, $5)",
+            &[&n, &per_txn, &psize, &atype, &tables],
+        )
+        .await?;
+    }
     c.batch_execute("RESET synchronous_commit").await?;
     Ok(t0.elapsed().as_secs_f64())
 }

@@ -14,6 +14,7 @@ use crate::{
     kafka::{self, EndOffsets, LatencyConsumer},
     pg::{self, LoadStats, now_us},
     procstat::{self, Sampler, cpu_between, cpu_prefix_between},
+    slot_stats::{self, SlotStats},
     systems::{Env, System},
 };
 
@@ -23,6 +24,10 @@ pub struct CatchupSpec {
     pub events: i32,
     pub txn_rows: i32,
     pub payload: i32,
+    /// Partitions of the topic the events go to.
+    pub partitions: i32,
+    /// Outbox tables the backlog is spread over (row by row; one `[[outbox]]` section each).
+    pub tables: i32,
     /// Systems left out of this shape (time budget of the full run).
     pub skip: Vec<System>,
 }
@@ -60,6 +65,8 @@ pub struct CatchupResult {
     pub events: i32,
     pub txn_rows: i32,
     pub payload: i32,
+    pub partitions: i32,
+    pub tables: i32,
     /// Seconds the backlog took to write (shared by every system of the phase).
     pub backlog_write_s: f64,
     /// Process start → first record in Kafka (pg_recvlogical: 0, it has no observable first record).
@@ -89,6 +96,8 @@ pub struct CatchupResult {
     pub delivered: i64,
     pub completed: bool,
     pub note: Option<String>,
+    /// The slot's decoding statistics after the drain (spilled transactions and bytes).
+    pub slot_stats: Option<SlotStats>,
     /// (seconds since process start, records in Kafka), every 50 ms.
     pub timeline: Vec<(f64, i64)>,
 }
@@ -265,6 +274,7 @@ impl Suite {
             }
             self.save()?;
         }
+        self.env.outbox_tables = 1;
         for spec in &plan.steady {
             for &s in &plan.steady_systems {
                 match self.steady_run(s, spec).await {
@@ -308,10 +318,11 @@ impl Suite {
         repeat: usize,
     ) -> Result<()> {
         log(format!(
-            "catch-up: {} events in {}-row transactions, ~{} B payloads",
-            spec.events, spec.txn_rows, spec.payload
+            "catch-up: {} events in {}-row transactions, ~{} B payloads, {} partition(s), {} table(s)",
+            spec.events, spec.txn_rows, spec.payload, spec.partitions, spec.tables
         ));
         pg::reset(&self.ctl).await?;
+        self.env.outbox_tables = spec.tables.max(1) as usize;
         // (system, repetition, topic prefix, slot), in drain order.
         let mut runs: Vec<(System, usize, String, Option<String>)> = Vec::new();
         for rep in 1..=repeat.max(1) {
@@ -345,13 +356,14 @@ impl Suite {
         });
         for (s, _, prefix, slot) in &runs {
             if s.produces() {
-                kafka::create_topics(&self.env.brokers, &[format!("{prefix}.order")]).await?;
+                let topic = format!("{prefix}.order");
+                kafka::create_topics_with(&self.env.brokers, &[topic], spec.partitions).await?;
             }
             match s {
                 System::RecvLogical => {
                     let publ = s.publication().unwrap();
                     if !pg::publication_exists(&self.ctl, &publ).await? {
-                        pg::create_publication(&self.ctl, &publ).await?;
+                        pg::create_publication(&self.ctl, &publ, self.env.outbox_tables).await?;
                     }
                     pg::create_slot(&self.ctl, slot.as_deref().unwrap()).await?;
                 }
@@ -365,8 +377,15 @@ impl Suite {
             }
         }
         log("writing the backlog");
-        let write_s =
-            pg::backlog(&self.ctl, spec.events, spec.txn_rows, spec.payload, "order").await?;
+        let write_s = pg::backlog_spread(
+            &self.ctl,
+            spec.events,
+            spec.txn_rows,
+            spec.payload,
+            "order",
+            spec.tables,
+        )
+        .await?;
         let endpos = pg::current_lsn(&self.ctl).await?;
         log(format!(
             "backlog written in {write_s:.1} s ({:.0} events/s), end LSN {endpos}",
@@ -379,6 +398,9 @@ impl Suite {
             {
                 Ok(mut r) => {
                     r.repetition = rep;
+                    if let Some(slot) = &slot {
+                        r.slot_stats = slot_stats::read(&self.ctl, slot).await?;
+                    }
                     log(format!(
                         "  {:<17}{} {:>8.0} ev/s from start, {:>8.0} ev/s from first record, \
                          total {:.2} s, cpu {:.2} s, peak RSS {} MiB, other load {:.2} cores{}",
@@ -518,7 +540,10 @@ impl Suite {
                 completed = true;
                 break;
             }
-            if last_progress.0.elapsed() > Duration::from_secs(90) || t0.elapsed() > limit {
+            // A large source transaction reaches the relay only once PostgreSQL has decoded all
+            // of it: allow for that before the first record.
+            let stall = Duration::from_secs(90 + spec.txn_rows as u64 / 10_000);
+            if last_progress.0.elapsed() > stall || t0.elapsed() > limit {
                 note = Some(format!(
                     "stopped waiting: {total} of {n} records after {:.0} s",
                     t0.elapsed().as_secs_f64()
@@ -555,6 +580,8 @@ impl Suite {
             events: spec.events,
             txn_rows: spec.txn_rows,
             payload: spec.payload,
+            partitions: spec.partitions,
+            tables: spec.tables,
             backlog_write_s: write_s,
             startup_s: t_first - t_spawn,
             total_s,
@@ -571,6 +598,7 @@ impl Suite {
             delivered: total,
             completed,
             note,
+            slot_stats: None,
             timeline,
         })
     }
@@ -759,7 +787,7 @@ impl Suite {
                 self.env.relay_setup(&prefix, &slot)?
             }
             System::RecvLogical => {
-                pg::create_publication(&self.ctl, &s.publication().unwrap()).await?;
+                pg::create_publication(&self.ctl, &s.publication().unwrap(), 1).await?;
                 pg::create_slot(&self.ctl, &slot).await?;
             }
             _ => anyhow::bail!("saturation is run for outbox-relay and pg_recvlogical only"),

@@ -187,6 +187,9 @@ pub struct Env {
     pub relay_publication: String,
     /// A command outbox-relay runs under (e.g. `valgrind --tool=callgrind …`); empty: none.
     pub relay_wrapper: Vec<String>,
+    /// Outbox tables outbox-relay reads (`[[outbox]]` sections: public.outbox, public.outbox_2,
+    /// …; every one routed to the same topic).
+    pub outbox_tables: usize,
 }
 
 /// Deep-merges `extra` into `base` (tables merge, everything else replaces).
@@ -215,10 +218,16 @@ impl Env {
         let (publ, db) = (&self.relay_publication, &self.database);
         let base = format!(
             "[postgres]\nhost = \"127.0.0.1\"\nport = {}\nuser = \"postgres\"\ndatabase = \"{db}\"\n\
-             slot = \"{slot}\"\npublication = \"{publ}\"\n\n[kafka]\nbrokers = \"{}\"\n\n\
-             [[outbox]]\ntable = \"public.outbox\"\ntopic = \"{prefix}.{{aggregatetype}}\"\n",
+             slot = \"{slot}\"\npublication = \"{publ}\"\n\n[kafka]\nbrokers = \"{}\"\n",
             self.pg_port, self.brokers
         );
+        let outboxes: String = crate::pg::outbox_tables(self.outbox_tables.max(1))
+            .iter()
+            .map(|t| {
+                format!("\n[[outbox]]\ntable = \"{t}\"\ntopic = \"{prefix}.{{aggregatetype}}\"\n")
+            })
+            .collect();
+        let base = base + &outboxes;
         let mut table: toml::Table = base.parse()?;
         if self.relay_has_http {
             // The metrics/health listener on an ephemeral port: never the default 9559, which
