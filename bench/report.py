@@ -616,6 +616,49 @@ def md_targets(results, out, title="## Targets of issue 5 (this run)"):
     out.append("")
 
 
+def md_targets_fast(results, out):
+    """The targets of issues #11 (exactly-once p99 ≤ 2× at-least-once) and #15 (latency within
+    a few ms of Kafka's floor, below every peer at every rate; catch-up CPU per event ≤ 0.5× the
+    walsender's), from this run."""
+    st = results["steady"]
+    rows = []
+    for k in sorted({steady_key(c) for c in st}):
+        runs = {c["system"]: c for c in st if steady_key(c) == k}
+        r = runs.get("outbox-relay")
+        if not r:
+            continue
+        p99 = r["latency_payload"]["p99_ms"]
+        name = steady_name(k)
+        floors = [runs[f]["latency_payload"]["p99_ms"] for f in FLOORS if f in runs]
+        if floors and r["rate"] in (1000, 10000):
+            t = 5 if r["rate"] == 1000 else 10
+            over = p99 - min(floors)
+            rows.append((f"#15: p99 ≤ floor p99 + {t} ms at {name}",
+                         f"{p99:.1f} vs {min(floors):.1f} ({over:+.1f} ms)", over <= t))
+        for peer in ["debezium-default", "debezium-tuned", "polling"]:
+            if peer in runs:
+                q = runs[peer]["latency_payload"]["p99_ms"]
+                rows.append((f"#15: p99 below {peer} at {name}", f"{p99:.1f} vs {q:.1f} ms", p99 < q))
+        e = runs.get("outbox-relay-eos")
+        if e:
+            v = e["latency_payload"]["p99_ms"] / p99
+            rows.append((f"#11: exactly-once p99 ≤ 2× at-least-once at {name}",
+                         f"{e['latency_payload']['p99_ms']:.1f} / {p99:.1f} = {v:.2f}×", v <= 2))
+    for c in catchup_reps(results):
+        if c["system"] == "outbox-relay" and c.get("walsender_cpu_s"):
+            v = c["cpu_s"] / c["walsender_cpu_s"]
+            rows.append((f"#15: catch-up {shape_name(c)}: relay CPU per event ≤ 0.5× the walsender's",
+                         f"{v:.2f}×", v <= 0.5))
+    if not rows:
+        return
+    out.append("## Targets of issues 11 and 15 (this run)\n")
+    out.append("| target | measured | met |")
+    out.append("|---|---:|:---:|")
+    for t, m, ok in rows:
+        out.append(f"| {t} | {m} | {'yes' if ok else '**no**'} |")
+    out.append("")
+
+
 def md_compare(results, other, label, out):
     """HEAD (this run) against a run of the patched relay (same harness, same machine, minutes apart)."""
     out.append(f"## Proposed changes, measured: {label}\n")
@@ -698,6 +741,7 @@ def main():
         out.append(f"| outbox-relay config overrides | `{meta['relay_extra_toml'].strip()}` |")
     out.append("")
     out.append(SETTINGS)
+    md_targets_fast(results, out)
     md_targets(results, out)
     md_catchup(results, out)
     md_steady(results, out)

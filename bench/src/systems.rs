@@ -60,10 +60,14 @@ impl System {
         System::Polling,
     ];
 
-    /// The default selection.
-    pub const ALL: [System; 5] = [
+    /// The default selection: the peers, Kafka's floors (issue #15) and exactly-once (#11).
+    pub const ALL: [System; 9] = [
+        System::Floor0,
+        System::Floor5,
+        System::FloorTxn,
         System::RecvLogical,
         System::Relay,
+        System::RelayEos,
         System::DbzDefault,
         System::DbzTuned,
         System::Polling,
