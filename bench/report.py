@@ -276,6 +276,16 @@ def find(lst, **kw):
     return None
 
 
+def md_spills(runs, out):
+    """One line per drain whose slot spilled the decoded transactions to disk."""
+    for r in runs:
+        st = r.get("slot_stats") or {}
+        if st.get("spill_bytes", 0) > 0:
+            out.append(f"- {r['system']}'s slot spilled {st['spill_bytes'] / 2**20:,.0f} MiB to disk in "
+                       f"{st['spill_count']:,} spills of {st['spill_txns']:,} transaction(s) "
+                       f"(logical_decoding_work_mem {st['work_mem']})")
+
+
 def md_catchup(results, out):
     groups = {}
     for c in results["catchup"]:
@@ -332,12 +342,7 @@ def md_catchup(results, out):
         for r in runs:
             if r.get("note"):
                 out.append(f"- {r['system']}: {r['note']}")
-        spilled = [r for r in runs if (r.get("slot_stats") or {}).get("spill_bytes", 0) > 0]
-        for r in spilled:
-            st = r["slot_stats"]
-            out.append(f"- {r['system']}'s slot spilled {st['spill_bytes'] / 2**20:,.0f} MiB to disk in "
-                       f"{st['spill_count']:,} spills of {st['spill_txns']:,} transaction(s) "
-                       f"(logical_decoding_work_mem {st['work_mem']})")
+        md_spills(runs, out)
         out.append("")
 
 
@@ -393,12 +398,7 @@ def md_steady(results, out):
         for r in runs:
             if r.get("note"):
                 out.append(f"- {r['system']}: {r['note']}")
-        spilled = [r for r in runs if (r.get("slot_stats") or {}).get("spill_bytes", 0) > 0]
-        for r in spilled:
-            st = r["slot_stats"]
-            out.append(f"- {r['system']}'s slot spilled {st['spill_bytes'] / 2**20:,.0f} MiB to disk in "
-                       f"{st['spill_count']:,} spills of {st['spill_txns']:,} transaction(s) "
-                       f"(logical_decoding_work_mem {st['work_mem']})")
+        md_spills(runs, out)
         out.append("")
 
 

@@ -1,0 +1,168 @@
+//! The steady-rate workload: an open-loop writer at a fixed rate, latency measured by an
+//! independent consumer.
+
+use super::*;
+
+impl Suite {
+    /// One steady-rate run of one system.
+    pub(super) async fn steady_run(
+        &mut self,
+        s: System,
+        spec: &SteadySpec,
+    ) -> Result<SteadyResult> {
+        log(format!(
+            "steady: {} at {} events/s, ~{} B payloads, {} s (+{} s warm-up)",
+            s.name(),
+            spec.rate,
+            spec.payload,
+            spec.seconds,
+            spec.warmup_s
+        ));
+        anyhow::ensure!(s.produces(), "{} does not produce to Kafka", s.name());
+        pg::reset(&self.ctl).await?;
+        let prefix = self.next_prefix(s);
+        let topic = format!("{prefix}.order");
+        kafka::create_topics(&self.env.brokers, std::slice::from_ref(&topic)).await?;
+        if s.is_relay() {
+            self.env.relay_setup(&prefix, &s.slot().unwrap())?;
+        }
+        let sampler = self.sampler();
+        let sampler_wall0 = now_us() - (sampler.now() * 1e6) as i64;
+        let running = self.env.start(s, &prefix, None, None)?;
+        sampler.watch("relay", running.pid);
+        let result = async {
+            if let Some(slot) = s.slot() {
+                wait_walsender(&self.ctl, &slot, Duration::from_secs(60)).await?;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let t0 = now_us();
+            let from = t0 + (spec.warmup_s * 1e6) as i64;
+            let to = from + (spec.seconds * 1e6) as i64;
+            let consumer = LatencyConsumer::start(&self.env.brokers, &topic, t0, from, to)?;
+            let load = match s.floor_linger_ms() {
+                // The floor writes to Kafka itself, from the harness.
+                Some(linger) => tokio::spawn(floor_load(
+                    self.env.pg_port,
+                    self.env.brokers.clone(),
+                    topic.clone(),
+                    spec.clone(),
+                    linger,
+                    s.floor_transactional(),
+                )),
+                None => tokio::spawn(pg::steady_load(
+                    self.env.pg_port,
+                    4,
+                    spec.rate,
+                    spec.warmup_s + spec.seconds,
+                    spec.payload,
+                    "order",
+                    s.emits_messages(),
+                )),
+            };
+            // The walsender that streams during the measured window (Debezium opens more than
+            // one replication connection while it starts).
+            tokio::time::sleep(Duration::from_secs_f64(spec.warmup_s / 2.0)).await;
+            if let Some(slot) = s.slot() {
+                let pid = wait_walsender(&self.ctl, &slot, Duration::from_secs(10)).await?;
+                sampler.watch("walsender", pid);
+            }
+            let load = load.await??;
+            let expected = load.sent - load.failed;
+            let drain_deadline = Instant::now() + Duration::from_secs(60);
+            while consumer.received() < expected && Instant::now() < drain_deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let collected = consumer.finish()?;
+            anyhow::Ok((load, collected, from, to))
+        }
+        .await;
+        let peak = procstat::peak_rss_kb(running.pid)
+            .into_iter()
+            .chain(sampler.peak_rss_kb("relay"))
+            .max()
+            .unwrap_or(0);
+        let (load, collected, from, to) = match result {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = sampler.finish();
+                running.stop()?;
+                return Err(e);
+            }
+        };
+        let a = sampler.at((from - sampler_wall0) as f64 / 1e6);
+        let b = sampler.at((to - sampler_wall0) as f64 / 1e6);
+        let _ = sampler.finish();
+        running.stop()?;
+        if let Some(slot) = s.slot() {
+            pg::drop_slot(&self.ctl, &slot).await?;
+        }
+        let _ = kafka::delete_topics(&self.env.brokers, &[topic]).await;
+
+        let cpu = cpu_between(&a, &b, "relay");
+        let measured_events = collected.measured.max(1);
+        let mut note = None;
+        let expected = load.sent - load.failed;
+        if collected.received < expected {
+            note = Some(format!(
+                "{} of {} events reached the consumer within 60 s after the load stopped",
+                collected.received, expected
+            ));
+        }
+        let per_second = collected
+            .per_sec_received
+            .iter()
+            .zip(collected.per_sec_lat.iter())
+            .enumerate()
+            .map(|(t, (n, lat))| {
+                let p = percentiles(lat.clone(), false);
+                PerSecond {
+                    t,
+                    received: *n,
+                    p50_ms: p.p50_ms,
+                    p99_ms: p.p99_ms,
+                }
+            })
+            .collect();
+        let latency_commit = (!collected.commit_lat_us.is_empty())
+            .then(|| percentiles(collected.commit_lat_us.clone(), true));
+        let latency_payload = percentiles(collected.payload_lat_us.clone(), true);
+        log(format!(
+            "  {:<17} p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms; cpu {:.2} s/{:.0} s; \
+             peak RSS {} MiB; sent {} received {}",
+            s.name(),
+            latency_payload.p50_ms,
+            latency_payload.p99_ms,
+            latency_payload.p999_ms,
+            latency_payload.max_ms,
+            cpu,
+            spec.seconds,
+            peak / 1024,
+            load.sent,
+            collected.received
+        ));
+        Ok(SteadyResult {
+            workload: "steady",
+            system: s,
+            rate: spec.rate,
+            payload: spec.payload,
+            warmup_s: spec.warmup_s,
+            seconds: spec.seconds,
+            received: collected.received,
+            measured: collected.measured,
+            latency_payload,
+            latency_commit,
+            cpu_s: cpu,
+            cpu_s_per_million: cpu / measured_events as f64 * 1e6,
+            peak_rss_kb: peak,
+            walsender_cpu_s: cpu_between(&a, &b, "walsender"),
+            pg_cpu_s: b.pg_cpu - a.pg_cpu,
+            kafka_cpu_s: cpu_between(&a, &b, "kafka"),
+            machine_cpu_s: b.machine_cpu - a.machine_cpu,
+            bench_cpu_s: cpu_between(&a, &b, "bench"),
+            per_second,
+            load,
+            note,
+        })
+    }
+}
