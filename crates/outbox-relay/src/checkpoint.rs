@@ -210,6 +210,19 @@ pub(crate) async fn read_latest(
         .map_err(|e| Transient::Checkpoint(e.to_string()))?
 }
 
+/// The broker does not know the (new) topic or its partition yet.
+fn not_known_yet(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::UnknownPartition
+                | RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::UnknownTopic
+                | RDKafkaErrorCode::LeaderNotAvailable
+        )
+    )
+}
+
 fn read_blocking(
     c: ClientConfig,
     topic: &str,
@@ -222,9 +235,17 @@ fn read_blocking(
     let consumer: BaseConsumer<Quiet> = c
         .create_with_context(Quiet)
         .map_err(|e| Definite::KafkaSetup(e.to_string()))?;
-    let (low, high) = consumer
-        .fetch_watermarks(topic, 0, Duration::from_secs(10))
-        .map_err(|e| failed("cannot read the offsets of", e))?;
+    // Right after the relay created the topic its partition may not be in the broker's metadata
+    // yet (seen in CI under load: UnknownPartition): wait for it, briefly.
+    let started = Instant::now();
+    let (low, high) = loop {
+        match consumer.fetch_watermarks(topic, 0, Duration::from_secs(10)) {
+            Err(e) if not_known_yet(&e) && started.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            r => break r.map_err(|e| failed("cannot read the offsets of", e))?,
+        }
+    };
     if high <= low {
         return Ok(None);
     }
