@@ -100,13 +100,15 @@ pub(super) async fn settle_running(
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
 ) -> Result<(), RelayError> {
-    match st.committing.take() {
-        Some(mut running) => {
-            let ended = running.commit.ended().await;
-            settle(sink, client, st, reports, running, ended).await
-        }
-        None => Ok(()),
-    }
+    // Cancel-safe (a stop or the release of the connection may cancel this wait): the running
+    // commit is taken only once its end is known, and `ended` records that end before it awaits
+    // anything, so the progress rule and `st.committing` never disagree.
+    let Some(running) = st.committing.as_mut() else {
+        return Ok(());
+    };
+    let ended_as = running.commit.ended().await;
+    let running = st.committing.take().expect("awaited just now");
+    settle(sink, client, st, reports, running, ended_as).await
 }
 
 /// A commit sent and not yet answered ([`KafkaSink::commit_start`]).
@@ -169,6 +171,16 @@ async fn ended(
         "failed"
     };
     metrics::counter!(m::KAFKA_TRANSACTIONS, "result" => outcome).increment(1);
+    // Settled before anything is awaited (see settle_running).
+    if result.is_ok() {
+        st.progress.kafka_commit_settled();
+        if let Some(c) = covered {
+            st.progress.checkpoint_committed(c);
+            st.trail.within(c);
+            metrics::histogram!(m::CHECKPOINT_COMMIT_SECONDS)
+                .record(started.elapsed().as_secs_f64());
+        }
+    }
     // The reports of the transaction's records first: a record Kafka refused is why a commit
     // fails, and it decides what happens next (the poison policy, a fenced producer).
     while let Ok(d) = reports.try_recv() {
@@ -179,12 +191,6 @@ async fn ended(
         metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => r).increment(1);
     }
     result?;
-    st.progress.kafka_commit_settled();
-    if let Some(c) = covered {
-        st.progress.checkpoint_committed(c);
-        st.trail.within(c);
-        metrics::histogram!(m::CHECKPOINT_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
-    }
     confirm(client, st);
     Ok(())
 }
