@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use outbox_relay::events;
 
-use crate::support::{
-    TestDb, check, cluster::PgCluster, connect, eventually, kafka, relay::Relay, writer,
-};
+use crate::support::{TestDb, check, cluster::PgCluster, connect, kafka, relay::Relay, writer};
 
 /// Own cluster of the restored-snapshot test (its data directory is copied and put back).
 const SNAPSHOT_PG_PORT: u16 = 25475;
@@ -292,27 +290,29 @@ async fn at_least_once_writes_checkpoints_while_streaming() {
     db.wait_confirmed(end, Duration::from_secs(60)).await;
     // The relay keeps running: the checkpoint follows the acknowledgements, not the stop.
     let topic = format!("{}.checkpoints", db.name);
-    let covered = eventually(
-        "a checkpoint past the events",
-        Duration::from_secs(10),
-        || {
-            let topic = topic.clone();
-            async move {
-                let got = tokio::task::spawn_blocking(move || {
-                    kafka::consume_until(&[topic], Duration::from_secs(2), |r| !r.is_empty())
-                })
-                .await
-                .unwrap();
-                let last = got.last()?;
-                let c = relay_core::checkpoint::Checkpoint::from_json(
-                    last.value.as_deref()?.as_bytes(),
-                )
-                .unwrap();
-                (c.covered_lsn >= end).then_some(c)
-            }
-        },
-    )
-    .await;
+    // Read the whole topic until its newest checkpoint covers the events: an earlier one
+    // (written while the events were in flight) comes first and covers less.
+    let covers = move |r: &kafka::Rec| {
+        let c = relay_core::checkpoint::Checkpoint::from_json(
+            r.value
+                .as_deref()
+                .expect("a checkpoint has a value")
+                .as_bytes(),
+        )
+        .unwrap();
+        (c.covered_lsn >= end).then_some(c)
+    };
+    let got = tokio::task::spawn_blocking(move || {
+        kafka::consume_until(&[topic], Duration::from_secs(20), |r| {
+            r.last().and_then(covers).is_some()
+        })
+    })
+    .await
+    .unwrap();
+    let covered = got
+        .last()
+        .and_then(covers)
+        .unwrap_or_else(|| panic!("no checkpoint past {end} within 20 s: {} read", got.len()));
     let last = covered.last.expect("names the last event");
     assert_eq!(
         last.fingerprint,
