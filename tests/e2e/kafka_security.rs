@@ -280,7 +280,13 @@ fn scram_ssl_config(db: &TestDb, user: &str, ca: &str) -> String {
 }
 
 /// Writes events for two aggregates, consumes them with `props` and checks them.
-async fn relay_and_check(db: &TestDb, test: &str, brokers: &str, props: &[(&str, &str)]) {
+async fn relay_and_check(
+    db: &TestDb,
+    relay: &Relay,
+    test: &str,
+    brokers: &str,
+    props: &[(&str, &str)],
+) {
     let c = connect(&db.conninfo()).await;
     let mut written = Vec::new();
     for i in 0..6 {
@@ -312,7 +318,8 @@ async fn relay_and_check(db: &TestDb, test: &str, brokers: &str, props: &[(&str,
             f.unexpected
         ),
         (n, 0, 0, 0, 0),
-        "{f:?}"
+        "{f:?}\nrelay log:\n{}",
+        relay.log_text()
     );
     // Acknowledged by Kafka, so confirmed to PostgreSQL.
     db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
@@ -374,6 +381,7 @@ async fn sasl_ssl_scram_sha_512_relays_events_and_a_wrong_password_is_refused() 
         .await;
     relay_and_check(
         &db,
+        &relay,
         "kafka_sasl_ssl_scram",
         &brokers,
         &[
@@ -435,6 +443,7 @@ async fn sasl_plaintext_plain_with_a_password_file_relays_events() {
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     relay_and_check(
         &db,
+        &relay,
         "kafka_sasl_plaintext_plain",
         &brokers,
         &[
