@@ -18,6 +18,9 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+mod trail;
+pub use trail::Trail;
+
 use crate::{Lsn, pgoutput::Value};
 
 /// Version of the checkpoint's JSON layout.
@@ -156,82 +159,6 @@ impl Checkpoint {
     }
 }
 
-/// The last published change of each source transaction a checkpoint does not cover yet: what
-/// a checkpoint written at a given position names as its `last`.
-#[derive(Debug, Default)]
-pub struct Trail {
-    /// The newest change a written checkpoint named (or the one read at the start).
-    base: Option<ChangeRef>,
-    /// Completed transactions with a published change: (end LSN, its last change).
-    done: std::collections::VecDeque<(Lsn, Published)>,
-    open: Option<Published>,
-}
-
-#[derive(Debug, Clone)]
-struct Published {
-    commit_lsn: Lsn,
-    index: u64,
-    fingerprint: Fingerprint,
-}
-
-impl Published {
-    fn named(&self) -> ChangeRef {
-        ChangeRef {
-            commit_lsn: self.commit_lsn,
-            index: self.index,
-            fingerprint: self.fingerprint.render(),
-        }
-    }
-}
-
-impl Trail {
-    /// `from`: the last change of the checkpoint read at the start.
-    pub fn new(from: Option<ChangeRef>) -> Self {
-        Self {
-            base: from,
-            ..Self::default()
-        }
-    }
-
-    /// A change of the open transaction got a record.
-    pub fn published(&mut self, commit_lsn: Lsn, index: u64, fingerprint: Fingerprint) {
-        self.open = Some(Published {
-            commit_lsn,
-            index,
-            fingerprint,
-        });
-    }
-
-    /// The open transaction committed, ending at `end_lsn`.
-    pub fn committed(&mut self, end_lsn: Lsn) {
-        if let Some(p) = self.open.take() {
-            self.done.push_back((end_lsn, p));
-        }
-    }
-
-    /// The last change published at all, the open transaction's included: a checkpoint at the
-    /// end of a Kafka transaction, which holds every record handed to it.
-    pub fn latest(&self) -> Option<ChangeRef> {
-        match (&self.open, self.done.back()) {
-            (Some(p), _) | (None, Some((_, p))) => Some(p.named()),
-            (None, None) => self.base.clone(),
-        }
-    }
-
-    /// The last change of the transactions that end at or before `covered` (an acknowledged
-    /// prefix): a checkpoint written outside transactions. Forgets what it passes.
-    pub fn within(&mut self, covered: Lsn) -> Option<ChangeRef> {
-        while let Some((end, p)) = self.done.front() {
-            if *end > covered {
-                break;
-            }
-            self.base = Some(p.named());
-            self.done.pop_front();
-        }
-        self.base.clone()
-    }
-}
-
 mod lsn_text {
     use serde::{Deserialize, Deserializer, Serializer, de::Error};
 
@@ -303,29 +230,6 @@ mod tests {
             Fingerprint::of_row(&[t("e-1")]).render(),
             "row:".to_string() + &format!("{:016x}", fnv_reference())
         );
-    }
-
-    #[test]
-    fn the_trail_names_the_last_change_of_what_a_checkpoint_covers() {
-        let fp = |s: &'static str| Fingerprint::Id(Bytes::from_static(s.as_bytes()));
-        let start = ChangeRef {
-            commit_lsn: Lsn(50),
-            index: 0,
-            fingerprint: "id:s".into(),
-        };
-        let mut t = Trail::new(Some(start.clone()));
-        assert_eq!(t.latest(), Some(start.clone()));
-        t.published(Lsn(100), 0, fp("a"));
-        t.published(Lsn(100), 2, fp("b"));
-        assert_eq!(t.latest().unwrap().fingerprint, "id:b");
-        assert_eq!(t.within(Lsn(99)), Some(start));
-        t.committed(Lsn(110));
-        t.published(Lsn(200), 1, fp("c"));
-        t.committed(Lsn(210));
-        assert_eq!(t.within(Lsn(150)).unwrap().fingerprint, "id:b");
-        assert_eq!(t.latest().unwrap().index, 1);
-        assert_eq!(t.within(Lsn(210)).unwrap().fingerprint, "id:c");
-        assert_eq!(t.done.len(), 0);
     }
 
     /// The same hash computed by hand, byte by byte.

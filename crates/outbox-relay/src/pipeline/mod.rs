@@ -312,11 +312,15 @@ async fn run_loop(
                 if !st.transactional && cfg.kafka.flush_when_quiet {
                     sink.try_kick();
                 }
-                // Without transactions the checkpoint follows the acknowledgements.
-                if !st.transactional && st.checkpoints.is_some() && checkpoint_due(last_checkpoint)
-                    && checkpoints::write_acknowledged(cfg, sink, st).await
-                {
-                    last_checkpoint = Some(Instant::now());
+                // Without transactions the checkpoint follows the acknowledgements; between
+                // checkpoints the trail forgets what they passed, so it holds what is in flight.
+                if !st.transactional && st.checkpoints.is_some() {
+                    st.trail.acknowledged(st.progress.checkpoint_position());
+                    if checkpoint_due(last_checkpoint)
+                        && checkpoints::write_acknowledged(cfg, sink, st).await
+                    {
+                        last_checkpoint = Some(Instant::now());
+                    }
                 }
             }
             ev = client.recv(), if can_read => {
