@@ -57,11 +57,6 @@ impl Trail {
 
     /// A change of the open transaction got a record.
     pub fn published(&mut self, commit_lsn: Lsn, index: u64, fingerprint: Fingerprint) {
-        let fingerprint = match fingerprint {
-            // A copy: see the module's invariants.
-            Fingerprint::Id(id) => Fingerprint::Id(Bytes::copy_from_slice(&id)),
-            hash @ Fingerprint::Hash(_) => hash,
-        };
         self.open = Some(Published {
             commit_lsn,
             index,
@@ -71,7 +66,12 @@ impl Trail {
 
     /// The open transaction committed, ending at `end_lsn`.
     pub fn committed(&mut self, end_lsn: Lsn) {
-        if let Some(p) = self.open.take() {
+        if let Some(mut p) = self.open.take() {
+            // Copied only here, once per transaction kept (see the module's invariants): the
+            // open transaction's last change, one at a time, may stay a slice.
+            if let Fingerprint::Id(id) = &p.fingerprint {
+                p.fingerprint = Fingerprint::Id(Bytes::copy_from_slice(id));
+            }
             self.done.push_back((end_lsn, p));
         }
     }
@@ -168,13 +168,17 @@ mod tests {
         let message = Bytes::from(vec![b'x'; 4096]);
         let mut t = Trail::new(None);
         t.published(Lsn(1), 0, Fingerprint::Id(message.slice(10..46)));
+        t.committed(Lsn(2));
         drop(message);
-        let Some(Published {
-            fingerprint: Fingerprint::Id(kept),
-            ..
-        }) = &t.open
+        let Some((
+            _,
+            Published {
+                fingerprint: Fingerprint::Id(kept),
+                ..
+            },
+        )) = t.done.front()
         else {
-            panic!("the open change is kept");
+            panic!("the committed change is kept");
         };
         // A slice would still point into the 4 KB buffer.
         assert!(kept.is_unique() && kept.len() == 36);
