@@ -154,6 +154,7 @@ pub(crate) async fn stream(
         trail: begun.trail,
         last_checkpoint: begun.start,
         acks: AckMetrics::new(),
+        primer: None,
         committing: None,
     };
     confirm(&client, &mut st);

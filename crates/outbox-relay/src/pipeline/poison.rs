@@ -9,6 +9,7 @@ use relay_core::{
 use tokio::sync::mpsc;
 
 use super::{
+    checkpoints,
     delivery::{delivered, on_delivery, producer_gone},
     state::{State, handed_over, next_record},
 };
@@ -32,6 +33,7 @@ pub(super) async fn produce(
     rec: Record,
     pos: Position,
 ) -> Result<(), RelayError> {
+    checkpoints::prime(sink, st).await?;
     let origin = next_record(st, pos)?;
     let sent = match sink.send(&rec, origin).await {
         Err(e @ RelayError::Definite(Definite::DeliveryRefused { .. }))
@@ -65,6 +67,7 @@ pub(super) async fn produce_alone(
         let d = reports.recv().await.ok_or_else(producer_gone)?;
         delivered(sink, st, reports, d).await?;
     }
+    checkpoints::prime(sink, st).await?;
     let origin = next_record(st, pos)?;
     sink.send(&rec, origin).await?;
     st.progress.handed(rec.bytes());

@@ -54,6 +54,9 @@ pub(super) struct State<'a> {
     pub(super) trail: Trail,
     /// Outside transactions: the covered LSN of the last checkpoint written.
     pub(super) last_checkpoint: Lsn,
+    /// With transactions: the last checkpoint put into a Kafka transaction, repeated as the
+    /// first record of the next one that carries records ([`super::checkpoints::prime`]).
+    pub(super) primer: Option<super::checkpoints::Primer>,
     /// Handles of the acknowledgement metrics.
     pub(super) acks: AckMetrics,
     /// A Kafka commit sent and not answered yet (two producers: the next transaction fills

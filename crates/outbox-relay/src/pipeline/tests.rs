@@ -40,10 +40,17 @@ use crate::{
 struct Scripted {
     events: VecDeque<ReplicationEvent>,
     applied: Arc<Mutex<Lsn>>,
+    /// Before the event with this index the stream is quiet for a while.
+    pause_before: Option<usize>,
+    played: usize,
 }
 
 impl Session for Scripted {
     async fn recv(&mut self) -> Result<Option<ReplicationEvent>, PgWireError> {
+        if self.pause_before == Some(self.played) {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        self.played += 1;
         match self.events.pop_front() {
             Some(e) => Ok(Some(e)),
             None => std::future::pending().await,
@@ -63,6 +70,8 @@ impl Session for Scripted {
 const TEXT: u32 = 25;
 const COMMIT: u64 = 0x1000;
 const END: u64 = 0x1010;
+const COMMIT2: u64 = 0x1020;
+const END2: u64 = 0x1030;
 const IDLE: u64 = 0x1100;
 
 fn lsn(v: u64) -> PgLsn {
@@ -78,43 +87,73 @@ fn xlog(data: Bytes) -> ReplicationEvent {
     }
 }
 
-/// One transaction of three outbox rows and a row of another table, then a keepalive.
-fn script() -> VecDeque<ReplicationEvent> {
-    let cols: Vec<_> = ["id", "aggregatetype", "aggregateid", "type", "payload"]
+fn outbox_columns() -> Vec<(&'static str, u32)> {
+    ["id", "aggregatetype", "aggregateid", "type", "payload"]
         .iter()
         .map(|c| (*c, TEXT))
-        .collect();
+        .collect()
+}
+
+fn outbox_row(id: &str) -> ReplicationEvent {
+    xlog(insert(
+        100,
+        &[id, "order", "a1", "T", "{}"].map(|v| Some(v.as_bytes())),
+    ))
+}
+
+fn begin(final_lsn: u64) -> ReplicationEvent {
+    ReplicationEvent::Begin {
+        final_lsn: lsn(final_lsn),
+        xid: 7,
+        commit_time_micros: 0,
+    }
+}
+
+fn commit(at: u64, end: u64) -> ReplicationEvent {
+    ReplicationEvent::Commit {
+        lsn: lsn(at),
+        end_lsn: lsn(end),
+        commit_time_micros: 0,
+    }
+}
+
+fn keepalive() -> ReplicationEvent {
+    ReplicationEvent::KeepAlive {
+        wal_end: lsn(IDLE),
+        reply_requested: false,
+        server_time_micros: 0,
+    }
+}
+
+/// Two transactions of one outbox row each (`e1` ending at `END`, `e2` at `END2`), the stream
+/// quiet between them (before event 4), then a keepalive.
+fn two_transactions() -> VecDeque<ReplicationEvent> {
+    VecDeque::from([
+        begin(COMMIT),
+        xlog(relation(100, "public", "outbox", &outbox_columns())),
+        outbox_row("e1"),
+        commit(COMMIT, END),
+        begin(COMMIT2),
+        outbox_row("e2"),
+        commit(COMMIT2, END2),
+        keepalive(),
+    ])
+}
+
+/// One transaction of three outbox rows and a row of another table, then a keepalive.
+fn script() -> VecDeque<ReplicationEvent> {
     let mut ev = VecDeque::from([
-        ReplicationEvent::Begin {
-            final_lsn: lsn(COMMIT),
-            xid: 7,
-            commit_time_micros: 0,
-        },
-        xlog(relation(100, "public", "outbox", &cols)),
+        begin(COMMIT),
+        xlog(relation(100, "public", "outbox", &outbox_columns())),
         xlog(relation(200, "public", "orders", &[("id", TEXT)])),
     ]);
     for i in 1..=3 {
-        let id = format!("e{i}");
-        ev.push_back(xlog(insert(
-            100,
-            &[id.as_str(), "order", "a1", "T", "{}"].map(|v| Some(v.as_bytes())),
-        )));
+        ev.push_back(outbox_row(&format!("e{i}")));
         if i == 1 {
             ev.push_back(xlog(insert(200, &[Some(b"o1")])));
         }
     }
-    ev.extend([
-        ReplicationEvent::Commit {
-            lsn: lsn(COMMIT),
-            end_lsn: lsn(END),
-            commit_time_micros: 0,
-        },
-        ReplicationEvent::KeepAlive {
-            wal_end: lsn(IDLE),
-            reply_requested: false,
-            server_time_micros: 0,
-        },
-    ]);
+    ev.extend([commit(COMMIT, END), keepalive()]);
     ev
 }
 
@@ -136,6 +175,8 @@ fn uuid_ish() -> u64 {
 }
 
 struct Run {
+    script: VecDeque<ReplicationEvent>,
+    pause_before: Option<usize>,
     cfg: Config,
     sink: KafkaSink,
     reports: mpsc::UnboundedReceiver<Delivered>,
@@ -146,6 +187,8 @@ impl Run {
     fn new(cfg: Config) -> Self {
         let (sink, reports) = KafkaSink::new(&cfg.kafka).unwrap();
         Self {
+            script: script(),
+            pause_before: None,
             cfg,
             sink,
             reports,
@@ -202,11 +245,14 @@ impl Run {
             trail: Trail::new(None),
             last_checkpoint: Lsn::ZERO,
             acks: super::ack_metrics::AckMetrics::new(),
+            primer: None,
             committing: None,
         };
         let mut session = Scripted {
-            events: script(),
+            events: std::mem::take(&mut self.script),
             applied: self.applied.clone(),
+            pause_before: self.pause_before,
+            played: 0,
         };
         let (stop, mut shutdown) = watch::channel(false);
         let applied = self.applied.clone();
@@ -318,4 +364,58 @@ async fn exactly_once_ends_the_kafka_transaction_with_a_checkpoint_naming_the_la
     assert_eq!(last.fingerprint, "id:e3");
     assert_eq!(checkpoints.last().unwrap().covered_lsn, Lsn(IDLE));
     assert_eq!(read_all(&brokers, "outbox.event.order").len(), 3);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_kafka_transaction_with_records_opens_with_a_copy_of_the_previous_checkpoint() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("outbox.event.order", 1, 1).unwrap();
+    mock.create_topic("cp", 1, 1).unwrap();
+    let brokers = mock.bootstrap_servers();
+    let cfg = config(
+        &brokers,
+        "transactional_id = \"primer\"\ncheckpoint_topic = \"cp\"\n[relay]\ndelivery = \"exactly-once\"\nstatus_interval_ms = 50\n",
+    );
+    let id = Identity::new(&cfg, "42", 1);
+    let mut run = Run::new(cfg);
+    run.script = two_transactions();
+    run.pause_before = Some(4);
+    run.until(Some(id), |c| c >= Lsn(IDLE), |_| {}).await;
+    assert_eq!(run.applied(), Lsn(IDLE));
+    let raw: Vec<Vec<u8>> = read_all(&brokers, "cp")
+        .into_iter()
+        .map(|(_, v)| v.unwrap())
+        .collect();
+    let checkpoints: Vec<Checkpoint> = raw
+        .iter()
+        .map(|v| Checkpoint::from_json(v).unwrap())
+        .collect();
+    let last_of = |c: &Checkpoint| c.last.as_ref().map(|l| l.fingerprint.clone());
+    let seen: Vec<_> = checkpoints
+        .iter()
+        .map(|c| (c.covered_lsn, last_of(c)))
+        .collect();
+    // The first transaction's checkpoint, then its copy opening the second transaction, then
+    // the second transaction's own (which may already cover the keepalive, else a
+    // checkpoint-only transaction does).
+    assert!(raw.len() >= 3, "{seen:?}");
+    assert_eq!(
+        raw[1], raw[0],
+        "the copy is byte for byte the previous checkpoint: {seen:?}"
+    );
+    assert_eq!(seen[0], (Lsn(END), Some("id:e1".into())));
+    for pair in seen[2..].windows(2) {
+        assert!(
+            pair[0].0 <= pair[1].0,
+            "a checkpoint went backwards: {seen:?}"
+        );
+    }
+    for (covered, last) in &seen[2..] {
+        assert!(
+            *covered >= Lsn(END2) && last.as_deref() == Some("id:e2"),
+            "{seen:?}"
+        );
+    }
+    assert_eq!(seen.last().unwrap().0, Lsn(IDLE), "{seen:?}");
+    assert_eq!(read_all(&brokers, "outbox.event.order").len(), 2);
 }
