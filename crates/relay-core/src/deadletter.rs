@@ -14,7 +14,10 @@ use bytes::Bytes;
 use crate::{
     Lsn,
     decode::Poison,
-    route::{HEADER_COMMIT_LSN, HEADER_COMMIT_TIME, HEADER_SEQ, MessagePoison, Position, Record},
+    route::{
+        HEADER_COMMIT_LSN, HEADER_COMMIT_TIME, HEADER_SEQ, HeaderName, MessagePoison, Position,
+        Record,
+    },
 };
 
 /// Why the event was dead-lettered.
@@ -28,7 +31,7 @@ pub const HEADER_TOPIC: &str = "outbox-relay.dlq.topic";
 /// Size in bytes of the original value when it was left out.
 pub const HEADER_OMITTED_VALUE_BYTES: &str = "outbox-relay.dlq.omitted-value-bytes";
 
-fn position_headers(pos: Position) -> [(String, Option<Bytes>); 3] {
+fn position_headers(pos: Position) -> [(HeaderName, Option<Bytes>); 3] {
     [
         (
             HEADER_COMMIT_LSN.into(),
@@ -45,12 +48,9 @@ fn position_headers(pos: Position) -> [(String, Option<Bytes>); 3] {
 /// A row that could not be routed: key = the table name, value = the row as JSON.
 pub fn from_poison(p: &Poison, pos: Position, topic: &str) -> Record {
     let mut headers = vec![
-        (
-            HEADER_REASON.to_string(),
-            Some(Bytes::from(p.error.to_string())),
-        ),
-        (HEADER_TABLE.to_string(), Some(Bytes::from(p.table.clone()))),
-        (HEADER_TOPIC.to_string(), Some(Bytes::new())),
+        (HEADER_REASON.into(), Some(Bytes::from(p.error.to_string()))),
+        (HEADER_TABLE.into(), Some(Bytes::from(p.table.clone()))),
+        (HEADER_TOPIC.into(), Some(Bytes::new())),
     ];
     headers.extend(position_headers(pos));
     Record {
@@ -66,15 +66,9 @@ pub fn from_poison(p: &Poison, pos: Position, topic: &str) -> Record {
 /// A logical message that could not be routed: key = the prefix, value = the content as sent.
 pub fn from_message_poison(p: &MessagePoison, pos: Position, topic: &str) -> Record {
     let mut headers = vec![
-        (
-            HEADER_REASON.to_string(),
-            Some(Bytes::from(p.error.to_string())),
-        ),
-        (
-            HEADER_PREFIX.to_string(),
-            Some(Bytes::from(p.prefix.clone())),
-        ),
-        (HEADER_TOPIC.to_string(), Some(Bytes::new())),
+        (HEADER_REASON.into(), Some(Bytes::from(p.error.to_string()))),
+        (HEADER_PREFIX.into(), Some(Bytes::from(p.prefix.clone()))),
+        (HEADER_TOPIC.into(), Some(Bytes::new())),
     ];
     headers.extend(position_headers(pos));
     Record {
@@ -96,10 +90,10 @@ pub fn from_refused(
     topic: &str,
     max_value_bytes: usize,
 ) -> Record {
-    let mut headers: Vec<(String, Option<Bytes>)> = rec
+    let mut headers: Vec<(HeaderName, Option<Bytes>)> = rec
         .headers
         .iter()
-        .filter(|(k, _)| k != HEADER_COMMIT_LSN && k != HEADER_COMMIT_TIME && k != HEADER_SEQ)
+        .filter(|(k, _)| ![HEADER_COMMIT_LSN, HEADER_COMMIT_TIME, HEADER_SEQ].contains(&&**k))
         .cloned()
         .collect();
     headers.push((HEADER_REASON.into(), Some(Bytes::from(reason.to_string()))));
@@ -191,7 +185,7 @@ mod tests {
     fn header<'a>(r: &'a Record, k: &str) -> &'a [u8] {
         r.headers
             .iter()
-            .find(|(n, _)| n == k)
+            .find(|(n, _)| &**n == k)
             .and_then(|(_, v)| v.as_deref())
             .unwrap()
     }

@@ -296,13 +296,17 @@ pub struct Position {
     pub seq: u64,
 }
 
+/// A header's name. Names come from the configuration or are the relay's own, so each is
+/// allocated once and every record shares it: a record's copy is a reference count.
+pub type HeaderName = std::sync::Arc<str>;
+
 /// One Kafka record, ready to produce.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     pub topic: String,
     pub key: Bytes,
     pub value: Option<Bytes>,
-    pub headers: Vec<(String, Option<Bytes>)>,
+    pub headers: Vec<(HeaderName, Option<Bytes>)>,
     /// The partition, when `table.fields.additional.placement` sets it; else the key's.
     pub partition: Option<i32>,
     /// The record timestamp (ms), when `table.field.event.timestamp` sets it; else the
@@ -329,7 +333,7 @@ pub struct Plan {
     payload: usize,
     /// The payload column is bytea: its `\\x<hex>` text goes out as the raw bytes.
     payload_bytea: bool,
-    headers: Vec<(String, usize)>,
+    headers: Vec<(HeaderName, usize)>,
     relay_headers: bool,
     /// `[outbox.debezium]`, compiled; `None` is the plain (fast) path.
     compat: Option<Box<debezium::Compat>>,
@@ -394,7 +398,10 @@ impl Plan {
         let payload = find(&cfg.payload_column, "the payload")?;
         let mut headers = Vec::with_capacity(cfg.headers.len());
         for (header, column) in &cfg.headers {
-            headers.push((header.clone(), find(column, &format!("header {header:?}"))?));
+            headers.push((
+                HeaderName::from(header.as_str()),
+                find(column, &format!("header {header:?}"))?,
+            ));
         }
         let routed_by = topic.iter().find_map(|(i, _)| *i);
         let compat = match &cfg.debezium {
@@ -402,7 +409,7 @@ impl Plan {
             Some(opts) => {
                 // Debezium writes the event id header first.
                 let mut ordered = headers.clone();
-                ordered.sort_by_key(|(name, _)| name != "id");
+                ordered.sort_by_key(|(name, _)| &**name != "id");
                 let mapped = debezium::Mapped {
                     key,
                     payload,
@@ -453,7 +460,7 @@ impl Plan {
         let id = self
             .headers
             .iter()
-            .find(|(name, _)| name == "id")
+            .find(|(name, _)| &**name == "id")
             .and_then(|(_, i)| tuple.get(*i));
         match id {
             Some(Value::Text(b) | Value::Binary(b)) => Fingerprint::Id(b.clone()),
@@ -634,17 +641,25 @@ impl Plan {
 }
 
 /// `relay.relay_headers`: the commit LSN, commit time and position of the source change.
-/// Every record carries them: the numbers are written without the formatting machinery.
-fn push_relay_headers(headers: &mut Vec<(String, Option<Bytes>)>, pos: Position) {
-    let mut buf = itoa::Buffer::new();
-    let time = Bytes::copy_from_slice(buf.format(pos.commit_time_unix_us).as_bytes());
-    let seq = Bytes::copy_from_slice(buf.format(pos.seq).as_bytes());
-    headers.push((
-        HEADER_COMMIT_LSN.into(),
-        Some(pos.commit_lsn.to_text_bytes()),
-    ));
-    headers.push((HEADER_COMMIT_TIME.into(), Some(time)));
-    headers.push((HEADER_SEQ.into(), Some(seq)));
+/// Every record carries them, so they cost one allocation in all: the names are shared, the
+/// three values are slices of one buffer, and the numbers are written without the formatting
+/// machinery.
+fn push_relay_headers(headers: &mut Vec<(HeaderName, Option<Bytes>)>, pos: Position) {
+    static NAMES: std::sync::LazyLock<[HeaderName; 3]> = std::sync::LazyLock::new(|| {
+        [HEADER_COMMIT_LSN, HEADER_COMMIT_TIME, HEADER_SEQ].map(HeaderName::from)
+    });
+    let lsn = pos.commit_lsn.to_text_bytes();
+    let mut num = itoa::Buffer::new();
+    let mut buf = bytes::BytesMut::with_capacity(lsn.len() + 20 + 20);
+    buf.extend_from_slice(&lsn);
+    buf.extend_from_slice(num.format(pos.commit_time_unix_us).as_bytes());
+    let time_end = buf.len();
+    buf.extend_from_slice(num.format(pos.seq).as_bytes());
+    let all = buf.freeze();
+    let [lsn_name, time_name, seq_name] = &*NAMES;
+    headers.push((lsn_name.clone(), Some(all.slice(..lsn.len()))));
+    headers.push((time_name.clone(), Some(all.slice(lsn.len()..time_end))));
+    headers.push((seq_name.clone(), Some(all.slice(time_end..))));
 }
 
 /// Kafka's rule for topic names (`Topic.validate` in the Java client).

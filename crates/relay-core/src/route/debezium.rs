@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::connect::{
     self, ColumnSchema, ConnectType, Converter, EncodingError, HeaderConverter, oid,
 };
-use crate::pgoutput::Relation;
+use crate::{pgoutput::Relation, route::HeaderName};
 
 mod apply;
 mod envelope;
@@ -272,7 +272,7 @@ pub(crate) struct Compat {
     /// The payload column's name: Debezium names the expanded payload's schema after it.
     pub payload_field: String,
     /// Header name → column, in Debezium's order after the context headers.
-    pub headers: Vec<(String, Col)>,
+    pub headers: Vec<(HeaderName, Col)>,
     pub envelope: Vec<(String, Col)>,
     /// `<topic.prefix>.<schema>.<table>.`: the envelope schema's name before the routed value.
     pub envelope_name: String,
@@ -281,7 +281,7 @@ pub(crate) struct Compat {
     pub version: Option<Col>,
     pub tracing: Option<Col>,
     /// The four `__debezium.context.*` headers, encoded.
-    pub context: Vec<(String, Option<Bytes>)>,
+    pub context: Vec<(HeaderName, Option<Bytes>)>,
     pub envelope_schemas: Arc<EnvelopeSchemas>,
 }
 
@@ -309,7 +309,7 @@ impl Compat {
     pub(crate) fn context_headers(
         opts: &DebeziumOptions,
         run_id: &str,
-    ) -> Vec<(String, Option<Bytes>)> {
+    ) -> Vec<(HeaderName, Option<Bytes>)> {
         if !opts.extended_headers {
             return Vec::new();
         }
@@ -329,7 +329,7 @@ impl Compat {
         .map(|(name, v)| {
             let raw = Bytes::copy_from_slice(v.as_bytes());
             (
-                format!("__debezium.context.{name}"),
+                HeaderName::from(format!("__debezium.context.{name}")),
                 connect::encode_header(
                     opts.header_converter,
                     opts.header_schemas,

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{
-    ConfigError, Part, Position, Record, default_headers, default_key_column,
+    ConfigError, HeaderName, Part, Position, Record, default_headers, default_key_column,
     default_payload_column, default_topic, parse_template, push_relay_headers, valid_topic,
 };
 use crate::checkpoint::Fingerprint;
@@ -142,6 +142,8 @@ struct Compiled {
     routed: Arc<str>,
     topic: Vec<Part>,
     base64_field: String,
+    /// `headers`, their names shared by every record.
+    headers: Vec<(HeaderName, String)>,
 }
 
 /// The configured `[[message]]` sections, by prefix.
@@ -161,6 +163,11 @@ impl MessageRoutes {
                     routed: r.routed_name().into(),
                     topic: parse_template(&r.topic).expect("validated at config load"),
                     base64_field: format!("{}_base64", r.payload_column),
+                    headers: r
+                        .headers
+                        .iter()
+                        .map(|(name, field)| (HeaderName::from(name.as_str()), field.clone()))
+                        .collect(),
                 };
                 (r.prefix.clone(), c)
             })
@@ -287,8 +294,8 @@ impl MessageRoutes {
                 }
             }
         };
-        let mut headers = Vec::with_capacity(c.route.headers.len() + 3);
-        for (name, field) in &c.route.headers {
+        let mut headers = Vec::with_capacity(c.headers.len() + 3);
+        for (name, field) in &c.headers {
             headers.push((name.clone(), present(field, &format!("header {name:?}"))?));
         }
         if self.relay_headers {

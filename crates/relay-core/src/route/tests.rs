@@ -46,8 +46,8 @@ fn debezium_defaults_route_by_aggregate_type() {
     assert_eq!(
         rec.headers,
         vec![
-            ("eventType".to_string(), Some(Bytes::from("OrderCreated"))),
-            ("id".to_string(), Some(Bytes::from("e-1"))),
+            ("eventType".into(), Some(Bytes::from("OrderCreated"))),
+            ("id".into(), Some(Bytes::from("e-1"))),
         ]
     );
 }
@@ -72,16 +72,13 @@ fn seed_layout_takes_the_topic_from_a_column_and_adds_relay_headers() {
     assert_eq!(rec.value, None);
     assert_eq!(
         rec.headers[1],
-        (HEADER_COMMIT_LSN.to_string(), Some(Bytes::from("0/10")))
+        (HEADER_COMMIT_LSN.into(), Some(Bytes::from("0/10")))
     );
     assert_eq!(
         rec.headers[2],
-        (HEADER_COMMIT_TIME.to_string(), Some(Bytes::from("5")))
+        (HEADER_COMMIT_TIME.into(), Some(Bytes::from("5")))
     );
-    assert_eq!(
-        rec.headers[3],
-        (HEADER_SEQ.to_string(), Some(Bytes::from("2")))
-    );
+    assert_eq!(rec.headers[3], (HEADER_SEQ.into(), Some(Bytes::from("2"))));
 }
 
 #[test]

@@ -9,7 +9,10 @@ use super::{
 };
 use crate::{
     pgoutput::Relation,
-    route::connect::{self, ColumnSchema, ConnectType, Converter, HeaderConverter},
+    route::{
+        HeaderName,
+        connect::{self, ColumnSchema, ConnectType, Converter, HeaderConverter},
+    },
 };
 
 /// Where the plan found the columns it maps itself (key, payload, configured headers).
@@ -17,7 +20,7 @@ pub(crate) struct Mapped<'a> {
     pub key: usize,
     pub payload: usize,
     /// `headers` of `[[outbox]]`, `id` first (Debezium writes the event id header first).
-    pub headers: &'a [(String, usize)],
+    pub headers: &'a [(HeaderName, usize)],
 }
 
 /// A row's values that the compat layer encodes, already checked by the plan (no TOAST
@@ -28,7 +31,7 @@ pub(crate) type Row<'a> = &'a [Option<Bytes>];
 pub(crate) struct Encoded {
     pub key: Bytes,
     pub value: Option<Bytes>,
-    pub headers: Vec<(String, Option<Bytes>)>,
+    pub headers: Vec<(HeaderName, Option<Bytes>)>,
     pub partition: Option<i32>,
     pub timestamp_ms: Option<i64>,
 }
@@ -105,9 +108,10 @@ impl Compat {
                 Err(e) => return Err(e.into()),
             };
             match p.placement {
-                Placement::Header => {
-                    headers.push((p.alias, lenient(rel, env, i, "a header", json_headers)?))
-                }
+                Placement::Header => headers.push((
+                    p.alias.into(),
+                    lenient(rel, env, i, "a header", json_headers)?,
+                )),
                 Placement::Envelope => {
                     envelope.push((p.alias, Compat::column(rel, env, i, "an envelope field")?))
                 }
@@ -299,7 +303,7 @@ impl Compat {
 
     /// `traceparent` (and `tracestate`) from the span-context column, when it holds a valid
     /// W3C trace context: the writer's span becomes the consumer's parent.
-    fn trace_headers(&self, headers: &mut Vec<(String, Option<Bytes>)>, ctx: Option<&Bytes>) {
+    fn trace_headers(&self, headers: &mut Vec<(HeaderName, Option<Bytes>)>, ctx: Option<&Bytes>) {
         let Some(text) = ctx.map(|b| String::from_utf8_lossy(b)) else {
             return;
         };
@@ -318,7 +322,7 @@ impl Compat {
         let mut push = |name: &str, v: &str| {
             let raw = Bytes::copy_from_slice(v.as_bytes());
             headers.push((
-                name.to_string(),
+                name.into(),
                 connect::encode_header(o.header_converter, o.header_schemas, &schema, Some(&raw)),
             ));
         };

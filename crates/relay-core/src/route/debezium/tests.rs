@@ -83,7 +83,7 @@ fn json() -> DebeziumOptions {
 fn header(r: &crate::route::Record, name: &str) -> Option<Bytes> {
     r.headers
         .iter()
-        .find(|(n, _)| n == name)
+        .find(|(n, _)| &**n == name)
         .and_then(|(_, v)| v.clone())
 }
 
@@ -106,7 +106,7 @@ fn a_jsonconverter_envelope_with_schema_version_is_debeziums_struct() {
         rec.value.unwrap(),
         r#"{"schema":{"type":"struct","fields":[{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1,"field":"payload"},{"type":"int32","optional":true,"field":"ver"}],"optional":false,"name":"h14xjsonv.public.ob.order.Value","version":2},"payload":{"payload":"\"just a string\"","ver":2}}"#
     );
-    let names: Vec<&str> = rec.headers.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<&str> = rec.headers.iter().map(|(n, _)| &**n).collect();
     assert_eq!(names, ["id", "eventType"]);
 }
 
@@ -121,7 +121,7 @@ fn context_headers_come_first_and_json_headers_carry_schemas() {
     })
     .route(&row(t("{}")), POS)
     .unwrap();
-    let names: Vec<&str> = rec.headers.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<&str> = rec.headers.iter().map(|(n, _)| &**n).collect();
     assert_eq!(
         names,
         [
@@ -335,7 +335,7 @@ fn a_missing_placed_column_is_left_out_under_ignore() {
     assert!(Plan::compile_in(&cfg(AdditionalMissing::Error), &rel(&COLS), &env).is_err());
     let p = Plan::compile_in(&cfg(AdditionalMissing::Ignore), &rel(&COLS), &env).unwrap();
     let rec = p.route(&row(t("{}")), POS).unwrap();
-    let names: Vec<&str> = rec.headers.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<&str> = rec.headers.iter().map(|(n, _)| &**n).collect();
     // The table's own `id` and `eventType` headers, then the placed one; `nope` left out.
     assert_eq!(names, ["id", "eventType", "eventType"]);
     let maps = |m| cfg(m).mapped_columns().iter().any(|(c, _)| c == "nope");

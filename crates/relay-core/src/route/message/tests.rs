@@ -82,8 +82,8 @@ fn debezium_layout_routes_like_an_outbox_row_and_keeps_the_payload_text_as_emitt
     assert_eq!(
         rec.headers,
         vec![
-            ("eventType".to_string(), Some(Bytes::from("OrderCreated"))),
-            ("id".to_string(), Some(Bytes::from("e-1"))),
+            ("eventType".into(), Some(Bytes::from("OrderCreated"))),
+            ("id".into(), Some(Bytes::from("e-1"))),
         ]
     );
 }
