@@ -33,12 +33,28 @@ fi
 echo "== unit and property tests"
 cargo test --workspace --locked --exclude relay-tests "$@"
 
+# One end-to-end pass, its output also in target/e2e-NAME.log; when a test fails, the failures'
+# panic messages are printed again at the end, where a truncated CI log still shows them.
+e2e_pass() {
+  local log="target/e2e-$1.log" rc
+  shift
+  set +e
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$rc" != 0 ]; then
+    echo "== why the failed tests failed (panic messages from $log)"
+    grep -A8 "panicked at" "$log" | cut -c1-400 | head -150 || true
+    exit "$rc"
+  fi
+}
+
 echo "== end-to-end tests (real PostgreSQL, real Kafka)"
 mkdir -p target && rm -f target/test-figures.log
-cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}"
+e2e_pass plain cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}"
 
 echo "== end-to-end tests again, fenced (every relay with kafka.transactional_id, read-committed)"
-RELAY_TEST_FENCED=1 cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}"
+e2e_pass fenced env RELAY_TEST_FENCED=1 cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}"
 
 echo "== delivery figures (target/test-figures.log; fenced/ = the fenced pass)"
 cat target/test-figures.log 2>/dev/null || true

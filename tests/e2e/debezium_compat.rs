@@ -22,7 +22,13 @@ use rdkafka::{
     message::Headers,
 };
 
-use crate::support::{TestDb, kafka_brokers, pg_port, relay::Relay, repo_root};
+use crate::support::{
+    TestDb,
+    debezium::{Worker, turn},
+    kafka_brokers, pg_port,
+    relay::Relay,
+    repo_root,
+};
 
 const REST_PORT: u16 = 28200;
 const S: &str = "org.apache.kafka.connect.storage.StringConverter";
@@ -365,42 +371,6 @@ fn plugins() -> PathBuf {
 
 /// The Connect worker; stopped (SIGTERM, then SIGKILL) when dropped, also on a failed assert,
 /// and its connectors' slots dropped (an inactive slot would hold WAL on the shared server).
-struct Worker {
-    data: PathBuf,
-    slots: Vec<String>,
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = Command::new(repo_root().join("infra/debezium/stop.sh"))
-            .env("CONNECT_DATA", &self.data)
-            .env("CONNECT_STOP_TIMEOUT", "10")
-            .status();
-        let list = self
-            .slots
-            .iter()
-            .map(|s| format!("'{s}'"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let _ = Command::new("psql")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &pg_port().to_string(),
-                "-U",
-                "postgres",
-                "-qAtc",
-            ])
-            .arg(format!(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
-                 WHERE slot_name IN ({list}) AND NOT active"
-            ))
-            .env("PGDATABASE", "postgres")
-            .status();
-    }
-}
-
 fn connector_properties(db: &TestDb, combo: &Combo) -> String {
     let tables: Vec<String> = combo
         .types
@@ -641,6 +611,7 @@ fn show(b: &Option<Vec<u8>>) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debezium_and_the_relay_write_the_same_bytes() {
+    let _turn = turn().await;
     assert!(
         plugins()
             .join("debezium-connector-postgres-3.6.1.Final.jar")

@@ -13,7 +13,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    path::{Path, PathBuf},
+    path::Path,
     process::Command,
     sync::{
         Arc,
@@ -30,43 +30,15 @@ use rdkafka::{
 use relay_core::debezium_position::{DebeziumOffset, read_offsets_file};
 
 use crate::support::{
-    TestDb, check, connect, eventually, kafka, kafka_brokers, pg_port,
+    TestDb, check, connect,
+    debezium::{Worker, turn},
+    eventually, kafka, kafka_brokers, pg_port,
     relay::Relay,
     repo_root,
     writer::{Written, insert_event},
 };
 
 const REST_PORT: u16 = 28300;
-
-struct Worker {
-    data: PathBuf,
-    slots: Vec<String>,
-}
-
-impl Worker {
-    fn stop(&self) {
-        let _ = Command::new(repo_root().join("infra/debezium/stop.sh"))
-            .env("CONNECT_DATA", &self.data)
-            .env("CONNECT_STOP_TIMEOUT", "20")
-            .status();
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.stop();
-        for slot in &self.slots {
-            let _ = Command::new("psql")
-                .args(["-h", "127.0.0.1", "-p", &pg_port().to_string()])
-                .args(["-U", "postgres", "-d", "postgres", "-qAtc"])
-                .arg(format!(
-                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
-                     WHERE slot_name = '{slot}' AND NOT active"
-                ))
-                .status();
-        }
-    }
-}
 
 /// Debezium as outbox users deploy it, with the layout the relay reproduces by default
 /// (StringConverter, `eventType` header, no `__debezium.context.*` headers).
@@ -298,6 +270,7 @@ fn offset_in_log(log: &str) -> (String, String, Option<i64>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cutover_from_a_running_debezium_loses_nothing() {
+    let _turn = turn().await;
     let t0 = Instant::now();
     let via_file = TestDb::new("cutf").await;
     let via_topic = TestDb::new("cutt").await;

@@ -8,217 +8,27 @@
 //! Columns are looked up **by name** each time a Relation message arrives ([`Plan::compile`]),
 //! because a Relation can be re-sent mid-stream after `ALTER TABLE` with columns added or moved.
 
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
-use serde::Deserialize;
 
 use crate::{Lsn, checkpoint::Fingerprint, pgoutput::Relation, pgoutput::Value};
 
 pub mod connect;
 pub mod debezium;
 mod message;
+mod record;
+mod table;
 
 pub use debezium::{DebeziumOptions, OptionsError, PlanEnv};
 pub use message::{MessageError, MessagePoison, MessageRoute, MessageRoutes, RoutedMessage};
+pub use record::{
+    HEADER_COMMIT_LSN, HEADER_COMMIT_TIME, HEADER_SEQ, HeaderName, Position, Record, valid_topic,
+};
+pub use table::{ConfigError, OutboxTable};
 
-/// Header carrying the LSN of the source transaction's commit record (`X/Y` text).
-pub const HEADER_COMMIT_LSN: &str = "outbox-relay.commit-lsn";
-/// Header carrying the source commit time, in microseconds since the Unix epoch (decimal text).
-pub const HEADER_COMMIT_TIME: &str = "outbox-relay.commit-time-us";
-/// Header carrying the position of the row in its transaction, from 0 (decimal text).
-/// Together with the commit LSN it identifies an event across re-deliveries.
-pub const HEADER_SEQ: &str = "outbox-relay.seq";
-
-/// How one outbox table maps to Kafka records. One `[[outbox]]` section in the config.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OutboxTable {
-    /// Schema-qualified table name, e.g. `public.outbox`. Only INSERTs into it are published.
-    #[serde(default = "default_table")]
-    pub table: String,
-    /// Topic template. `{column}` is replaced by that column's value; anything else is literal.
-    /// Debezium default: `outbox.event.{aggregatetype}`. A topic column: `{topic}`. Fixed: `orders`.
-    /// Left at its default when `[outbox.debezium]` routes (`route.by.field`, `route.topic.*`).
-    #[serde(default = "default_topic")]
-    pub topic: String,
-    /// Column whose text becomes the record key (and so picks the partition). Must not be NULL.
-    #[serde(default = "default_key_column")]
-    pub key_column: String,
-    /// Column whose text becomes the record value. NULL becomes a record with no value.
-    #[serde(default = "default_payload_column")]
-    pub payload_column: String,
-    /// Kafka header name → column. Debezium default: `id` = `id`, plus `eventType` = `type`.
-    #[serde(default = "default_headers")]
-    pub headers: BTreeMap<String, String>,
-    /// `[outbox.debezium]`: Debezium's converter and Outbox Event Router options, verbatim
-    /// ([`DebeziumOptions`]). Absent: the records as before (StringConverter-compatible).
-    #[serde(default)]
-    pub debezium: Option<DebeziumOptions>,
-    /// A timestamp column of the table (e.g. `created_at`). Only for monitoring: the slot
-    /// monitor reports the age of the oldest row (`outbox_relay_outbox_oldest_row_age_seconds`),
-    /// which shows a cleanup job that stopped. Unset (default): not measured. Index it: the
-    /// monitor reads `min(column)` every `monitor.outbox_stats_interval_ms`.
-    #[serde(default)]
-    pub created_at_column: Option<String>,
-}
-
-fn default_table() -> String {
-    "public.outbox".into()
-}
-fn default_topic() -> String {
-    "outbox.event.{aggregatetype}".into()
-}
-fn default_key_column() -> String {
-    "aggregateid".into()
-}
-fn default_payload_column() -> String {
-    "payload".into()
-}
-fn default_headers() -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("id".into(), "id".into()),
-        ("eventType".into(), "type".into()),
-    ])
-}
-
-impl Default for OutboxTable {
-    fn default() -> Self {
-        Self {
-            table: default_table(),
-            topic: default_topic(),
-            key_column: default_key_column(),
-            payload_column: default_payload_column(),
-            headers: default_headers(),
-            debezium: None,
-            created_at_column: None,
-        }
-    }
-}
-
-impl OutboxTable {
-    /// `(schema, table)`; a name without a schema means `public`.
-    pub fn qualified_name(&self) -> (String, String) {
-        match self.table.split_once('.') {
-            Some((s, t)) => (s.to_string(), t.to_string()),
-            None => ("public".to_string(), self.table.clone()),
-        }
-    }
-
-    /// Every column the mapping reads, with its role (for error messages): the topic
-    /// template's columns, the key, the payload and the header columns. `setup` and the
-    /// preflight check them against the table, so a typo fails before the first row.
-    pub fn mapped_columns(&self) -> Vec<(String, String)> {
-        let mut cols = Vec::new();
-        let (parts, role) = self.topic_parts();
-        for p in parts.unwrap_or_default() {
-            if let Part::Column(c) = p {
-                cols.push((c, role.to_string()));
-            }
-        }
-        cols.push((self.key_column.clone(), "the key".to_string()));
-        cols.push((self.payload_column.clone(), "the payload".to_string()));
-        for (header, column) in &self.headers {
-            cols.push((column.clone(), format!("header {header:?}")));
-        }
-        if let Some(d) = &self.debezium {
-            cols.extend(d.mapped_columns());
-        }
-        cols
-    }
-
-    /// Checks the mapping itself (not the table). Returns the first problem found.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let (schema, table) = self.qualified_name();
-        if schema.is_empty() || table.is_empty() || table.contains('.') {
-            return Err(ConfigError::BadTableName(self.table.clone()));
-        }
-        if let Some(d) = &self.debezium {
-            d.validate()?;
-            if d.route_by_field().is_some() && self.topic != default_topic() {
-                return Err(ConfigError::TopicAndRoute(self.topic.clone()));
-            }
-        }
-        validate_mapping(&self.topic, &self.key_column, &self.payload_column)
-    }
-
-    /// The topic's parts and their role: the `route.by.field` column when `[outbox.debezium]`
-    /// routes (its value then goes through `route.topic.regex`), else the `topic` template.
-    fn topic_parts(&self) -> (Result<Vec<Part>, ConfigError>, &'static str) {
-        match self.debezium.as_ref().and_then(|d| d.route_by_field()) {
-            Some(c) => (
-                Ok(vec![Part::Column(c.to_string())]),
-                "[outbox.debezium] \"route.by.field\"",
-            ),
-            None => (parse_template(&self.topic), "part of the topic"),
-        }
-    }
-}
-
-/// The checks shared by `[[outbox]]` and `[[message]]`: a valid topic template and named key
-/// and payload columns (fields).
-pub(crate) fn validate_mapping(topic: &str, key: &str, payload: &str) -> Result<(), ConfigError> {
-    parse_template(topic)?;
-    for (name, what) in [(key, "key_column"), (payload, "payload_column")] {
-        if name.is_empty() {
-            return Err(ConfigError::EmptyColumn(what));
-        }
-    }
-    Ok(())
-}
-
-/// A mistake in the routing configuration, found before connecting to anything.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    #[error("outbox table name {0:?} is not of the form schema.table")]
-    BadTableName(String),
-    #[error("outbox topic template {0:?} has an unbalanced '{{' or '}}'")]
-    BadTemplate(String),
-    #[error("outbox {0} is empty")]
-    EmptyColumn(&'static str),
-    #[error(transparent)]
-    Debezium(#[from] OptionsError),
-    #[error(
-        "outbox topic = {0:?} and [outbox.debezium] \"route.by.field\" / \"route.topic.regex\" / \
-         \"route.topic.replacement\" both choose the topic: remove `topic` to route as Debezium \
-         does, or the route.* keys to use the template"
-    )]
-    TopicAndRoute(String),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Part {
-    Literal(String),
-    Column(String),
-}
-
-fn parse_template(t: &str) -> Result<Vec<Part>, ConfigError> {
-    let bad = || ConfigError::BadTemplate(t.to_string());
-    let mut parts = Vec::new();
-    let mut rest = t;
-    while let Some(open) = rest.find(['{', '}']) {
-        if rest.as_bytes()[open] == b'}' {
-            return Err(bad());
-        }
-        if open > 0 {
-            parts.push(Part::Literal(rest[..open].to_string()));
-        }
-        let close = rest[open..].find('}').ok_or_else(bad)? + open;
-        let col = &rest[open + 1..close];
-        if col.is_empty() || col.contains('{') {
-            return Err(bad());
-        }
-        parts.push(Part::Column(col.to_string()));
-        rest = &rest[close + 1..];
-    }
-    if !rest.is_empty() {
-        parts.push(Part::Literal(rest.to_string()));
-    }
-    if parts.is_empty() {
-        return Err(bad());
-    }
-    Ok(parts)
-}
+use record::push_relay_headers;
+use table::Part;
+#[cfg(test)]
+use table::parse_template;
 
 /// A row that cannot become a Kafka record. The pipeline stops on it; nothing is skipped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -286,39 +96,6 @@ pub enum RouteError {
         expected: usize,
         got: usize,
     },
-}
-
-/// Where a row sits in the source stream: what the relay headers and error messages report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
-    pub commit_lsn: Lsn,
-    pub commit_time_unix_us: i64,
-    pub seq: u64,
-}
-
-/// A header's name. Names come from the configuration or are the relay's own, so each is
-/// allocated once and every record shares it: a record's copy is a reference count.
-pub type HeaderName = std::sync::Arc<str>;
-
-/// One Kafka record, ready to produce.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    pub topic: String,
-    pub key: Bytes,
-    pub value: Option<Bytes>,
-    pub headers: Vec<(HeaderName, Option<Bytes>)>,
-    /// The partition, when `table.fields.additional.placement` sets it; else the key's.
-    pub partition: Option<i32>,
-    /// The record timestamp (ms), when `table.field.event.timestamp` sets it; else the
-    /// producer's time.
-    pub timestamp_ms: Option<i64>,
-}
-
-impl Record {
-    /// Key and value bytes: what the in-flight byte limit counts.
-    pub fn bytes(&self) -> u64 {
-        (self.key.len() + self.value.as_ref().map_or(0, |v| v.len())) as u64
-    }
 }
 
 /// The mapping of one outbox table compiled against one Relation message (column indexes).
@@ -638,38 +415,6 @@ impl Plan {
             timestamp_ms: enc.timestamp_ms,
         })
     }
-}
-
-/// `relay.relay_headers`: the commit LSN, commit time and position of the source change.
-/// Every record carries them, so they cost one allocation in all: the names are shared, the
-/// three values are slices of one buffer, and the numbers are written without the formatting
-/// machinery.
-fn push_relay_headers(headers: &mut Vec<(HeaderName, Option<Bytes>)>, pos: Position) {
-    static NAMES: std::sync::LazyLock<[HeaderName; 3]> = std::sync::LazyLock::new(|| {
-        [HEADER_COMMIT_LSN, HEADER_COMMIT_TIME, HEADER_SEQ].map(HeaderName::from)
-    });
-    let lsn = pos.commit_lsn.to_text_bytes();
-    let mut num = itoa::Buffer::new();
-    let mut buf = bytes::BytesMut::with_capacity(lsn.len() + 20 + 20);
-    buf.extend_from_slice(&lsn);
-    buf.extend_from_slice(num.format(pos.commit_time_unix_us).as_bytes());
-    let time_end = buf.len();
-    buf.extend_from_slice(num.format(pos.seq).as_bytes());
-    let all = buf.freeze();
-    let [lsn_name, time_name, seq_name] = &*NAMES;
-    headers.push((lsn_name.clone(), Some(all.slice(..lsn.len()))));
-    headers.push((time_name.clone(), Some(all.slice(lsn.len()..time_end))));
-    headers.push((seq_name.clone(), Some(all.slice(time_end..))));
-}
-
-/// Kafka's rule for topic names (`Topic.validate` in the Java client).
-pub fn valid_topic(t: &str) -> bool {
-    !t.is_empty()
-        && t.len() <= 249
-        && t != "."
-        && t != ".."
-        && t.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ pub mod broker;
 pub mod certs;
 pub mod check;
 pub mod cluster;
+pub mod debezium;
 pub mod http;
 pub mod inbox;
 pub mod kafka;

@@ -15,6 +15,7 @@ use rdkafka::{
     ClientConfig, Message, Offset, TopicPartitionList,
     consumer::{BaseConsumer, Consumer},
     mocking::MockCluster,
+    producer::DefaultProducerContext,
 };
 use relay_core::{
     Lsn,
@@ -334,18 +335,33 @@ async fn nothing_is_confirmed_while_kafka_is_down_and_all_of_it_once_kafka_is_ba
     assert_eq!(got.len(), 3, "each record once");
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn exactly_once_ends_the_kafka_transaction_with_a_checkpoint_naming_the_last_change() {
+/// An exactly-once loop on a one-broker MockCluster with the outbox topic and the checkpoint
+/// topic `cp`: the cluster (keep it alive), its address, the run and the slot's identity.
+fn exactly_once_run(
+    transactional_id: &str,
+) -> (
+    MockCluster<'static, DefaultProducerContext>,
+    String,
+    Run,
+    Identity,
+) {
     let mock = MockCluster::new(1).unwrap();
     mock.create_topic("outbox.event.order", 1, 1).unwrap();
     mock.create_topic("cp", 1, 1).unwrap();
     let brokers = mock.bootstrap_servers();
     let cfg = config(
         &brokers,
-        "transactional_id = \"loop\"\ncheckpoint_topic = \"cp\"\n[relay]\ndelivery = \"exactly-once\"\nstatus_interval_ms = 50\n",
+        &format!(
+            "transactional_id = \"{transactional_id}\"\ncheckpoint_topic = \"cp\"\n[relay]\ndelivery = \"exactly-once\"\nstatus_interval_ms = 50\n"
+        ),
     );
     let id = Identity::new(&cfg, "42", 1);
-    let mut run = Run::new(cfg);
+    (mock, brokers, Run::new(cfg), id)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn exactly_once_ends_the_kafka_transaction_with_a_checkpoint_naming_the_last_change() {
+    let (_mock, brokers, mut run, id) = exactly_once_run("loop");
     run.until(Some(id), |c| c >= Lsn(IDLE), |_| {}).await;
     // The keepalive's progress was confirmed only with a checkpoint-only transaction.
     assert_eq!(run.applied(), Lsn(IDLE));
@@ -368,16 +384,7 @@ async fn exactly_once_ends_the_kafka_transaction_with_a_checkpoint_naming_the_la
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_kafka_transaction_with_records_opens_with_a_copy_of_the_previous_checkpoint() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("outbox.event.order", 1, 1).unwrap();
-    mock.create_topic("cp", 1, 1).unwrap();
-    let brokers = mock.bootstrap_servers();
-    let cfg = config(
-        &brokers,
-        "transactional_id = \"primer\"\ncheckpoint_topic = \"cp\"\n[relay]\ndelivery = \"exactly-once\"\nstatus_interval_ms = 50\n",
-    );
-    let id = Identity::new(&cfg, "42", 1);
-    let mut run = Run::new(cfg);
+    let (_mock, brokers, mut run, id) = exactly_once_run("primer");
     run.script = two_transactions();
     run.pause_before = Some(4);
     run.until(Some(id), |c| c >= Lsn(IDLE), |_| {}).await;

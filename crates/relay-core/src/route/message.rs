@@ -21,8 +21,12 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{
-    ConfigError, HeaderName, Part, Position, Record, default_headers, default_key_column,
-    default_payload_column, default_topic, parse_template, push_relay_headers, valid_topic,
+    ConfigError, HeaderName, Position, Record,
+    record::{push_relay_headers, valid_topic},
+    table::{
+        Part, default_headers, default_key_column, default_payload_column, default_topic,
+        parse_template, validate_mapping,
+    },
 };
 use crate::checkpoint::Fingerprint;
 
@@ -60,7 +64,7 @@ impl MessageRoute {
         if self.prefix.is_empty() {
             return Err(ConfigError::EmptyColumn("prefix"));
         }
-        super::validate_mapping(&self.topic, &self.key_column, &self.payload_column)
+        validate_mapping(&self.topic, &self.key_column, &self.payload_column)
     }
 }
 
