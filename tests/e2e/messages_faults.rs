@@ -5,6 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+use relay_core::Lsn;
+
 use crate::{
     messages::message_section,
     support::{
@@ -15,15 +17,20 @@ use crate::{
 };
 
 /// Emits one message whose payload is `{"big": "<n × c>"}`: `n + 11` bytes of JSON text.
-async fn emit_big(c: &tokio_postgres::Client, id: &str, key: &str, n: i32, fill: &str) {
-    c.execute(
-        "SELECT pg_logical_emit_message(true, 'outbox', json_build_object('id', $1::text, \
-         'aggregatetype', 'order', 'aggregateid', $2::text, 'type', 'Event', \
-         'payload', json_build_object('big', repeat($4::text, $3)))::text)",
-        &[&id, &key, &n, &fill],
-    )
-    .await
-    .unwrap();
+/// Returns the LSN `pg_logical_emit_message` returns: the end of the message's WAL record (its
+/// transaction's commit record starts there or later).
+async fn emit_big(c: &tokio_postgres::Client, id: &str, key: &str, n: i32, fill: &str) -> Lsn {
+    let lsn: String = c
+        .query_one(
+            "SELECT pg_logical_emit_message(true, 'outbox', json_build_object('id', $1::text, \
+             'aggregatetype', 'order', 'aggregateid', $2::text, 'type', 'Event', \
+             'payload', json_build_object('big', repeat($4::text, $3)))::text)::text",
+            &[&id, &key, &n, &fill],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    lsn.parse().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,15 +66,14 @@ async fn messages_near_the_broker_limit_arrive_whole_and_one_over_it_is_poison()
     );
     f.assert_nothing_lost_or_reordered("after a near-limit message");
 
-    // 1.2 MB: the producer refuses it. `halt` stops naming the prefix and the size rule.
-    emit_big(&c, "over-limit", "k", 1_200_000, "o").await;
+    // 1.2 MB: the producer refuses it. `halt` stops naming the size rule, the prefix and the
+    // commit LSN (checked below against the dead-letter record and PostgreSQL).
+    let message_end = emit_big(&c, "over-limit", "k", 1_200_000, "o").await;
+    let wal_after = db.current_wal_lsn().await;
     let status = relay.wait(Duration::from_secs(60)).expect("halt");
     assert_eq!(status.code(), Some(1), "{}", relay.log_text());
-    let log = relay.log_text();
-    assert!(
-        log.contains("outbox") && log.contains("message.max.bytes"),
-        "{log}"
-    );
+    let halt_log = relay.log_text();
+    assert!(halt_log.contains("message.max.bytes"), "{halt_log}");
 
     // `dead-letter` replaces it by its reason and goes on: the next event arrives.
     let dlq = format!("{}.dlq", db.name);
@@ -108,6 +114,24 @@ async fn messages_near_the_broker_limit_arrive_whole_and_one_over_it_is_poison()
             .contains("message.max.bytes"),
         "{:?}",
         dl[0].headers
+    );
+    // Like a message that cannot be routed: its prefix.
+    assert_eq!(dl[0].header("outbox-relay.dlq.prefix"), "outbox");
+    // Its commit LSN (where the commit record starts) is at or after the message's end and
+    // before where WAL was once it committed; the halt named it, with the prefix and the
+    // position (alone in its transaction: 0).
+    let commit_lsn = dl[0].header("outbox-relay.commit-lsn");
+    let parsed: Lsn = commit_lsn.parse().unwrap();
+    assert!(
+        message_end <= parsed && parsed < wal_after,
+        "commit LSN {parsed} not in [{message_end}, {wal_after})"
+    );
+    let named = format!(
+        "It is the logical message with prefix \"outbox\" committed at {commit_lsn} (position 0)"
+    );
+    assert!(
+        halt_log.contains(&named) || halt_log.contains(&named.replace('"', "\\\"")),
+        "the halt did not name {named:?}:\n{halt_log}"
     );
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;

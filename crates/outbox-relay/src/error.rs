@@ -204,16 +204,59 @@ pub enum Definite {
     KafkaTransactionRefused { id: String, detail: String },
 
     #[error(
-        "Kafka refused an event for topic {topic:?} for good ({code}): {hint}. Nothing after it \
-         was confirmed; fix the cause and restart outbox-relay, the event will be sent again"
+        "Kafka refused an event for topic {topic:?} for good ({code}): {hint}. {}Nothing after it \
+         was confirmed; fix the cause and restart outbox-relay, the event will be sent again",
+        change.as_ref().map(|c| format!("{c}. ")).unwrap_or_default()
     )]
     DeliveryRefused {
         topic: String,
+        /// The change the refused record came from (`None` for a record of no change: a
+        /// checkpoint).
+        change: Option<RefusedChange>,
         code: String,
         hint: &'static str,
         #[source]
         source: Box<rdkafka::error::KafkaError>,
     },
+}
+
+/// The change whose record Kafka refused for good: where the operator finds it in the source.
+/// Filled in only once a refusal happened, from what the refusing call or the delivery report
+/// has at hand (nothing is kept per record for it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedChange {
+    /// The `[[outbox]]` table (`schema.table`) or `message:<prefix>` the record came from;
+    /// `None` when a delivery report names the change and the relay publishes several sources.
+    pub(crate) routed: Option<String>,
+    pub(crate) commit_lsn: relay_core::Lsn,
+    /// The record's position in its transaction (header `outbox-relay.seq`).
+    pub(crate) seq: u64,
+    /// Named by a delivery report: the first record of a batch the broker refused as a whole,
+    /// so when a record's size is the cause it may be a later record of the batch.
+    pub(crate) in_batch: bool,
+}
+
+impl std::fmt::Display for RefusedChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.routed.as_deref() {
+            Some(routed) => match relay_core::route::routed_prefix(routed) {
+                Some(prefix) => format!("the logical message with prefix {prefix:?}"),
+                None => format!("a row of outbox table {routed}"),
+            },
+            None => "the change".to_string(),
+        };
+        let (lsn, seq) = (self.commit_lsn, self.seq);
+        if self.in_batch {
+            write!(
+                f,
+                "The first record refused is {what} committed at {lsn} (position {seq}); the \
+                 broker refuses a batch as a whole, so when the cause is a record's size it may \
+                 be a later record of that batch"
+            )
+        } else {
+            write!(f, "It is {what} committed at {lsn} (position {seq})")
+        }
+    }
 }
 
 impl From<ConfigError> for RelayError {
@@ -235,6 +278,15 @@ impl From<FramingError> for RelayError {
 }
 
 impl RelayError {
+    /// A refusal for good ([`Definite::DeliveryRefused`]) names `change`; any other error is
+    /// returned unchanged.
+    pub(crate) fn refusing(mut self, change: RefusedChange) -> Self {
+        if let RelayError::Definite(Definite::DeliveryRefused { change: c, .. }) = &mut self {
+            *c = Some(change);
+        }
+        self
+    }
+
     /// True when restarting the pipeline after a backoff may succeed.
     pub fn is_transient(&self) -> bool {
         matches!(self, RelayError::Transient(_))
@@ -300,6 +352,7 @@ mod tests {
         let kafka = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
         let refused: RelayError = Definite::DeliveryRefused {
             topic: "t".into(),
+            change: None,
             code: kafka.to_string(),
             hint: "shrink it",
             source: Box::new(kafka.clone()),
@@ -319,5 +372,50 @@ mod tests {
         assert!(dropped.is_transient());
         assert!(std::error::Error::source(&dropped).is_none());
         assert!(RelayError::from(Definite::Precondition("x".into())).reason() == "precondition");
+    }
+
+    fn refused(change: RefusedChange) -> String {
+        let kafka = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        RelayError::from(Definite::DeliveryRefused {
+            topic: "t".into(),
+            change: None,
+            code: kafka.to_string(),
+            hint: "shrink it",
+            source: Box::new(kafka),
+        })
+        .refusing(change)
+        .to_string()
+    }
+
+    #[test]
+    fn a_refusal_names_the_source_and_position_of_its_change() {
+        let change = |routed: Option<&str>, in_batch| RefusedChange {
+            routed: routed.map(str::to_string),
+            commit_lsn: relay_core::Lsn(0x1_0000_00A0),
+            seq: 4,
+            in_batch,
+        };
+        let msg = refused(change(Some("message:outbox"), false));
+        assert!(
+            msg.contains(
+                "shrink it. It is the logical message with prefix \"outbox\" committed at \
+                 1/A0 (position 4). Nothing after it"
+            ),
+            "{msg}"
+        );
+        let msg = refused(change(Some("public.outbox"), false));
+        assert!(
+            msg.contains("It is a row of outbox table public.outbox committed at 1/A0"),
+            "{msg}"
+        );
+        let msg = refused(change(None, true));
+        assert!(
+            msg.contains("The first record refused is the change committed at 1/A0 (position 4)"),
+            "{msg}"
+        );
+        // Another error is left as it is.
+        let other =
+            RelayError::from(Definite::Precondition("x".into())).refusing(change(None, false));
+        assert_eq!(other.to_string(), "x");
     }
 }

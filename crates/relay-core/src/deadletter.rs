@@ -4,8 +4,9 @@
 //! Invariant: nothing is dropped without a record. A row that cannot be routed becomes a record
 //! whose value is the whole row as JSON; an event Kafka refuses for good becomes a record with
 //! its key and headers (and its value unless that was the problem). Both carry the reason, the
-//! source table and the source position, and both count for the watermark like the event they
-//! replace, so the slot advances past them only once the dead-letter record is acknowledged.
+//! source (the outbox table, or a logical message's prefix) and the source position, and both
+//! count for the watermark like the event they replace, so the slot advances past them only once
+//! the dead-letter record is acknowledged.
 
 use std::collections::HashMap;
 
@@ -16,7 +17,7 @@ use crate::{
     decode::Poison,
     route::{
         HEADER_COMMIT_LSN, HEADER_COMMIT_TIME, HEADER_SEQ, HeaderName, MessagePoison, Position,
-        Record,
+        Record, routed_prefix,
     },
 };
 
@@ -81,10 +82,22 @@ pub fn from_message_poison(p: &MessagePoison, pos: Position, topic: &str) -> Rec
     }
 }
 
-/// An event Kafka refused: same key and headers, the reason added; the value is kept unless
-/// it is larger than `max_value_bytes` (a refusal for size would repeat).
+/// The header naming where an event came from: `routed` is an `[[outbox]]` table's
+/// `schema.table` ([`HEADER_TABLE`]) or a logical message's `message:<prefix>`
+/// ([`HEADER_PREFIX`], the prefix alone).
+fn source_header(routed: &str) -> (HeaderName, Option<Bytes>) {
+    match routed_prefix(routed) {
+        Some(prefix) => (HEADER_PREFIX.into(), Some(Bytes::from(prefix.to_string()))),
+        None => (HEADER_TABLE.into(), Some(Bytes::from(routed.to_string()))),
+    }
+}
+
+/// An event Kafka refused: same key and headers, the reason and its source (`routed`: see
+/// [`source_header`]) added; the value is kept unless it is larger than `max_value_bytes` (a
+/// refusal for size would repeat).
 pub fn from_refused(
     rec: &Record,
+    routed: &str,
     reason: &str,
     pos: Position,
     topic: &str,
@@ -97,6 +110,7 @@ pub fn from_refused(
         .cloned()
         .collect();
     headers.push((HEADER_REASON.into(), Some(Bytes::from(reason.to_string()))));
+    headers.push(source_header(routed));
     headers.push((HEADER_TOPIC.into(), Some(Bytes::from(rec.topic.clone()))));
     let value = match &rec.value {
         Some(v) if v.len() > max_value_bytes => {
@@ -227,16 +241,34 @@ mod tests {
             partition: None,
             timestamp_ms: None,
         };
-        let r = from_refused(&rec, "too large", POS, "dlq", 10);
+        let r = from_refused(&rec, "public.outbox", "too large", POS, "dlq", 10);
         assert_eq!(
             (r.topic.as_str(), &r.key[..], r.value.as_ref()),
             ("dlq", &b"k"[..], None)
         );
         assert_eq!(header(&r, "id"), b"e1");
         assert_eq!(header(&r, HEADER_TOPIC), b"orders");
+        assert_eq!(header(&r, HEADER_TABLE), b"public.outbox");
         assert_eq!(header(&r, HEADER_OMITTED_VALUE_BYTES), b"100");
-        let r = from_refused(&rec, "unknown topic", POS, "dlq", 1000);
+        assert!(!r.headers.iter().any(|(k, _)| &**k == HEADER_PREFIX));
+        let r = from_refused(&rec, "public.outbox", "unknown topic", POS, "dlq", 1000);
         assert_eq!(r.value, rec.value);
+    }
+
+    #[test]
+    fn a_refused_message_names_its_prefix_like_a_message_that_cannot_be_routed() {
+        let rec = Record {
+            topic: "orders".into(),
+            key: Bytes::from("k"),
+            value: Some(Bytes::from_static(b"{}")),
+            headers: vec![("id".into(), Some(Bytes::from("e1")))],
+            partition: None,
+            timestamp_ms: None,
+        };
+        let r = from_refused(&rec, "message:outbox", "too large", POS, "dlq", 1000);
+        assert_eq!(header(&r, HEADER_PREFIX), b"outbox");
+        assert_eq!(header(&r, HEADER_COMMIT_LSN), b"0/20");
+        assert!(!r.headers.iter().any(|(k, _)| &**k == HEADER_TABLE));
     }
 
     #[test]

@@ -19,7 +19,9 @@ mod record;
 mod table;
 
 pub use debezium::{DebeziumOptions, OptionsError, PlanEnv};
-pub use message::{MessageError, MessagePoison, MessageRoute, MessageRoutes, RoutedMessage};
+pub use message::{
+    MessageError, MessagePoison, MessageRoute, MessageRoutes, RoutedMessage, routed_prefix,
+};
 pub use record::{
     HEADER_COMMIT_LSN, HEADER_COMMIT_TIME, HEADER_SEQ, HeaderName, Position, Record, valid_topic,
 };

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use super::state::{State, now_unix_us};
 use crate::{
     config::PoisonPolicy,
-    error::{Definite, RelayError, Transient},
+    error::{Definite, RefusedChange, RelayError, Transient},
     metrics as m,
     sink::{Delivered, KafkaSink, delivery_error},
 };
@@ -72,7 +72,14 @@ pub(super) fn on_delivery(st: &mut State<'_>, d: Delivered) -> Result<(), RelayE
                     reason,
                 }));
             }
-            Err(err)
+            // The report carries the change's position; its source is known here only when
+            // the relay publishes one table or prefix (nothing is kept per record for it).
+            Err(err.refusing(RefusedChange {
+                routed: st.only_source.clone(),
+                commit_lsn: d.origin.commit_lsn,
+                seq: d.origin.seq,
+                in_batch: true,
+            }))
         }
     }
 }

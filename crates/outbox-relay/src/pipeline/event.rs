@@ -88,10 +88,22 @@ pub(super) async fn on_event(
             match decoded {
                 Decoded::Record {
                     record: rec,
+                    routed,
                     fingerprint,
-                    ..
                 } => {
-                    publish(cfg, sink, client, st, reports, rec, pos, index, fingerprint).await?;
+                    publish(
+                        cfg,
+                        sink,
+                        client,
+                        st,
+                        reports,
+                        rec,
+                        &routed,
+                        pos,
+                        index,
+                        fingerprint,
+                    )
+                    .await?;
                 }
                 // Handed to `on_message` above.
                 Decoded::LogicalMessage { .. } => {}
@@ -105,7 +117,7 @@ pub(super) async fn on_event(
                     PoisonPolicy::DeadLetter => {
                         dead_lettered(&p.error.to_string(), pos);
                         let dlq = deadletter::from_poison(&p, pos, &st.dead_letter_topic);
-                        produce(sink, st, dlq, pos).await?;
+                        produce(sink, st, dlq, pos, &p.routed).await?;
                         published(cfg, sink, client, st, reports, pos, index, p.fingerprint)
                             .await?;
                     }
@@ -242,8 +254,9 @@ pub(super) fn skipped_change(
     Ok(true)
 }
 
-/// Hands a routed change's record to Kafka (alone if Kafka refused it in a batch before, its
-/// dead-letter record if refused alone), then [`published`].
+/// Hands the record of a change routed by `routed` (an `[[outbox]]` table or
+/// `message:<prefix>`) to Kafka (alone if Kafka refused it in a batch before, its dead-letter
+/// record if refused alone), then [`published`].
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn publish(
     cfg: &Config,
@@ -252,16 +265,17 @@ pub(super) async fn publish(
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
     rec: Record,
+    routed: &str,
     pos: Position,
     index: u64,
     fingerprint: Fingerprint,
 ) -> Result<(), RelayError> {
     match st.refusals.get(pos.commit_lsn, pos.seq).cloned() {
-        None => produce(sink, st, rec, pos).await?,
-        Some(Refusal::Suspect(_)) => produce_alone(sink, st, reports, rec, pos).await?,
+        None => produce(sink, st, rec, pos, routed).await?,
+        Some(Refusal::Suspect(_)) => produce_alone(sink, st, reports, rec, pos, routed).await?,
         Some(Refusal::Confirmed(reason)) => {
-            let dlq = dead_letter_for(st, &rec, &reason, pos);
-            produce(sink, st, dlq, pos).await?;
+            let dlq = dead_letter_for(st, &rec, routed, &reason, pos);
+            produce(sink, st, dlq, pos, routed).await?;
         }
     }
     published(cfg, sink, client, st, reports, pos, index, fingerprint).await

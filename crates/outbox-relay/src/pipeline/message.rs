@@ -81,6 +81,7 @@ pub(super) async fn on_message(
                 st,
                 reports,
                 record,
+                &routed,
                 pos,
                 index,
                 fingerprint,
@@ -93,7 +94,7 @@ pub(super) async fn on_message(
                 return Ok(());
             }
             let dlq = dead_letter_or_halt(st, &p, pos)?;
-            produce(sink, st, dlq, pos).await?;
+            produce(sink, st, dlq, pos, &p.routed).await?;
             published(cfg, sink, client, st, reports, pos, index, p.fingerprint).await?;
         }
         // Not transactional (or, impossibly, transactional outside a transaction): atomic with
@@ -102,7 +103,7 @@ pub(super) async fn on_message(
         RoutedMessage::Poison(p) => {
             let dlq = dead_letter_or_halt(st, &p, pos)?;
             st.progress.begin(lsn, pos.commit_time_unix_us)?;
-            produce(sink, st, dlq, pos).await?;
+            produce(sink, st, dlq, pos, &p.routed).await?;
             st.progress.commit(lsn, lsn)?;
             confirm(client, st);
         }

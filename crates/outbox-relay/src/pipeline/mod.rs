@@ -141,6 +141,7 @@ pub(crate) async fn stream(
         txn: None,
         policy: cfg.relay.on_poison,
         dead_letter_topic: cfg.relay.dead_letter_topic.clone(),
+        only_source: state::only_source(cfg),
         refusals: &mut carry.refusals,
         published: &mut carry.published,
         memory,

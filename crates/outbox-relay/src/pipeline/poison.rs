@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     config::PoisonPolicy,
-    error::{Definite, RelayError, Transient},
+    error::{Definite, RefusedChange, RelayError, Transient},
     events::EVENT_DEAD_LETTERED,
     metrics as m,
     sink::{Delivered, KafkaSink, delivery_error},
@@ -24,14 +24,16 @@ use crate::{
 /// Largest value kept in a dead-letter record (Kafka's default limit is about 1 MB).
 pub(super) const MAX_DEAD_LETTER_VALUE: usize = 900_000;
 
-/// Hands one record of the open transaction to Kafka. Under the dead-letter policy a record
-/// Kafka refuses at once (larger than `message.max.bytes`, say) is replaced by its
-/// dead-letter record.
+/// Hands one record of the open transaction to Kafka; `routed` names its source (the
+/// `[[outbox]]` table or `message:<prefix>`). Under the dead-letter policy a record Kafka
+/// refuses at once (larger than `message.max.bytes`, say) is replaced by its dead-letter
+/// record; under `halt` the refusal names the change.
 pub(super) async fn produce(
     sink: &KafkaSink,
     st: &mut State<'_>,
     rec: Record,
     pos: Position,
+    routed: &str,
 ) -> Result<(), RelayError> {
     checkpoints::prime(sink, st).await?;
     let origin = next_record(st, pos)?;
@@ -39,12 +41,14 @@ pub(super) async fn produce(
         Err(e @ RelayError::Definite(Definite::DeliveryRefused { .. }))
             if st.policy == PoisonPolicy::DeadLetter && rec.topic != st.dead_letter_topic =>
         {
-            let dlq = dead_letter_for(st, &rec, &e.to_string(), pos);
-            sink.send(&dlq, origin).await?;
+            let dlq = dead_letter_for(st, &rec, routed, &e.to_string(), pos);
+            sink.send(&dlq, origin)
+                .await
+                .map_err(|e| e.refusing(refused_at(routed, pos)))?;
             dlq
         }
         other => {
-            other?;
+            other.map_err(|e| e.refusing(refused_at(routed, pos)))?;
             rec
         }
     };
@@ -62,6 +66,7 @@ pub(super) async fn produce_alone(
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
     rec: Record,
     pos: Position,
+    routed: &str,
 ) -> Result<(), RelayError> {
     while st.progress.outstanding_records() > 0 {
         let d = reports.recv().await.ok_or_else(producer_gone)?;
@@ -69,7 +74,9 @@ pub(super) async fn produce_alone(
     }
     checkpoints::prime(sink, st).await?;
     let origin = next_record(st, pos)?;
-    sink.send(&rec, origin).await?;
+    sink.send(&rec, origin)
+        .await
+        .map_err(|e| e.refusing(refused_at(routed, pos)))?;
     st.progress.handed(rec.bytes());
     let d = sink.attribute(reports.recv().await.ok_or_else(producer_gone)?);
     debug_assert_eq!(
@@ -105,11 +112,29 @@ pub(super) async fn produce_alone(
     Ok(())
 }
 
-/// The dead-letter record that replaces a record Kafka refused, counted and logged.
-pub(super) fn dead_letter_for(st: &State<'_>, rec: &Record, reason: &str, pos: Position) -> Record {
+/// The change a record refused when it was handed to Kafka came from: `routed` (the
+/// `[[outbox]]` table or `message:<prefix>`) at `pos`.
+fn refused_at(routed: &str, pos: Position) -> RefusedChange {
+    RefusedChange {
+        routed: Some(routed.to_string()),
+        commit_lsn: pos.commit_lsn,
+        seq: pos.seq,
+        in_batch: false,
+    }
+}
+
+/// The dead-letter record that replaces a record of `routed` Kafka refused, counted and logged.
+pub(super) fn dead_letter_for(
+    st: &State<'_>,
+    rec: &Record,
+    routed: &str,
+    reason: &str,
+    pos: Position,
+) -> Record {
     dead_lettered(reason, pos);
     deadletter::from_refused(
         rec,
+        routed,
         reason,
         pos,
         &st.dead_letter_topic,

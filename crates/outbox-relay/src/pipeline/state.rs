@@ -18,8 +18,14 @@ use relay_core::{
 
 use super::{ack_metrics::AckMetrics, txn::Committing};
 use crate::{
-    checkpoint::Identity, config::PoisonPolicy, error::RelayError, events::CHECKPOINT_SKIP_DONE,
-    failover::Memory, metrics as m, sink::Origin, source::Session,
+    checkpoint::Identity,
+    config::{Config, PoisonPolicy},
+    error::RelayError,
+    events::CHECKPOINT_SKIP_DONE,
+    failover::Memory,
+    metrics as m,
+    sink::Origin,
+    source::Session,
 };
 
 pub(super) struct State<'a> {
@@ -31,6 +37,9 @@ pub(super) struct State<'a> {
     pub(super) txn: Option<Position>,
     pub(super) policy: PoisonPolicy,
     pub(super) dead_letter_topic: String,
+    /// The `[[outbox]]` table or `message:<prefix>` of every record, when there is one only
+    /// ([`only_source`]).
+    pub(super) only_source: Option<String>,
     /// Events Kafka refused for good, kept by the supervisor across restarts.
     pub(super) refusals: &'a mut Refusals,
     /// [`crate::carry::Carry::published`].
@@ -123,6 +132,20 @@ pub(super) fn report_gauges(st: &State<'_>) {
         .oldest_pending_commit_time()
         .map_or(0.0, |t| (now_unix_us() - t).max(0) as f64 / 1e6);
     metrics::gauge!(m::TIME_LAG_SECONDS).set(lag);
+}
+
+/// The one `[[outbox]]` table (`schema.table`) or `message:<prefix>` the relay publishes, if
+/// it publishes one only: then a delivery report, which carries a change's position and not its
+/// source, names the source all the same.
+pub(super) fn only_source(cfg: &Config) -> Option<String> {
+    match (cfg.outbox.as_slice(), cfg.message.as_slice()) {
+        ([table], []) => {
+            let (schema, table) = table.qualified_name();
+            Some(format!("{schema}.{table}"))
+        }
+        ([], [message]) => Some(message.routed_name()),
+        _ => None,
+    }
 }
 
 pub(super) fn now_unix_us() -> i64 {

@@ -32,9 +32,12 @@ use super::{run_loop, state::State, txn::transaction_timeout};
 use crate::{
     checkpoint::Identity,
     config::Config,
+    error::RelayError,
     sink::{Delivered, KafkaSink},
     source::Session,
 };
+
+mod refused;
 
 /// A replication session that plays `events`, then stays quiet; it records what the loop
 /// confirms.
@@ -207,8 +210,18 @@ impl Run {
         &mut self,
         checkpoints: Option<Identity>,
         until: impl Fn(Lsn) -> bool,
-        mut meanwhile: impl FnMut(Lsn),
+        meanwhile: impl FnMut(Lsn),
     ) {
+        self.outcome(checkpoints, until, meanwhile).await.unwrap();
+    }
+
+    /// [`until`](Self::until), returning how the loop ended (an error ends it early).
+    async fn outcome(
+        &mut self,
+        checkpoints: Option<Identity>,
+        until: impl Fn(Lsn) -> bool,
+        mut meanwhile: impl FnMut(Lsn),
+    ) -> Result<(), RelayError> {
         let exactly_once = checkpoints.is_some();
         let transactional = self.cfg.kafka.transactional_id.is_some();
         if transactional {
@@ -233,6 +246,7 @@ impl Run {
             txn: None,
             policy: self.cfg.relay.on_poison,
             dead_letter_topic: self.cfg.relay.dead_letter_topic.clone(),
+            only_source: super::state::only_source(&self.cfg),
             refusals: &mut refusals,
             published: &mut published,
             memory: None,
@@ -270,7 +284,7 @@ impl Run {
             std::future::pending::<()>().await
         };
         tokio::select! {
-            r = run_loop(&self.cfg, &self.sink, &mut session, &mut st, &mut self.reports, &mut shutdown) => r.unwrap(),
+            r = run_loop(&self.cfg, &self.sink, &mut session, &mut st, &mut self.reports, &mut shutdown) => r,
             _ = watcher => unreachable!(),
         }
     }

@@ -507,7 +507,8 @@ fn security_properties(cfg: &KafkaConfig, c: &mut ClientConfig) -> Result<(), Re
     Ok(())
 }
 
-/// Classifies a failed delivery: errors retrying cannot fix stop the relay with a hint.
+/// Classifies a failed delivery: errors retrying cannot fix stop the relay with a hint (the
+/// caller names the change: [`RelayError::refusing`]).
 pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
     let code = e.rdkafka_error_code();
     if code.is_some_and(is_fenced) {
@@ -541,6 +542,7 @@ pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
     match hint {
         Some(hint) => RelayError::from(Definite::DeliveryRefused {
             topic: topic.to_string(),
+            change: None,
             code,
             hint,
             source: Box::new(e.clone()),

@@ -53,10 +53,19 @@ pub struct MessageRoute {
     pub headers: BTreeMap<String, String>,
 }
 
+/// How [`MessageRoute::routed_name`] starts.
+const ROUTED_NAME_START: &str = "message:";
+
+/// The prefix in a name [`MessageRoute::routed_name`] made; `None` for an `[[outbox]]` table's
+/// `schema.table`.
+pub fn routed_prefix(routed: &str) -> Option<&str> {
+    routed.strip_prefix(ROUTED_NAME_START)
+}
+
 impl MessageRoute {
     /// The name the checkpoint and the skip know these messages by: `message:<prefix>`.
     pub fn routed_name(&self) -> String {
-        format!("message:{}", self.prefix)
+        format!("{ROUTED_NAME_START}{}", self.prefix)
     }
 
     /// Checks the mapping itself. Returns the first problem found.
