@@ -299,3 +299,116 @@ async fn exactly_once_skips_messages_exactly_after_a_slot_rewind() {
     assert_eq!(f.duplicated, 0, "exactly-once re-sent events: {f:?}");
     db.cleanup().await;
 }
+
+/// A `[[message]]` section with its own field names: `kind` picks the topic, `k` the key,
+/// `body` (or `body_base64`) the value, `eid` and `trace` two headers.
+fn custom_section(db: &TestDb) -> String {
+    format!(
+        "[[message]]\nprefix = \"bin\"\ntopic = \"{}.{{kind}}\"\nkey_column = \"k\"\n\
+         payload_column = \"body\"\nheaders = {{ event-id = \"eid\", trace = \"trace\" }}\n",
+        db.name
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_custom_fields_binary_payloads_and_a_dead_lettered_non_transactional_message() {
+    let db = TestDb::new("msg_custom").await;
+    db.client.batch_execute("DROP TABLE outbox").await.unwrap();
+    let dlq = format!("{}.dlq", db.name);
+    let cfg = db.relay_config(&format!(
+        "{}[relay]\non_poison = \"dead-letter\"\ndead_letter_topic = \"{dlq}\"\n",
+        custom_section(&db)
+    ));
+    // `setup` with a messages-only config: a publication without tables, and the slot.
+    let (status, log) = Relay::once(&db.name, &cfg, &["setup"], &[]);
+    assert!(status.success(), "{log}");
+    let row = db
+        .client
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_publication WHERE pubname = $1), \
+             (SELECT count(*) FROM pg_publication_tables WHERE pubname = $1), \
+             (SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1)",
+            &[&db.name],
+        )
+        .await
+        .unwrap();
+    let counts: (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!(counts, (1, 0, 1), "publication, its tables, slot: {log}");
+
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let c = connect(&db.conninfo()).await;
+    // Every byte value twice: not UTF-8, and its base64 is longer than the 76-character lines
+    // PostgreSQL's encode() writes (the newlines are removed: they are not base64).
+    let binary: Vec<u8> = (0..=255u8).chain(0..=255).collect();
+    let emit = |content: &'static str| {
+        format!("SELECT pg_logical_emit_message(true, 'bin', {content}::text)")
+    };
+    c.execute(
+        &emit(
+            "json_build_object('kind', 'blob', 'k', 'key-1', 'eid', 'e-bin', 'trace', null, \
+             'body_base64', translate(encode($1::bytea, 'base64'), E'\\n', ''))",
+        ),
+        &[&binary],
+    )
+    .await
+    .unwrap();
+    c.execute(
+        &emit(
+            "json_build_object('kind', 'blob', 'k', 'key-1', 'eid', 'e-json', 'trace', 't-1', \
+             'body', json_build_object('n', 1))",
+        ),
+        &[],
+    )
+    .await
+    .unwrap();
+    // Not transactional: dead-lettered with the reason; the stream goes on.
+    let nontx = r#"{"kind": "blob", "k": "key-1", "eid": "e-nontx", "trace": null, "body": 1}"#;
+    c.execute(
+        "SELECT pg_logical_emit_message(false, 'bin', $1::text)",
+        &[&nontx],
+    )
+    .await
+    .unwrap();
+    c.execute(
+        &emit(
+            "json_build_object('kind', 'blob', 'k', 'key-1', 'eid', 'e-after', 'trace', 't-2', \
+             'body', '\"text\"'::json)",
+        ),
+        &[],
+    )
+    .await
+    .unwrap();
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(60))
+        .await;
+    // Everything is confirmed: what the topic holds now is all it gets (one key: one partition,
+    // commit order).
+    let got = kafka::consume_until(&[db.topic("blob")], Duration::from_secs(5), |r| r.len() > 3);
+    let ids: Vec<&str> = got.iter().map(|r| r.header("event-id")).collect();
+    assert_eq!(ids, ["e-bin", "e-json", "e-after"], "{got:?}");
+    assert!(got.iter().all(|r| r.key.as_deref() == Some("key-1")));
+    assert_eq!(got[0].value_bytes(), Some(&binary[..]), "binary value");
+    assert_eq!(got[1].value.as_deref(), Some(r#"{"n" : 1}"#));
+    assert_eq!(got[2].value.as_deref(), Some(r#""text""#));
+    // `trace`: null gives a header without a value (read back as empty).
+    let traces: Vec<&str> = got.iter().map(|r| r.header("trace")).collect();
+    assert_eq!(traces, ["", "t-1", "t-2"]);
+    assert!(
+        !got[0].headers.contains_key("id"),
+        "a default header was added"
+    );
+
+    let dl = kafka::consume_until(std::slice::from_ref(&dlq), Duration::from_secs(30), |r| {
+        !r.is_empty()
+    });
+    assert_eq!(dl.len(), 1, "{dl:?}");
+    assert_eq!(dl[0].key.as_deref(), Some("bin"));
+    assert_eq!(dl[0].value.as_deref(), Some(nontx), "the content as sent");
+    assert_eq!(dl[0].header("outbox-relay.dlq.prefix"), "bin");
+    let reason = dl[0].header("outbox-relay.dlq.reason");
+    assert!(
+        reason.contains("non-transactional logical message with prefix \"bin\""),
+        "{reason}"
+    );
+    assert!(relay.terminate(Duration::from_secs(30)).success());
+    db.cleanup().await;
+}

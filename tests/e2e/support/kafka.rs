@@ -21,7 +21,10 @@ pub struct Rec {
     pub offset: i64,
     pub timestamp_ms: i64,
     pub key: Option<String>,
+    /// The value as text (invalid UTF-8 replaced: see [`Rec::value_bytes`]).
     pub value: Option<String>,
+    /// The value's bytes when they are not UTF-8 (`value` then holds them lossily).
+    raw_value: Option<Vec<u8>>,
     pub headers: HashMap<String, String>,
 }
 
@@ -31,6 +34,12 @@ impl Rec {
             .get(k)
             .map(String::as_str)
             .unwrap_or_else(|| panic!("record has no header {k:?}: {self:?}"))
+    }
+    /// The value's bytes exactly as the broker holds them.
+    pub fn value_bytes(&self) -> Option<&[u8]> {
+        self.raw_value
+            .as_deref()
+            .or(self.value.as_deref().map(str::as_bytes))
     }
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(self.value.as_deref().expect("record has a value")).unwrap()
@@ -130,6 +139,10 @@ pub fn consume_until_with(
                 timestamp_ms: m.timestamp().to_millis().unwrap_or(0),
                 key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
                 value: m.payload().map(|v| String::from_utf8_lossy(v).into_owned()),
+                raw_value: m
+                    .payload()
+                    .filter(|v| std::str::from_utf8(v).is_err())
+                    .map(<[u8]>::to_vec),
                 headers,
             });
             continue;

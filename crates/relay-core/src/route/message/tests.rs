@@ -119,6 +119,8 @@ fn a_base64_payload_is_the_decoded_bytes_and_a_null_payload_is_no_value() {
     assert_eq!(rec.value, None);
     for (payload, problem) in [
         (r#""payload_base64": "!!""#, "invalid base64 in"),
+        // PostgreSQL's encode(..., 'base64') breaks lines every 76 characters: not base64.
+        (r#""payload_base64": "AAH/\nAAH/""#, "invalid base64 in"),
         (r#""payload_base64": 5"#, "a non-string"),
         (r#""payload": 1, "payload_base64": "AA==""#, "a second"),
         (r#""other": 1"#, "no"),
