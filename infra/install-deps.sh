@@ -1,38 +1,24 @@
 #!/usr/bin/env bash
 # Install what the local (Docker-free) test stack needs, on Debian 12; idempotent, a fast no-op when all is present.
-#  - apt: postgresql-15 (server+client), rdkafka build deps (incl. libssl-dev: rdkafka's `ssl` feature), Java 17 + Maven
-#    if missing
+#  - apt: postgresql-15 (server+client), rdkafka build deps (incl. libssl-dev: rdkafka's `ssl` feature), Java 17
+#    (JRE and JDK) + Maven if missing
 #  - Rust via rustup only if cargo is missing (fails with a hint when rustup is not packaged, e.g. on bookworm)
 #  - Kafka jars from Maven Central into infra/kafka/lib (infra/kafka/pom.xml)
 #  - PostgreSQL 17 and 13 server binaries from Maven Central into infra/pg/17 and infra/pg/13 (infra/pg/pom.xml):
 #    failover slots, and the refusal of servers older than 14
 #  - the Debezium PostgreSQL connector plugin into infra/debezium/plugins (infra/debezium/pom.xml)
-#  - the Go modules and Maven artifacts of the inbox recipes (infra/install-recipes.sh)
+#  - the Go modules, Maven artifacts and kcat of the inbox recipes (infra/install-recipes.sh; Go itself must be
+#    on PATH: it says how to get it)
 set -euo pipefail
 LOG_TAG=deps
 # shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-SUDO=()
-if [ "$(id -u)" != 0 ]; then
-  if command -v sudo >/dev/null; then SUDO=(sudo); fi
-fi
-
-installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed'; }
-
-APT_UPDATED=0
-apt_install() {
-  [ $# -gt 0 ] || return 0
-  if [ "$APT_UPDATED" = 0 ]; then
-    log "apt-get update"
-    "${SUDO[@]}" apt-get update -qq
-    APT_UPDATED=1
-  fi
-  log "apt-get install $*"
-  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
-}
+# shellcheck source=apt.sh
+. "$INFRA_DIR/apt.sh"
 
 java_major() { java -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | head -n1; }
+javac_major() { javac -version 2>&1 | sed -n 's/^javac \([0-9]*\).*/\1/p' | head -n1; }
 
 # 1. Debian packages (checked with dpkg-query; apt-get update only when something is missing).
 # Note: installing postgresql-15 also creates+starts Debian's default cluster 15/main on port 5432; the stack
@@ -43,6 +29,8 @@ for p in postgresql-15 postgresql-client-15 gcc g++ make pkg-config zlib1g-dev l
   installed "$p" || missing+=("$p")
 done
 if ! command -v java >/dev/null || [ "$(java_major)" -lt 17 ] 2>/dev/null; then missing+=(openjdk-17-jre-headless); fi
+# the JDK: javac for `mvn package` of examples/inbox-java (the JRE runs Kafka, not Maven's compiler)
+if ! command -v javac >/dev/null || [ "$(javac_major)" -lt 17 ] 2>/dev/null; then missing+=(openjdk-17-jdk-headless); fi
 command -v mvn >/dev/null || missing+=(maven)
 apt_install "${missing[@]}"
 if [ "$(java_major)" -lt 17 ] 2>/dev/null; then
@@ -52,7 +40,7 @@ fi
 # 2. Rust toolchain (rust-toolchain.toml picks the channel once rustup exists).
 if ! command -v cargo >/dev/null && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
   if ! command -v rustup >/dev/null; then
-    [ "$APT_UPDATED" = 1 ] || { "${SUDO[@]}" apt-get update -qq; APT_UPDATED=1; }
+    apt_update
     if apt-cache policy rustup 2>/dev/null | grep -q 'Candidate: [0-9]'; then
       apt_install rustup
     else

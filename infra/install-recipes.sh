@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
-# Downloads what the inbox recipes (examples/inbox-go, examples/inbox-java) need to build, so that
-# tests/e2e/recipes.rs can build them OFFLINE (GOPROXY=off, mvn -o). Idempotent; warm, it takes
-# well under a second (go mod download is a no-op, a stamp per pom.xml content skips Maven).
+# Downloads what the inbox recipes (examples/inbox-go, examples/inbox-java, examples/inbox-sql) need,
+# so that tests/e2e/recipes.rs can build them OFFLINE (GOPROXY=off, mvn -o) and run them.
+# Idempotent; warm, it takes well under a second (go mod download is a no-op, a stamp per pom.xml
+# content skips Maven, dpkg-query finds kcat).
 #  - Go modules pinned by examples/inbox-go/go.sum -> the Go module cache (go mod download)
 #  - Maven artifacts and plugins of examples/inbox-java/pom.xml -> ~/.m2 (one `mvn package`)
-# Called by infra/install-deps.sh; needs go (1.26+: see go.mod) and mvn + Java 17 on PATH.
+#  - kcat (Debian package) for examples/inbox-sql/consume.sh
+# Called by infra/install-deps.sh; needs go (1.26+: see go.mod; not from Debian, whose golang is
+# older: the error says how to install it) and mvn + JDK 17 on PATH.
 set -euo pipefail
 LOG_TAG=recipes
 # shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source=apt.sh
+. "$INFRA_DIR/apt.sh"
 
 # 1. Go: the module cache verifies every download against go.sum.
 GO_DIR="$REPO_DIR/examples/inbox-go"
-command -v go >/dev/null \
-  || die "go not found: install Go $(sed -n 's/^go //p' "$GO_DIR/go.mod") or newer (examples/inbox-go needs it), then re-run"
+if ! command -v go >/dev/null; then
+  gover="$(sed -n 's/^go //p' "$GO_DIR/go.mod")"
+  die "go not found on PATH. examples/inbox-go needs Go $gover or newer, and Debian's golang package is older, so install the release from go.dev (as root):
+  rm -rf /usr/local/go && curl -fsSL https://go.dev/dl/go$gover.linux-$(dpkg --print-architecture).tar.gz | tar -C /usr/local -xz
+  export PATH=\"/usr/local/go/bin:\$PATH\"   # and add it to your shell profile
+then re-run $0 (or scripts/test.sh)"
+fi
 t0=$(now_ms)
 (cd "$GO_DIR" && GOFLAGS=-mod=readonly go mod download) || die "go mod download failed in $GO_DIR"
 log "Go modules of examples/inbox-go ready in $(( $(now_ms) - t0 )) ms"
@@ -38,3 +48,6 @@ if [ ! -f "$STAMP" ]; then
   touch "$STAMP"
   log "Maven artifacts of examples/inbox-java ready in $(( $(now_ms) - t0 )) ms"
 fi
+
+# 3. kcat: the SQL recipe's Kafka client (examples/inbox-sql/consume.sh).
+installed kcat || apt_install kcat

@@ -5,6 +5,8 @@
 #   end-to-end tests against the real servers (twice: as configured, then with a Kafka
 #   transactional id on every relay), prints the delivery figures, and stops the stack again
 #   if this script started it.
+# Prerequisites it does not install: Rust (rustup) and Go 1.26+ (go.dev; Debian's golang is too old)
+#   on PATH; infra/install-recipes.sh prints how to install Go when it is missing.
 # Env: TEST_THREADS (default 3) for the end-to-end tests; extra args go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -2,11 +2,12 @@
 //! changes balances with 4 connections, each change and its `BalanceChanged` outbox row in one
 //! transaction; the relay publishes them to a broker of this test's own; `client-balances`, in
 //! another database, keeps per-client totals with the inbox. Meanwhile the relay is killed with
-//! SIGKILL and restarted, the broker is restarted, and the consumer exits twice right after a
-//! database commit and before its offset commit (`CRASH_AFTER_COMMITS`); at the end a new
-//! consumer group replays the whole topic. Every client total must equal the sum of its
-//! accounts' balances, every event must be applied exactly once (applied == distinct events
-//! == changes committed), and the redeliveries the inbox absorbed are counted (> 0).
+//! SIGKILL and restarted, the broker is restarted (both asserted to come before the writer's
+//! last commit), and the consumer exits twice right after a database commit and before its
+//! offset commit (`CRASH_AFTER_COMMITS`); at the end a new consumer group replays the whole
+//! topic. Every client total must equal the sum of its accounts' balances, every event must be
+//! applied exactly once (applied == distinct events == changes committed), and the redeliveries
+//! the inbox absorbed are counted (> 0).
 
 use std::{
     collections::BTreeMap,
@@ -173,7 +174,9 @@ async fn two_services_converge_through_relay_broker_and_consumer_faults() {
         ("CONCURRENCY", "4".into()),
         ("ACCOUNTS", "24".into()),
         ("CLIENTS", "6".into()),
-        ("PAUSE_MS", "3".into()),
+        // >= 7.5 s of writing however fast the machine (750 changes per writer, 10 ms apart):
+        // the faults below must come while it writes.
+        ("PAUSE_MS", "10".into()),
     ]);
     let writer = Service::start("accounts", "accounts", &writer_env);
     eprintln!(
@@ -203,17 +206,34 @@ async fn two_services_converge_through_relay_broker_and_consumer_faults() {
 
     // Fault 2: the relay is killed with SIGKILL and restarted.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let at_relay_kill = count(&accounts_db, "SELECT count(*) FROM outbox").await;
     relay.kill9();
     relay = Relay::start(&accounts_db.name, &cfg);
 
     // Fault 3: the broker is restarted (its data kept).
     tokio::time::sleep(Duration::from_millis(800)).await;
+    let at_broker_stop = count(&accounts_db, "SELECT count(*) FROM outbox").await;
     kafka_script("stop.sh");
     kafka_script("start.sh");
+    let at_broker_start = count(&accounts_db, "SELECT count(*) FROM outbox").await;
     eprintln!(
-        "balances: broker restarted at {:.1} s",
+        "balances: broker restarted at {:.1} s; changes committed at the relay kill \
+         {at_relay_kill}, at the broker stop {at_broker_stop}, once it was back {at_broker_start}",
         started.elapsed().as_secs_f64()
     );
+    // The faults must hit a running workload: changes committed after each of them are what
+    // the restarted relay and broker have to carry. They come ~1.3 s after consumer-1 applied
+    // its 150 events, well inside the writer's 7.5 s floor; a slow machine slows the writer too.
+    for (fault, at) in [
+        ("relay kill", at_relay_kill),
+        ("broker stop", at_broker_stop),
+    ] {
+        assert!(
+            at < CHANGES,
+            "the {fault} came after the writer had committed all {CHANGES} changes ({at}): \
+             it did not happen while writing"
+        );
+    }
 
     // Fault 1 again, after the broker came back.
     let (status, out) = c2.finish(Duration::from_secs(60)).await;
@@ -294,7 +314,8 @@ async fn two_services_converge_through_relay_broker_and_consumer_faults() {
     let inbox_rows = count(&clients_db, "SELECT count(*) FROM inbox").await;
     check::note(&format!(
         "{}balances: {committed} balance changes (4 writers, 24 accounts, 6 clients) through relay \
-         kill -9, broker restart, 2 consumer exits between DB commit and offset commit; Kafka \
+         kill -9 (after {at_relay_kill} committed), broker restart (after {at_broker_stop}; \
+         {at_broker_start} once back), 2 consumer exits between DB commit and offset commit; Kafka \
          holds {} records of {} distinct events; consumer runs applied {applied}, absorbed {absorbed} \
          redeliveries ({}); replay of the topic: {} records, {} applied, {} absorbed; \
          converged {:.1} s after the start; client totals equal: {}",

@@ -1,17 +1,27 @@
-//! The SQL recipe (`examples/inbox-sql/apply.sql`) run with psql against the real PostgreSQL:
-//! an event delivered three times (twice at the same moment) is applied once.
+//! The SQL recipe's `examples/inbox-sql/apply.sql` run alone with psql against the real
+//! PostgreSQL, fed records the way its driver feeds them (kcat's JSON envelope): an event
+//! delivered three times (twice at the same moment) is applied once. The whole recipe, with
+//! Kafka, is a row of `recipes.rs`.
 
 use std::process::Command;
 
 use crate::support::{inbox::consumer_db, repo_root};
 
-fn psql(conninfo: &str, event_id: &str, aggregate: &str, amount: &str) -> std::process::Child {
+/// One record as `kcat -C -J` prints it; quotes in the values must reach the tables unchanged.
+fn record(offset: u32, event_id: &str, aggregate: &str, amount: &str) -> String {
+    serde_json::json!({
+        "topic": "payments", "partition": 0, "offset": offset, "tstype": "create", "ts": 1,
+        "broker": 1, "headers": ["eventType", "PaymentMade", "id", event_id],
+        "key": aggregate, "payload": format!("{{\"amount\": {amount}}}"),
+    })
+    .to_string()
+}
+
+fn psql(conninfo: &str, record: &str) -> std::process::Child {
     Command::new("psql")
         .arg(conninfo)
-        .args(["-X", "-q", "-v", "consumer=recipe"])
-        .args(["-v", &format!("event_id={event_id}")])
-        .args(["-v", &format!("aggregate_id={aggregate}")])
-        .args(["-v", &format!("amount={amount}")])
+        .args(["-X", "-q", "-tA", "-v", "consumer=recipe", "-v", "group=g"])
+        .args(["-v", &format!("record={record}")])
         .arg("-f")
         .arg(repo_root().join("examples/inbox-sql/apply.sql"))
         .stdout(std::process::Stdio::piped())
@@ -20,26 +30,28 @@ fn psql(conninfo: &str, event_id: &str, aggregate: &str, amount: &str) -> std::p
         .expect("run psql (postgresql-client)")
 }
 
-fn ok(child: std::process::Child) {
+/// Waits for psql; what apply.sql printed: "1" applied, "0" a duplicate.
+fn ok(child: std::process::Child) -> String {
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "psql failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_recipe_applies_a_redelivered_event_once() {
     let db = consumer_db("inbox_sql").await;
     let c = db.conninfo();
-    ok(psql(&c, "e-1", "a-1", "5"));
-    ok(psql(&c, "e-2", "a-1", "2.5"));
-    // The redelivery, twice at once.
-    let (x, y) = (psql(&c, "e-1", "a-1", "5"), psql(&c, "e-1", "a-1", "5"));
-    ok(x);
-    ok(y);
-    ok(psql(&c, "e-3", "a-2", "-1"));
+    let e1 = record(0, "e-1", "a-'1", "5");
+    assert_eq!(ok(psql(&c, &e1)), "1");
+    assert_eq!(ok(psql(&c, &record(1, "e-2", "a-'1", "2.5"))), "1");
+    // The redelivery, twice at once: neither applies.
+    let (x, y) = (psql(&c, &e1), psql(&c, &e1));
+    assert_eq!((ok(x), ok(y)), ("0".into(), "0".into()));
+    assert_eq!(ok(psql(&c, &record(2, "e-3;'", "a-2", "-1"))), "1");
     let rows: Vec<(String, i64, String)> = db
         .client
         .query(
@@ -54,7 +66,7 @@ async fn psql_recipe_applies_a_redelivered_event_once() {
     assert_eq!(
         rows,
         [
-            ("a-1".into(), 2, "7.5".into()),
+            ("a-'1".into(), 2, "7.5".into()),
             ("a-2".into(), 1, "-1".into())
         ]
     );
@@ -65,5 +77,16 @@ async fn psql_recipe_applies_a_redelivered_event_once() {
         .unwrap()
         .get(0);
     assert_eq!(inbox, 3);
+    let next: i64 = db
+        .client
+        .query_one(
+            "SELECT next_offset FROM kafka_offsets \
+             WHERE consumer_group = 'g' AND topic = 'payments' AND kafka_partition = 0",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(next, 3, "the offset after the last record, stored with it");
     db.cleanup().await;
 }

@@ -1,6 +1,7 @@
 //! The inbox recipes (`examples/inbox-*`, one contract: `examples/recipes/README.md`) against
 //! the real relay's output: each event applied once, redeliveries absorbed and counted, and a
-//! record that cannot be de-duplicated stops the program with its offset uncommitted.
+//! record that cannot be de-duplicated stops the program with its offset uncommitted (in the
+//! Kafka group, or for the SQL recipe in its `kafka_offsets` table).
 //!
 //! Table-driven: every test runs every row of [`RECIPES`] (concurrently, each in its own
 //! database and topics). A row whose folder is not on the branch is skipped with a note.
@@ -11,7 +12,7 @@ use futures::future::join_all;
 
 use crate::support::{
     TestDb, check, kafka,
-    recipe::{self, RECIPES, Recipe, Summary},
+    recipe::{self, Offsets, RECIPES, Recipe, Summary},
     relay::Relay,
 };
 
@@ -211,10 +212,15 @@ async fn missing_id(r: &'static Recipe) {
             r.name
         );
         let group = recipe::group_id(&topic, "g1");
-        let t = topic.clone();
-        let committed = tokio::task::spawn_blocking(move || recipe::committed_offset(&group, &t))
-            .await
-            .unwrap();
+        let committed = match r.offsets {
+            Offsets::KafkaGroup => {
+                let t = topic.clone();
+                tokio::task::spawn_blocking(move || recipe::committed_offset(&group, &t))
+                    .await
+                    .unwrap()
+            }
+            Offsets::Database => recipe::stored_offset(&db, &group, &topic).await,
+        };
         assert_eq!(
             committed,
             Some(1),

@@ -12,20 +12,41 @@ use std::{
 
 use super::{kafka_brokers, repo_root};
 
+/// Where a recipe keeps its position (examples/recipes/README.md, "Offsets").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offsets {
+    /// Committed to the Kafka consumer group `GROUP`.
+    KafkaGroup,
+    /// In the consumer's database, table `kafka_offsets`, written with the effect.
+    Database,
+}
+
 /// One recipe program: where it lives and how it is built.
 pub struct Recipe {
     pub name: &'static str,
     /// Its folder, relative to the repository root.
     pub dir: &'static str,
+    pub offsets: Offsets,
     build: fn(&Path) -> Result<Vec<OsString>, String>,
     built: OnceLock<Result<Vec<OsString>, String>>,
 }
 
 /// Every recipe the tests run: one row each.
-pub static RECIPES: [Recipe; 3] = [
-    Recipe::new("go", "examples/inbox-go", build_go),
-    Recipe::new("java", "examples/inbox-java", build_java),
-    Recipe::new("rust", "examples/inbox-rust", build_rust),
+pub static RECIPES: [Recipe; 4] = [
+    Recipe::new("go", "examples/inbox-go", Offsets::KafkaGroup, build_go),
+    Recipe::new(
+        "java",
+        "examples/inbox-java",
+        Offsets::KafkaGroup,
+        build_java,
+    ),
+    Recipe::new(
+        "rust",
+        "examples/inbox-rust",
+        Offsets::KafkaGroup,
+        build_rust,
+    ),
+    Recipe::new("sql", "examples/inbox-sql", Offsets::Database, build_sql),
 ];
 
 /// What the contract's summary line says.
@@ -67,11 +88,13 @@ impl Recipe {
     const fn new(
         name: &'static str,
         dir: &'static str,
+        offsets: Offsets,
         build: fn(&Path) -> Result<Vec<OsString>, String>,
     ) -> Recipe {
         Recipe {
             name,
             dir,
+            offsets,
             build,
             built: OnceLock::new(),
         }
@@ -245,6 +268,16 @@ fn build_rust(dir: &Path) -> Result<Vec<OsString>, String> {
         .ok_or_else(|| "cargo build produced no executable".to_string())
 }
 
+/// Nothing to build: the driver script, once kcat and psql answer.
+fn build_sql(dir: &Path) -> Result<Vec<OsString>, String> {
+    output(
+        "kcat -V (apt-get install kcat)",
+        Command::new("kcat").arg("-V"),
+    )?;
+    output("psql --version", Command::new("psql").arg("--version"))?;
+    Ok(vec!["bash".into(), dir.join("consume.sh").into()])
+}
+
 /// Produces one record WITHOUT headers (the bad input the recipes must refuse).
 pub async fn produce_without_id(topic: &str, key: &str, value: &str) {
     super::kafka::produce(topic, key, value, None).await
@@ -255,6 +288,20 @@ pub async fn produce_without_id(topic: &str, key: &str, value: &str) {
 /// assignment protocols differ, and Kafka refuses the mix: INCONSISTENT_GROUP_PROTOCOL).
 pub fn group_id(topic: &str, group: &str) -> String {
     format!("{topic}.{group}")
+}
+
+/// The offset the SQL recipe stored for `group` on partition 0 of `topic` in the consumer
+/// database (`None`: nothing stored).
+pub async fn stored_offset(db: &super::TestDb, group: &str, topic: &str) -> Option<i64> {
+    db.client
+        .query_opt(
+            "SELECT next_offset FROM kafka_offsets \
+             WHERE consumer_group = $1 AND topic = $2 AND kafka_partition = 0",
+            &[&group, &topic],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
 }
 
 /// The offset `group` has committed on partition 0 of `topic` (`None`: nothing committed).
