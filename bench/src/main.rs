@@ -341,7 +341,11 @@ fn plan(a: &SuiteArgs) -> Result<Plan> {
             .collect(),
         catchup_repeat: a.repeat.unwrap_or(if quick { 3 } else { 2 }),
         steady,
-        steady_systems: ordered.into_iter().filter(|s| s.produces()).collect(),
+        // pg_recvlogical's steady run is the database's floor (its latency read from its output).
+        steady_systems: ordered
+            .into_iter()
+            .filter(|s| s.produces() || *s == System::RecvLogical)
+            .collect(),
         // saturation_rates is only non-empty when outbox-relay is selected.
         saturation_systems: if saturation_rates.is_empty() {
             vec![]
