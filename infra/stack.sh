@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Local test stack without Docker: PostgreSQL 15 (127.0.0.1:$PGPORT) + Kafka 4.x KRaft (127.0.0.1:$KAFKA_PORT).
 # Usage: stack.sh up | down [--destroy] | status
-# Env: STACK_DIR (<repo>/.stack), PGPORT (55432), KAFKA_PORT (19092); see infra/pg/start.sh, infra/kafka/start.sh.
+# Env: STACK_DIR (<repo>/.stack), PGPORT (15432), KAFKA_PORT (19092); see infra/pg/start.sh, infra/kafka/start.sh.
 set -euo pipefail
 # shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-PGPORT="${PGPORT:-55432}"
+PGPORT="${PGPORT:-15432}"
 KAFKA_PORT="${KAFKA_PORT:-19092}"
 export PGPORT KAFKA_PORT
 

@@ -21,12 +21,12 @@
 #   --out DIR (results, report and plots); --keep-stack (leave the bench stack running).
 # Env: BENCH_RELAY_REV=<git rev> builds outbox-relay from that revision (clean export) instead of the
 #   working tree; BENCH_RELAY_PATCHES="bench/proposals/x.diff ..." applies patches to that export
-#   first (measuring a proposal without touching crates/). STACK_DIR (.stack-bench), PGPORT (56432),
+#   first (measuring a proposal without touching crates/). STACK_DIR (.stack-bench), PGPORT (16432),
 #   KAFKA_PORT (29192; the controller listens on KAFKA_PORT+1), CONNECT_REST_PORT (28083): the bench
 #   stack never touches the test stack;
 #   BENCH_FETCH_WAIT_MS (100): the latency consumer's fetch.wait.max.ms; BENCH_RELAY_LOG (warn): the
 #   relay's RUST_LOG in the run (its log is in the work dir), e.g. outbox_relay=debug for commit timings
-#   (55432/19092).
+#   (15432/19092).
 #
 # Installs what is missing: apt (infra/install-deps.sh: PostgreSQL 15, Java 17, Maven, build deps),
 # Kafka jars and the Debezium 3.6.1.Final plugin from Maven Central, matplotlib from PyPI.
@@ -35,7 +35,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO="$PWD"
 export PATH="$HOME/.cargo/bin:$PATH"
 export STACK_DIR="${STACK_DIR:-$REPO/.stack-bench}"
-export PGPORT="${PGPORT:-56432}"
+export PGPORT="${PGPORT:-16432}"
 export KAFKA_PORT="${KAFKA_PORT:-29192}"
 export CONNECT_REST_PORT="${CONNECT_REST_PORT:-28083}"
 log() { printf '[bench.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 CONFIG=examples/relay.toml
-PG="host=127.0.0.1 port=55432 user=postgres"
+PG="host=127.0.0.1 port=15432 user=postgres"
 
 infra/install-deps.sh
 infra/stack.sh up

@@ -12,7 +12,7 @@
 #   scripts/profile-catchup.sh                      200k events, 1,000-row txns, ~200 B
 #   EVENTS=50000 TXN_ROWS=1 scripts/profile-catchup.sh
 #
-# Env: PGPORT (55432) and KAFKA (127.0.0.1:19092): the stack to use (default: the test stack);
+# Env: PGPORT (15432) and KAFKA (127.0.0.1:19092): the stack to use (default: the test stack);
 #   DB (cpuprof): the database to create and drop; EVENTS (200000); TXN_ROWS (1000);
 #   PAYLOAD (200); TIMED (1): timed drains without valgrind (0: none); CALLGRIND (1): 0 skips
 #   the callgrind drain; OUT (target/profile-catchup/<time>): callgrind.out, annotations, JSON;
@@ -22,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
-PGPORT="${PGPORT:-55432}"
+PGPORT="${PGPORT:-15432}"
 KAFKA="${KAFKA:-127.0.0.1:19092}"
 DB="${DB:-cpuprof}"
 EVENTS="${EVENTS:-200000}"

@@ -20,7 +20,7 @@ use crate::{
 
 #[derive(clap::Args)]
 pub struct DrainArgs {
-    #[arg(long, default_value_t = 56432)]
+    #[arg(long, default_value_t = 16432)]
     pg_port: u16,
     #[arg(long, default_value = "127.0.0.1:29192")]
     brokers: String,

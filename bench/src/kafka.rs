@@ -134,6 +134,38 @@ pub struct Collected {
     pub per_sec_lat: Vec<Vec<u32>>,
 }
 
+/// The run's clock: `t0_us` is its start (wall clock, µs); records whose payload `ts` is in
+/// `[from_us, to_us)` are measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub t0_us: i64,
+    pub from_us: i64,
+    pub to_us: i64,
+}
+
+impl Collected {
+    /// One record received at `now` (µs) carrying the writer's timestamp `ts`, if any: counted
+    /// in its second of the run, and measured when `ts` is inside the window (returns whether).
+    pub fn record(&mut self, now: i64, ts: Option<i64>, w: Window) -> bool {
+        self.received += 1;
+        let sec = ((now - w.t0_us).max(0) / 1_000_000) as usize;
+        if self.per_sec_received.len() <= sec {
+            self.per_sec_received.resize(sec + 1, 0);
+            self.per_sec_lat.resize(sec + 1, Vec::new());
+        }
+        self.per_sec_received[sec] += 1;
+        let Some(ts) = ts else { return false };
+        let lat = (now - ts).clamp(0, u32::MAX as i64) as u32;
+        self.per_sec_lat[sec].push(lat);
+        if ts < w.from_us || ts >= w.to_us {
+            return false;
+        }
+        self.measured += 1;
+        self.payload_lat_us.push(lat);
+        true
+    }
+}
+
 /// An independent consumer (no group; assigns every partition from the beginning) that records
 /// commit-to-consumer latency for each record as it arrives.
 pub struct LatencyConsumer {
@@ -144,8 +176,7 @@ pub struct LatencyConsumer {
 }
 
 impl LatencyConsumer {
-    /// `t0_us`: run start (wall clock, µs); records with payload ts in `[from_us, to_us)` count.
-    pub fn start(brokers: &str, topic: &str, t0_us: i64, from_us: i64, to_us: i64) -> Result<Self> {
+    pub fn start(brokers: &str, topic: &str, window: Window) -> Result<Self> {
         let c: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", brokers)
             .set("group.id", "bench-latency")
@@ -189,31 +220,19 @@ impl LatencyConsumer {
                     }
                 };
                 let now = now_us();
-                local.received += 1;
-                let sec = ((now - t0_us).max(0) / 1_000_000) as usize;
-                if local.per_sec_received.len() <= sec {
-                    local.per_sec_received.resize(sec + 1, 0);
-                    local.per_sec_lat.resize(sec + 1, Vec::new());
-                }
-                local.per_sec_received[sec] += 1;
-                if let Some(ts) = m.payload().and_then(payload_ts) {
-                    let lat = (now - ts).clamp(0, u32::MAX as i64) as u32;
-                    local.per_sec_lat[sec].push(lat);
-                    if ts >= from_us && ts < to_us {
-                        local.measured += 1;
-                        local.payload_lat_us.push(lat);
-                        if let Some(ct) = m.headers().and_then(|h| {
-                            h.iter()
-                                .find(|h| h.key == COMMIT_TIME_HEADER)
-                                .and_then(|h| h.value)
-                                .and_then(|v| std::str::from_utf8(v).ok())
-                                .and_then(|v| v.parse::<i64>().ok())
-                        }) {
-                            local
-                                .commit_lat_us
-                                .push((now - ct).clamp(0, u32::MAX as i64) as u32);
-                        }
-                    }
+                let ts = m.payload().and_then(payload_ts);
+                if local.record(now, ts, window)
+                    && let Some(ct) = m.headers().and_then(|h| {
+                        h.iter()
+                            .find(|h| h.key == COMMIT_TIME_HEADER)
+                            .and_then(|h| h.value)
+                            .and_then(|v| std::str::from_utf8(v).ok())
+                            .and_then(|v| v.parse::<i64>().ok())
+                    })
+                {
+                    local
+                        .commit_lat_us
+                        .push((now - ct).clamp(0, u32::MAX as i64) as u32);
                 }
                 if last_publish.elapsed() > Duration::from_millis(200) {
                     r2.store(local.received, Ordering::Relaxed);

@@ -13,6 +13,7 @@ mod procstat;
 mod slot_stats;
 mod suite;
 mod systems;
+mod walsender_latency;
 
 use std::{path::PathBuf, process::Command};
 
@@ -42,7 +43,7 @@ enum Cmd {
     PollRelay(poll_relay::PollArgs),
     /// Steady-rate writer alone (for profiling a relay by hand).
     Load {
-        #[arg(long, default_value_t = 56432)]
+        #[arg(long, default_value_t = 16432)]
         pg_port: u16,
         #[arg(long, default_value_t = 10_000.0)]
         rate: f64,
@@ -53,7 +54,7 @@ enum Cmd {
     },
     /// Print, every second, where events are: inserted, sent by the walsender, in Kafka.
     Monitor {
-        #[arg(long, default_value_t = 56432)]
+        #[arg(long, default_value_t = 16432)]
         pg_port: u16,
         #[arg(long, default_value = "127.0.0.1:29192")]
         brokers: String,
@@ -66,7 +67,7 @@ enum Cmd {
     },
     /// Write a backlog into the outbox (no relay involved).
     Backlog {
-        #[arg(long, default_value_t = 56432)]
+        #[arg(long, default_value_t = 16432)]
         pg_port: u16,
         #[arg(long, default_value_t = 100_000)]
         events: i32,
@@ -90,7 +91,7 @@ struct SuiteArgs {
     /// Scratch directory for configs, logs and Connect offsets.
     #[arg(long)]
     work: PathBuf,
-    #[arg(long, default_value_t = 56432)]
+    #[arg(long, default_value_t = 16432)]
     pg_port: u16,
     #[arg(long, default_value = "127.0.0.1:29192")]
     brokers: String,
@@ -340,7 +341,11 @@ fn plan(a: &SuiteArgs) -> Result<Plan> {
             .collect(),
         catchup_repeat: a.repeat.unwrap_or(if quick { 3 } else { 2 }),
         steady,
-        steady_systems: ordered.into_iter().filter(|s| s.produces()).collect(),
+        // pg_recvlogical's steady run is the database's floor (its latency read from its output).
+        steady_systems: ordered
+            .into_iter()
+            .filter(|s| s.produces() || *s == System::RecvLogical)
+            .collect(),
         // saturation_rates is only non-empty when outbox-relay is selected.
         saturation_systems: if saturation_rates.is_empty() {
             vec![]

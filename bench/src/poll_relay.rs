@@ -34,7 +34,7 @@ const MARK: &str =
 #[derive(Debug, Clone, clap::Args)]
 pub struct PollArgs {
     /// PostgreSQL port (127.0.0.1, user postgres, database bench).
-    #[arg(long, default_value_t = 56432)]
+    #[arg(long, default_value_t = 16432)]
     pub pg_port: u16,
     #[arg(long, default_value = "127.0.0.1:29192")]
     pub brokers: String,

@@ -330,32 +330,7 @@ impl Env {
                 (None, std::process::id() as i32, None)
             }
             System::RecvLogical => {
-                let mut cmd = Command::new("/usr/lib/postgresql/15/bin/pg_recvlogical");
-                cmd.args([
-                    "-h",
-                    "127.0.0.1",
-                    "-U",
-                    "postgres",
-                    "-d",
-                    &self.database,
-                    "--no-loop",
-                ])
-                .args(["-p", &self.pg_port.to_string()])
-                .args(["--slot", slot, "--start"])
-                .args(["-o", "proto_version=1"])
-                .args([
-                    "-o",
-                    &format!("publication_names={}", system.publication().unwrap()),
-                ])
-                .args(["-f", "/dev/null"]);
-                if let Some(e) = endpos {
-                    cmd.args(["--endpos", e]);
-                }
-                let c = cmd
-                    .stdout(Stdio::null())
-                    .stderr(log("pg_recvlogical")?)
-                    .spawn()
-                    .context("starting pg_recvlogical")?;
+                let c = self.recvlogical(slot, endpos, false, log("pg_recvlogical")?)?;
                 let pid = c.id() as i32;
                 (Some(c), pid, None)
             }
@@ -433,6 +408,72 @@ impl Env {
             child,
             connect,
         })
+    }
+}
+
+impl Env {
+    /// pg_recvlogical on `slot` streaming the system's publication with pgoutput, up to `endpos`
+    /// if given, into `/dev/null`, or into a pipe when `to_pipe` (the steady runs' database floor,
+    /// [`crate::walsender_latency`]).
+    fn recvlogical(
+        &self,
+        slot: &str,
+        endpos: Option<&str>,
+        to_pipe: bool,
+        stderr: std::fs::File,
+    ) -> Result<Child> {
+        let mut cmd = Command::new("/usr/lib/postgresql/15/bin/pg_recvlogical");
+        cmd.args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            &self.database,
+            "--no-loop",
+        ])
+        .args(["-p", &self.pg_port.to_string()])
+        .args(["--slot", slot, "--start"])
+        .args(["-o", "proto_version=1"])
+        .args([
+            "-o",
+            &format!(
+                "publication_names={}",
+                System::RecvLogical.publication().unwrap()
+            ),
+        ]);
+        if let Some(e) = endpos {
+            cmd.args(["--endpos", e]);
+        }
+        if to_pipe {
+            // `-F 0`: no fsync of the output (a pipe), so nothing but the walsender paces it.
+            cmd.args(["-f", "-", "-F", "0"]).stdout(Stdio::piped());
+        } else {
+            cmd.args(["-f", "/dev/null"]).stdout(Stdio::null());
+        }
+        cmd.stderr(stderr)
+            .spawn()
+            .context("starting pg_recvlogical")
+    }
+
+    /// [`Env::start`] for pg_recvlogical in a steady run: its output piped, returned beside it.
+    pub fn start_recvlogical_piped(
+        &self,
+        prefix: &str,
+    ) -> Result<(Running, std::process::ChildStdout)> {
+        let stderr = std::fs::File::create(self.work.join(format!("{prefix}-pg_recvlogical.log")))?;
+        let slot = System::RecvLogical.slot().unwrap_or_default();
+        let mut c = self.recvlogical(&slot, None, true, stderr)?;
+        let out = c.stdout.take().context("pg_recvlogical's stdout")?;
+        let pid = c.id() as i32;
+        Ok((
+            Running {
+                pid,
+                child: Some(c),
+                connect: None,
+            },
+            out,
+        ))
     }
 }
 

@@ -4,7 +4,7 @@
 # Usage: start.sh [CONNECTOR_PROPERTIES...]   (default: connector-default.properties next to this script;
 #        several files run several connectors in the one worker, each needs its own name, slot, publication)
 # Env: CONNECT_DATA (required: offsets, rendered configs, connect.out), CONNECT_REST_PORT (28083),
-#      KAFKA_BOOTSTRAP (127.0.0.1:$KAFKA_PORT, KAFKA_PORT default 19092), PGPORT (55432),
+#      KAFKA_BOOTSTRAP (127.0.0.1:$KAFKA_PORT, KAFKA_PORT default 19092), PGPORT (15432),
 #      DBZ_SLOT (dbz_outbox), DBZ_PUBLICATION (dbz_outbox_pub), DBZ_TOPIC_PREFIX (outbox.event),
 #      CONNECT_HEAP_OPTS (connect-standalone.sh's default: -Xms256M -Xmx2G), CONNECT_START_TIMEOUT (s, 120),
 #      CONNECT_MODE (standalone; `distributed`: a one-worker distributed cluster, group.id and its
@@ -40,7 +40,7 @@ sed -e "s#@BOOTSTRAP@#$BOOTSTRAP#" -e "s#@REST_PORT@#$REST_PORT#" -e "s#@PLUGINS
 rendered=() names=() i=0
 for connector in "$@"; do
   out="$CONNECT_DATA/connector.properties"; [ "$i" = 0 ] || out="$CONNECT_DATA/connector-$i.properties"
-  sed -e "s#@PGPORT@#${PGPORT:-55432}#" -e "s#@SLOT@#${DBZ_SLOT:-dbz_outbox}#" \
+  sed -e "s#@PGPORT@#${PGPORT:-15432}#" -e "s#@SLOT@#${DBZ_SLOT:-dbz_outbox}#" \
       -e "s#@PUBLICATION@#${DBZ_PUBLICATION:-dbz_outbox_pub}#" \
       -e "s#@TOPIC_PREFIX@#${DBZ_TOPIC_PREFIX:-outbox.event}#" "$connector" >"$out"
   rendered+=("$out"); names+=("$(sed -n 's/^name=//p' "$out")"); i=$((i + 1))

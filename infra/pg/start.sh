@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Start a throw-away PostgreSQL 15 cluster with logical decoding on 127.0.0.1:$PGPORT (idempotent).
-# Env: STACK_DIR (default <repo>/.stack), PGPORT (default 55432), PGBIN (default /usr/lib/postgresql/15/bin;
+# Env: STACK_DIR (default <repo>/.stack), PGPORT (default 15432), PGBIN (default /usr/lib/postgresql/15/bin;
 #      infra/pg/17/bin for PostgreSQL 17, which has no psql: Debian's psql 15 checks the TCP path then),
 #      PG_EXTRA_OPTS extra server options, e.g. "-c max_slot_wal_keep_size=64MB" (used on (re)start only).
 # Data: $STACK_DIR/pg-$PGPORT/{data,pg.log,.s.PGSQL.<port>}. Prints the libpq connection string on success.
@@ -10,7 +10,7 @@ LOG_TAG=pg
 . "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 
 PGBIN="${PGBIN:-/usr/lib/postgresql/15/bin}"
-PGPORT="${PGPORT:-55432}"
+PGPORT="${PGPORT:-15432}"
 BASE="$STACK_DIR/pg-$PGPORT"
 PGDATA_DIR="$BASE/data"
 CONN="host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres"

@@ -16,7 +16,7 @@ for a in "$@"; do
 done
 
 PGBIN="${PGBIN:-/usr/lib/postgresql/15/bin}"
-PGPORT="${PGPORT:-55432}"
+PGPORT="${PGPORT:-15432}"
 BASE="$STACK_DIR/pg-$PGPORT"
 PGDATA_DIR="$BASE/data"
 

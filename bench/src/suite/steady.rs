@@ -1,7 +1,33 @@
 //! The steady-rate workload: an open-loop writer at a fixed rate, latency measured by an
-//! independent consumer.
+//! independent consumer (for pg_recvlogical, the database's floor, by a reader of its output).
 
 use super::*;
+use crate::{
+    kafka::{Collected, Window},
+    walsender_latency::WalsenderLatency,
+};
+
+/// Where a steady run's latencies are read: Kafka, or pg_recvlogical's output.
+enum Latency {
+    Kafka(LatencyConsumer),
+    Walsender(WalsenderLatency),
+}
+
+impl Latency {
+    fn received(&self) -> u64 {
+        match self {
+            Latency::Kafka(c) => c.received(),
+            Latency::Walsender(w) => w.received(),
+        }
+    }
+
+    fn finish(self) -> Result<Collected> {
+        match self {
+            Latency::Kafka(c) => c.finish(),
+            Latency::Walsender(w) => w.finish(),
+        }
+    }
+}
 
 impl Suite {
     /// One steady-rate run of one system.
@@ -18,17 +44,38 @@ impl Suite {
             spec.seconds,
             spec.warmup_s
         ));
-        anyhow::ensure!(s.produces(), "{} does not produce to Kafka", s.name());
+        // pg_recvlogical is the database's floor: the walsender's share of the latency, read
+        // from its output instead of from Kafka (bench/src/walsender_latency.rs).
+        let database_floor = s == System::RecvLogical;
+        anyhow::ensure!(
+            s.produces() || database_floor,
+            "{} does not produce to Kafka",
+            s.name()
+        );
         pg::reset(&self.ctl).await?;
         let prefix = self.next_prefix(s);
         let topic = format!("{prefix}.order");
-        kafka::create_topics(&self.env.brokers, std::slice::from_ref(&topic)).await?;
+        if s.produces() {
+            kafka::create_topics(&self.env.brokers, std::slice::from_ref(&topic)).await?;
+        }
         if s.is_relay() {
             self.env.relay_setup(&prefix, &s.slot().unwrap())?;
         }
+        if database_floor {
+            let publ = s.publication().unwrap();
+            if !pg::publication_exists(&self.ctl, &publ).await? {
+                pg::create_publication(&self.ctl, &publ, 1).await?;
+            }
+            pg::create_slot(&self.ctl, &s.slot().unwrap()).await?;
+        }
         let sampler = self.sampler();
         let sampler_wall0 = now_us() - (sampler.now() * 1e6) as i64;
-        let running = self.env.start(s, &prefix, None, None)?;
+        let (running, recv_out) = if database_floor {
+            let (r, out) = self.env.start_recvlogical_piped(&prefix)?;
+            (r, Some(out))
+        } else {
+            (self.env.start(s, &prefix, None, None)?, None)
+        };
         sampler.watch("relay", running.pid);
         let result = async {
             if let Some(slot) = s.slot() {
@@ -38,7 +85,15 @@ impl Suite {
             let t0 = now_us();
             let from = t0 + (spec.warmup_s * 1e6) as i64;
             let to = from + (spec.seconds * 1e6) as i64;
-            let consumer = LatencyConsumer::start(&self.env.brokers, &topic, t0, from, to)?;
+            let window = Window {
+                t0_us: t0,
+                from_us: from,
+                to_us: to,
+            };
+            let consumer = match recv_out {
+                Some(out) => Latency::Walsender(WalsenderLatency::start(out, window)),
+                None => Latency::Kafka(LatencyConsumer::start(&self.env.brokers, &topic, window)?),
+            };
             let load = match s.floor_linger_ms() {
                 // The floor writes to Kafka itself, from the harness.
                 Some(linger) => tokio::spawn(floor_load(
@@ -73,8 +128,7 @@ impl Suite {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
-            let collected = consumer.finish()?;
-            anyhow::Ok((load, collected, from, to))
+            anyhow::Ok((load, consumer, from, to))
         }
         .await;
         let peak = procstat::peak_rss_kb(running.pid)
@@ -82,7 +136,7 @@ impl Suite {
             .chain(sampler.peak_rss_kb("relay"))
             .max()
             .unwrap_or(0);
-        let (load, collected, from, to) = match result {
+        let (load, consumer, from, to) = match result {
             Ok(v) => v,
             Err(e) => {
                 let _ = sampler.finish();
@@ -93,7 +147,9 @@ impl Suite {
         let a = sampler.at((from - sampler_wall0) as f64 / 1e6);
         let b = sampler.at((to - sampler_wall0) as f64 / 1e6);
         let _ = sampler.finish();
+        // pg_recvlogical's reader ends with its output: stop it first.
         running.stop()?;
+        let collected = consumer.finish()?;
         if let Some(slot) = s.slot() {
             pg::drop_slot(&self.ctl, &slot).await?;
         }

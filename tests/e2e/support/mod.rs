@@ -3,7 +3,7 @@
 //! that turns "what was committed" and "what Kafka holds" into figures.
 //!
 //! Servers come from `infra/` (started by `scripts/test.sh`): PostgreSQL at `RELAY_TEST_PG`
-//! (default `host=127.0.0.1 port=55432 user=postgres`), Kafka at `RELAY_TEST_KAFKA` (default
+//! (default `host=127.0.0.1 port=15432 user=postgres`), Kafka at `RELAY_TEST_KAFKA` (default
 //! `127.0.0.1:19092`). Servers a test starts for itself listen on fixed ports in 25000-26999:
 //! below Linux's ephemeral range (32768-60999), so no client socket of a parallel test can be
 //! holding the port when the server binds it.
@@ -30,7 +30,7 @@ use tokio_postgres::{Client, NoTls};
 
 pub fn pg_base() -> String {
     std::env::var("RELAY_TEST_PG")
-        .unwrap_or_else(|_| "host=127.0.0.1 port=55432 user=postgres".into())
+        .unwrap_or_else(|_| "host=127.0.0.1 port=15432 user=postgres".into())
 }
 
 pub fn kafka_brokers() -> String {

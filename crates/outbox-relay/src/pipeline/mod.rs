@@ -356,9 +356,10 @@ async fn run_loop(
             // co-operative budget, which a busy catch-up does every ~128 events).
             _ = std::future::ready(()), if since_quiet > 0 => {
                 let quiet = tokio::task::coop::has_budget_remaining();
-                if since_quiet < COALESCE_BELOW && quiet {
-                    coalesce_reads(coalesce);
-                }
+                // Coalescing comes last in this branch: the kick and the quiet commit below
+                // act on what was just read at once, not a pause later (at a trickle every
+                // event paid the pause before it was sent).
+                let coalescing = since_quiet < COALESCE_BELOW && quiet;
                 let burst = since_quiet;
                 since_quiet = 0;
                 // Without transactions, a trickle goes out now rather than after linger.ms;
@@ -386,6 +387,9 @@ async fn run_loop(
                             }
                         }
                     }
+                }
+                if coalescing {
+                    coalesce_reads(coalesce);
                 }
             }
         }

@@ -1,0 +1,87 @@
+//! The database's floor in a steady run (issue #15): how long a row takes from the writer to a
+//! replication client that does nothing with it. pg_recvlogical streams the same publication
+//! with pgoutput to a pipe; a thread timestamps each message as it is read and takes the
+//! writer's `ts` out of the row (jsonb text inside the binary message), the same clock and the
+//! same window as the Kafka consumer's latencies. What outbox-relay adds on top of this and of
+//! Kafka's floor is its own share of the writer-to-consumer latency.
+//!
+//! pg_recvlogical writes every message with one `write` followed by a newline, unbuffered, so a
+//! message is readable as soon as the walsender sent it. A pgoutput message may itself contain
+//! newline bytes (lengths, OIDs), but never inside the `"ts": <digits>` text, so splitting the
+//! stream at newlines never splits the field.
+
+use std::{
+    io::{BufRead, BufReader},
+    process::ChildStdout,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::Result;
+
+use crate::{
+    kafka::{Collected, Window, payload_ts},
+    pg::now_us,
+};
+
+/// Latencies of the rows pg_recvlogical receives, collected until its output ends.
+pub struct WalsenderLatency {
+    received: Arc<AtomicU64>,
+    data: Arc<Mutex<Collected>>,
+    handle: Option<thread::JoinHandle<Result<()>>>,
+}
+
+impl WalsenderLatency {
+    /// Reads `out` (pg_recvlogical's `-f -`) until it closes.
+    pub fn start(out: ChildStdout, window: Window) -> Self {
+        let received = Arc::new(AtomicU64::new(0));
+        let data = Arc::new(Mutex::new(Collected::default()));
+        let (r2, d2) = (received.clone(), data.clone());
+        let handle = thread::spawn(move || -> Result<()> {
+            let mut reader = BufReader::with_capacity(1 << 16, out);
+            let mut line = Vec::with_capacity(1024);
+            let mut local = Collected::default();
+            let mut last_publish = Instant::now();
+            loop {
+                line.clear();
+                if reader.read_until(b'\n', &mut line)? == 0 {
+                    break;
+                }
+                // Only the rows count: BEGIN, COMMIT and RELATION messages carry no `ts`.
+                if let Some(ts) = payload_ts(&line) {
+                    local.record(now_us(), Some(ts), window);
+                }
+                if last_publish.elapsed() > Duration::from_millis(200) {
+                    r2.store(local.received, Ordering::Relaxed);
+                    last_publish = Instant::now();
+                }
+            }
+            r2.store(local.received, Ordering::Relaxed);
+            *d2.lock().unwrap() = local;
+            Ok(())
+        });
+        Self {
+            received,
+            data,
+            handle: Some(handle),
+        }
+    }
+
+    /// Rows received so far (updated every 200 ms while they arrive).
+    pub fn received(&self) -> u64 {
+        self.received.load(Ordering::Relaxed)
+    }
+
+    /// What was collected; call once pg_recvlogical has exited (its output closed).
+    pub fn finish(mut self) -> Result<Collected> {
+        if let Some(h) = self.handle.take() {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("pg_recvlogical reader thread panicked"))??;
+        }
+        Ok(std::mem::take(&mut *self.data.lock().unwrap()))
+    }
+}
