@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks the deploy/ artefacts of outbox-relay:
+# Checks the deploy/ and release artefacts of outbox-relay:
 #   1. deploy/prometheus/alerts.yml: `promtool check rules` (syntax, PromQL) and
 #      `promtool test rules deploy/prometheus/alerts_test.yml` (the rules fire as documented);
 #   2. deploy/grafana/outbox-relay.json: the JSON loads, and every panel query is valid PromQL
@@ -14,7 +14,13 @@
 #      (`kubernetes-validate --strict`, schemas bundled, offline); the PodMonitor (a CRD the
 #      bundled schemas lack) against the Prometheus Operator's own CRD schema (its
 #      openAPIV3Schema, unknown fields rejected, with Python jsonschema), and its selector and
-#      port against the Deployment's.
+#      port against the Deployment's;
+#   6. the relay configs: examples/relay.toml and the ConfigMap's relay.toml pass
+#      `outbox-relay check-config` (parses and validates; connects to nothing);
+#   7. the release artefacts: scripts/release.sh packages the debug build (RELEASE_BINARY, no
+#      release build here): the stripped binary has no .debug_info and a .gnu_debuglink whose
+#      CRC is the .debug file's, which has the debug info; man page and completions are not
+#      empty; SHA256SUMS verifies.
 # Installed when missing: promtool, amtool, docker-compose and go from the Debian packages
 # prometheus, prometheus-alertmanager, docker-compose and golang-go; kubernetes-validate (with
 # jsonschema) from PyPI, into a venv in target/check-deploy-venv (Debian's Python is externally
@@ -178,3 +184,72 @@ assert probe == "/readyz?role=any", "a passive pod must be able to be ready (doc
 module = sys.argv[1].split("/pkg/mod/")[-1].split("/example/")[0]
 print(f"PodMonitor valid against the CRD schema of {module}; selector, port and probes ok")
 PY
+
+echo "== relay configs: examples/relay.toml and the ConfigMap's relay.toml (check-config)"
+cargo build -q --locked -p outbox-relay --bin outbox-relay
+bin="$target/debug/outbox-relay"
+"$PY" -c 'import sys, yaml; sys.stdout.write(yaml.safe_load(open(sys.argv[1]))["data"]["relay.toml"])' \
+  deploy/kubernetes/configmap.yaml >"$tmp/configmap-relay.toml"
+for cfg in examples/relay.toml "$tmp/configmap-relay.toml"; do
+  # Without this environment's OUTBOX_RELAY__* variables: the file alone must be valid.
+  env -i "$bin" check-config --config "$cfg" >/dev/null
+done
+echo "both valid"
+
+echo "== release artefacts (scripts/release.sh packaging the debug build)"
+RELEASE_BINARY="$bin" DIST_DIR="$tmp/dist" scripts/release.sh >/dev/null
+"$PY" - "$tmp/dist" <<'PY'
+import os, struct, sys, zlib
+dist = sys.argv[1]
+
+
+def sections(path):  # ELF64 little-endian section headers: {name: (type, offset, size)}
+    with open(path, "rb") as f:
+        elf = f.read(64)
+        assert elf[:6] == b"\x7fELF\x02\x01", path
+        shoff, = struct.unpack_from("<Q", elf, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
+        f.seek(shoff)
+        table = f.read(shentsize * shnum)
+        heads = [struct.unpack_from("<IIQQQQ", table, i * shentsize) for i in range(shnum)]
+        f.seek(heads[shstrndx][4])
+        names = f.read(heads[shstrndx][5])
+        return {names[n:names.index(b"\0", n)].decode(): (kind, off, size)
+                for n, kind, _, _, off, size in heads}
+
+
+def crc32(path):
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+SHT_NOBITS = 8
+binary, debug = os.path.join(dist, "outbox-relay"), os.path.join(dist, "outbox-relay.debug")
+shipped, kept = sections(binary), sections(debug)
+assert ".debug_info" not in shipped, "the stripped binary still has .debug_info"
+kind, _, size = kept.get(".debug_info", (SHT_NOBITS, 0, 0))
+assert kind != SHT_NOBITS and size > 0, "outbox-relay.debug lacks the debug info"
+_, off, size = shipped[".gnu_debuglink"]
+with open(binary, "rb") as f:
+    f.seek(off)
+    link = f.read(size)
+name = link[:link.index(b"\0")].decode()
+crc, = struct.unpack_from("<I", link, (len(name) + 4) // 4 * 4)
+assert (name, crc) == ("outbox-relay.debug", crc32(debug)), (name, crc)
+files = ["outbox-relay", "outbox-relay.debug", "outbox-relay.1", "completions/outbox-relay.bash",
+         "completions/_outbox-relay", "completions/outbox-relay.fish"]
+for path in files[2:]:
+    assert os.path.getsize(os.path.join(dist, path)) > 0, f"{path} is empty"
+assert ".TH outbox-relay 1" in open(os.path.join(dist, "outbox-relay.1")).read(), "man page"
+listed = sorted(line.split()[1] for line in open(os.path.join(dist, "SHA256SUMS")))
+assert listed == sorted(files), listed
+debug_mib = kept[".debug_info"][2] >> 20
+print(f"stripped binary {os.path.getsize(binary) >> 20} MiB without .debug_info, its "
+      f".gnu_debuglink CRC {crc:08x} matches outbox-relay.debug ({debug_mib} MiB of "
+      ".debug_info); man page and 3 completions")
+PY
+(cd "$tmp/dist" && sha256sum --quiet -c SHA256SUMS)
+echo "SHA256SUMS verifies"
