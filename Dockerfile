@@ -12,10 +12,13 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 # cache mounts keep the registry and target/ between builds (BuildKit); the binary is copied out of the cache
+# and stripped as scripts/release.sh strips it: 12.5 MB instead of 92.6 MB (profile.release keeps
+# debug info for profiling; the image does not ship it)
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin outbox-relay \
- && install -m 0755 target/release/outbox-relay /usr/local/bin/outbox-relay
+ && install -m 0755 target/release/outbox-relay /usr/local/bin/outbox-relay \
+ && objcopy --strip-debug --strip-unneeded /usr/local/bin/outbox-relay
 
 FROM debian:bookworm-slim
 RUN apt-get update \

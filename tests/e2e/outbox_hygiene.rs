@@ -23,6 +23,8 @@ use crate::support::{
 
 const AUTOVACUUM_PG_PORT: u16 = 28430;
 const TABLE: (&str, &str) = ("table", "public.outbox");
+const VACUUMED: &str = "outbox_relay_outbox_last_autovacuum_timestamp_seconds";
+const ANALYZED: &str = "outbox_relay_outbox_last_autoanalyze_timestamp_seconds";
 
 /// The outbox with `created_at_column`, a fast monitor that reads the table every 300 ms.
 fn config(db: &TestDb, extra: &str) -> String {
@@ -243,34 +245,33 @@ async fn per_table_autovacuum_settings_keep_the_dead_tuples_down() {
     db.client
         .batch_execute(
             "ALTER TABLE outbox SET (autovacuum_vacuum_scale_factor = 0, \
-             autovacuum_vacuum_threshold = 20)",
+             autovacuum_vacuum_threshold = 20, autovacuum_analyze_scale_factor = 0, \
+             autovacuum_analyze_threshold = 20)",
         )
         .await
         .unwrap();
     let mut relay = Relay::streaming(&db.name, &config(&db, "")).await;
     let addr = relay_addr(&relay).await;
     let m = scrape(addr).await;
-    assert_eq!(
-        m.value(
-            "outbox_relay_outbox_last_autovacuum_timestamp_seconds",
-            &[TABLE]
-        ),
-        Some(0.0),
-        "never vacuumed yet"
-    );
+    for (metric, what) in [
+        (VACUUMED, "never vacuumed yet"),
+        (ANALYZED, "never analyzed yet"),
+    ] {
+        assert_eq!(m.value(metric, &[TABLE]), Some(0.0), "{what}");
+    }
     let ids = insert_then_delete(&db, 60).await;
     assert_published(&db, &ids).await;
-    let vacuumed = eventually(
-        "an autovacuum of the outbox",
+    // 120 inserted and deleted rows pass both thresholds: one autovacuum worker pass vacuums
+    // and analyzes the table.
+    let (vacuumed, analyzed) = eventually(
+        "an autovacuum and an autoanalyze of the outbox",
         Duration::from_secs(60),
         || async {
             let m = scrape(addr).await;
-            let at = m.value(
-                "outbox_relay_outbox_last_autovacuum_timestamp_seconds",
-                &[TABLE],
-            )?;
+            let vacuumed = m.value(VACUUMED, &[TABLE])?;
+            let analyzed = m.value(ANALYZED, &[TABLE])?;
             let dead = m.value("outbox_relay_outbox_dead_tuples", &[TABLE])?;
-            (at > 0.0 && dead < 20.0).then_some(at)
+            (vacuumed > 0.0 && analyzed > 0.0 && dead < 20.0).then_some((vacuumed, analyzed))
         },
     )
     .await;
@@ -278,10 +279,9 @@ async fn per_table_autovacuum_settings_keep_the_dead_tuples_down() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
-    assert!(
-        (now - vacuumed).abs() < 120.0,
-        "autovacuum at {vacuumed}, now {now}"
-    );
+    for (what, at) in [("autovacuum", vacuumed), ("autoanalyze", analyzed)] {
+        assert!((now - at).abs() < 120.0, "{what} at {at}, now {now}");
+    }
     assert!(status(&relay).contains("vacuumed "));
     assert!(relay.terminate(Duration::from_secs(30)).success());
     db.cleanup().await;

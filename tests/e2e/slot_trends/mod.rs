@@ -5,7 +5,10 @@
 //!
 //! The forecast test runs its own PostgreSQL cluster (port 28410) so that it can change
 //! `max_slot_wal_keep_size`; the relay's Kafka is an address where nothing listens, so the slot
-//! exists and never advances while the monitor reports.
+//! exists and never advances while the monitor reports. `long_transaction`: a large source
+//! transaction that PostgreSQL is still decoding is not a stall.
+
+mod long_transaction;
 
 use std::{
     sync::{
