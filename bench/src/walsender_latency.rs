@@ -18,7 +18,6 @@ use std::{
         atomic::{AtomicU64, Ordering},
     },
     thread,
-    time::{Duration, Instant},
 };
 
 use anyhow::Result;
@@ -45,19 +44,17 @@ impl WalsenderLatency {
             let mut reader = BufReader::with_capacity(1 << 16, out);
             let mut line = Vec::with_capacity(1024);
             let mut local = Collected::default();
-            let mut last_publish = Instant::now();
             loop {
                 line.clear();
                 if reader.read_until(b'\n', &mut line)? == 0 {
                     break;
                 }
-                // Only the rows count: BEGIN, COMMIT and RELATION messages carry no `ts`.
+                // Only the rows count: BEGIN, COMMIT and RELATION messages carry no `ts`. The
+                // count is published with every row: once the writer stops, no further line
+                // comes that could publish the last ones (the run waits for that count).
                 if let Some(ts) = payload_ts(&line) {
                     local.record(now_us(), Some(ts), window);
-                }
-                if last_publish.elapsed() > Duration::from_millis(200) {
                     r2.store(local.received, Ordering::Relaxed);
-                    last_publish = Instant::now();
                 }
             }
             r2.store(local.received, Ordering::Relaxed);
@@ -71,7 +68,7 @@ impl WalsenderLatency {
         }
     }
 
-    /// Rows received so far (updated every 200 ms while they arrive).
+    /// Rows received so far.
     pub fn received(&self) -> u64 {
         self.received.load(Ordering::Relaxed)
     }

@@ -16,7 +16,7 @@
 
 use std::{
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, Ordering},
     },
     time::{Duration, Instant},
@@ -29,13 +29,16 @@ use relay_core::Lsn;
 use crate::support::{
     TestDb, connect,
     http::{relay_addr, scrape},
+    kafka,
     relay::Relay,
     writer,
 };
 
 const STALLED_SECS: u64 = 2;
 /// Unpublished rows of the long transaction, in one COPY (~50 MiB of WAL): the writer is done
-/// with them in a few seconds, the walsender (decoding, spilling, reading back) far later.
+/// with them in a few seconds, the walsender (decoding, spilling, reading back) far later. A
+/// machine that decodes them too fast to leave a quiet window of `STALLED_SECS + 1` gets a
+/// second transaction of twice as many, and a third of four times as many.
 const ROWS: u64 = 3_000_000;
 
 /// One look at what the stall rule reads.
@@ -137,34 +140,56 @@ async fn a_long_transaction_still_being_decoded_is_not_a_stall() {
             }
         })
     };
+    let samples: Arc<Mutex<Vec<Sample>>> = Arc::default();
     let sampler = {
         let (conninfo, slot, stop) = (db.conninfo(), db.name.clone(), stop.clone());
+        let samples = samples.clone();
         tokio::spawn(async move {
             let c = connect(&conninfo).await;
-            let mut samples = Vec::new();
             while !stop.load(Ordering::SeqCst) {
-                samples.push(sample(&c, &slot, addr).await);
+                let s = sample(&c, &slot, addr).await;
+                samples.lock().unwrap().push(s);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            samples
         })
     };
 
-    let lsn0 = db.current_wal_lsn().await;
-    let t0 = Instant::now();
     let mut c = connect(&db.conninfo()).await;
-    let tx = c.transaction().await.unwrap();
-    let rows: String = (0..ROWS).map(|n| format!("{n}\n")).collect();
-    let sink = tx.copy_in("COPY ledger (n) FROM STDIN").await.unwrap();
-    futures::pin_mut!(sink);
-    sink.send(bytes::Bytes::from(rows)).await.unwrap();
-    sink.as_mut().finish().await.unwrap();
-    for _ in 0..3 {
-        written.push(writer::insert_event(&tx, "order", "a", 0).await.unwrap());
-    }
-    tx.commit().await.unwrap();
-    let wal = db.current_wal_lsn().await.0 - lsn0.0;
-    let committed = t0.elapsed();
+    let min_quiet = Duration::from_secs(STALLED_SECS + 1);
+    let mut rows = ROWS;
+    let (t0, wal, committed) = loop {
+        let lsn0 = db.current_wal_lsn().await;
+        let t0 = Instant::now();
+        let tx = c.transaction().await.unwrap();
+        let text: String = (0..rows).map(|n| format!("{n}\n")).collect();
+        let sink = tx.copy_in("COPY ledger (n) FROM STDIN").await.unwrap();
+        futures::pin_mut!(sink);
+        sink.send(bytes::Bytes::from(text)).await.unwrap();
+        sink.as_mut().finish().await.unwrap();
+        for _ in 0..3 {
+            written.push(writer::insert_event(&tx, "order", "a", 0).await.unwrap());
+        }
+        tx.commit().await.unwrap();
+        let wal = db.current_wal_lsn().await.0 - lsn0.0;
+        let committed = t0.elapsed();
+        // Until this transaction is decoded (its events in Kafka), its quiet windows may grow.
+        kafka::consume(
+            vec![db.topic("order")],
+            Duration::from_secs(60),
+            written.len(),
+        )
+        .await;
+        let (quiet, _, _) = longest_quiet(&samples.lock().unwrap());
+        if quiet >= min_quiet || rows >= 4 * ROWS {
+            break (t0, wal, committed);
+        }
+        eprintln!(
+            "long transaction of {rows} rows: nothing moved for only {quiet:.1?}; once more \
+             with {} rows",
+            2 * rows
+        );
+        rows *= 2;
+    };
     written.push(
         writer::insert_event(&db.client, "order", "a", 0)
             .await
@@ -181,8 +206,8 @@ async fn a_long_transaction_still_being_decoded_is_not_a_stall() {
     let arrived = t0.elapsed();
     stop.store(true, Ordering::SeqCst);
     traffic.await.unwrap();
-    let samples = sampler.await.unwrap();
-    let (quiet, busy, n) = longest_quiet(&samples);
+    sampler.await.unwrap();
+    let (quiet, busy, n) = longest_quiet(&samples.lock().unwrap());
     eprintln!(
         "long transaction: {:.0} MiB of WAL, committed after {committed:.1?}, every event in \
          Kafka after {arrived:.1?}; nothing moved for {quiet:.1?} while WAL grew ({busy} of \
@@ -190,11 +215,11 @@ async fn a_long_transaction_still_being_decoded_is_not_a_stall() {
         wal as f64 / (1 << 20) as f64
     );
     // Otherwise the test proves nothing: the stall rule, polled every 250 ms, fires after
-    // STALLED_SECS of such a window unless the walsender is busy (raise ROWS on a faster
-    // machine). Even the walsender sends a keepalive now and then while it decodes (its
+    // STALLED_SECS of such a window unless the walsender is busy (ROWS doubled twice was not
+    // enough on this machine: raise ROWS). Even the walsender sends a keepalive now and then while it decodes (its
     // confirmation moves a marker), so the windows last a few seconds, not the whole decoding.
     assert!(
-        quiet >= Duration::from_secs(STALLED_SECS + 1),
+        quiet >= min_quiet,
         "nothing moved for only {quiet:?}: the transaction was decoded too fast to exercise \
          the rule (stalled_secs = {STALLED_SECS})"
     );
