@@ -2,7 +2,7 @@
 
 use std::{
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     thread,
@@ -166,13 +166,46 @@ impl Collected {
     }
 }
 
+/// A thread collecting latencies, and how many records it has counted so far.
+pub struct Collector {
+    received: Arc<AtomicU64>,
+    handle: Option<thread::JoinHandle<Result<Collected>>>,
+}
+
+impl Collector {
+    /// Runs `collect` on a thread of its own; it publishes its count in the counter it is given.
+    pub fn spawn(collect: impl FnOnce(&AtomicU64) -> Result<Collected> + Send + 'static) -> Self {
+        let received = Arc::new(AtomicU64::new(0));
+        let counter = received.clone();
+        let handle = thread::spawn(move || {
+            let collected = collect(&counter)?;
+            counter.store(collected.received, Ordering::Relaxed);
+            Ok(collected)
+        });
+        Self {
+            received,
+            handle: Some(handle),
+        }
+    }
+
+    /// Records counted so far (as often as the collecting thread publishes them).
+    pub fn received(&self) -> u64 {
+        self.received.load(Ordering::Relaxed)
+    }
+
+    /// Waits for the thread (it must be ending) and returns what it collected.
+    pub fn join(mut self) -> Result<Collected> {
+        let h = self.handle.take().expect("joined once");
+        h.join()
+            .map_err(|_| anyhow::anyhow!("latency collector thread panicked"))?
+    }
+}
+
 /// An independent consumer (no group; assigns every partition from the beginning) that records
 /// commit-to-consumer latency for each record as it arrives.
 pub struct LatencyConsumer {
     stop: Arc<AtomicBool>,
-    received: Arc<AtomicU64>,
-    data: Arc<Mutex<Collected>>,
-    handle: Option<thread::JoinHandle<Result<()>>>,
+    collector: Collector,
 }
 
 impl LatencyConsumer {
@@ -198,10 +231,8 @@ impl LatencyConsumer {
         }
         c.assign(&tpl)?;
         let stop = Arc::new(AtomicBool::new(false));
-        let received = Arc::new(AtomicU64::new(0));
-        let data = Arc::new(Mutex::new(Collected::default()));
-        let (s2, r2, d2) = (stop.clone(), received.clone(), data.clone());
-        let handle = thread::spawn(move || -> Result<()> {
+        let s2 = stop.clone();
+        let collector = Collector::spawn(move |r2| {
             let mut local = Collected::default();
             let mut last_publish = Instant::now();
             loop {
@@ -239,30 +270,19 @@ impl LatencyConsumer {
                     last_publish = Instant::now();
                 }
             }
-            r2.store(local.received, Ordering::Relaxed);
-            *d2.lock().unwrap() = local;
-            Ok(())
+            Ok(local)
         });
-        Ok(Self {
-            stop,
-            received,
-            data,
-            handle: Some(handle),
-        })
+        Ok(Self { stop, collector })
     }
 
     /// Records received so far (updated every 200 ms).
     pub fn received(&self) -> u64 {
-        self.received.load(Ordering::Relaxed)
+        self.collector.received()
     }
 
-    pub fn finish(mut self) -> Result<Collected> {
+    pub fn finish(self) -> Result<Collected> {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = self.handle.take() {
-            h.join()
-                .map_err(|_| anyhow::anyhow!("consumer thread panicked"))??;
-        }
-        Ok(std::mem::take(&mut *self.data.lock().unwrap()))
+        self.collector.join()
     }
 }
 

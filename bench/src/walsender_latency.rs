@@ -13,34 +13,23 @@
 use std::{
     io::{BufRead, BufReader},
     process::ChildStdout,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
-    },
-    thread,
+    sync::atomic::Ordering,
 };
 
 use anyhow::Result;
 
 use crate::{
-    kafka::{Collected, Window, payload_ts},
+    kafka::{Collected, Collector, Window, payload_ts},
     pg::now_us,
 };
 
 /// Latencies of the rows pg_recvlogical receives, collected until its output ends.
-pub struct WalsenderLatency {
-    received: Arc<AtomicU64>,
-    data: Arc<Mutex<Collected>>,
-    handle: Option<thread::JoinHandle<Result<()>>>,
-}
+pub struct WalsenderLatency(Collector);
 
 impl WalsenderLatency {
     /// Reads `out` (pg_recvlogical's `-f -`) until it closes.
     pub fn start(out: ChildStdout, window: Window) -> Self {
-        let received = Arc::new(AtomicU64::new(0));
-        let data = Arc::new(Mutex::new(Collected::default()));
-        let (r2, d2) = (received.clone(), data.clone());
-        let handle = thread::spawn(move || -> Result<()> {
+        Self(Collector::spawn(move |received| {
             let mut reader = BufReader::with_capacity(1 << 16, out);
             let mut line = Vec::with_capacity(1024);
             let mut local = Collected::default();
@@ -54,31 +43,20 @@ impl WalsenderLatency {
                 // comes that could publish the last ones (the run waits for that count).
                 if let Some(ts) = payload_ts(&line) {
                     local.record(now_us(), Some(ts), window);
-                    r2.store(local.received, Ordering::Relaxed);
+                    received.store(local.received, Ordering::Relaxed);
                 }
             }
-            r2.store(local.received, Ordering::Relaxed);
-            *d2.lock().unwrap() = local;
-            Ok(())
-        });
-        Self {
-            received,
-            data,
-            handle: Some(handle),
-        }
+            Ok(local)
+        }))
     }
 
     /// Rows received so far.
     pub fn received(&self) -> u64 {
-        self.received.load(Ordering::Relaxed)
+        self.0.received()
     }
 
     /// What was collected; call once pg_recvlogical has exited (its output closed).
-    pub fn finish(mut self) -> Result<Collected> {
-        if let Some(h) = self.handle.take() {
-            h.join()
-                .map_err(|_| anyhow::anyhow!("pg_recvlogical reader thread panicked"))??;
-        }
-        Ok(std::mem::take(&mut *self.data.lock().unwrap()))
+    pub fn finish(self) -> Result<Collected> {
+        self.0.join()
     }
 }
