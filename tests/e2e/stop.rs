@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 
-use crate::support::{TestDb, broker, check, connect, relay::Relay, writer};
+use crate::support::{TestDb, broker, check, connect, eventually, relay::Relay, writer};
 
 /// A TCP server that accepts every connection and never sends a byte.
 async fn black_hole(port: u16) -> tokio::task::JoinHandle<()> {
@@ -115,17 +115,45 @@ async fn sigterm_stops_a_relay_whose_preflight_waits_for_a_lock() {
         db.outbox_section()
     ));
     let mut relay = Relay::start(&db.name, &cfg);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let waiting: i64 = db
-        .client
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
-            &[&db.name],
+    // The slot monitor reads the outbox table's size too (ACCESS SHARE): it must give up on the
+    // lock after its lock_timeout and go on, not wait with the preflight (a migration's lock
+    // froze slot-lag alerting before: CI saw two sessions waiting here).
+    relay
+        .wait_log(
+            outbox_relay::events::OUTBOX_STATS_FAILED,
+            Duration::from_secs(15),
         )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(waiting, 1, "the relay's preflight waits for the lock");
+        .await;
+    assert!(
+        relay.log_text().contains("lock timeout"),
+        "the monitor's reading failed on the lock:\n{}",
+        relay.log_text()
+    );
+    // Once the preflight got as far as the lock, it is the only session waiting for it.
+    let waiting: Vec<String> = eventually(
+        "the relay's preflight to wait for the lock",
+        Duration::from_secs(15),
+        || async {
+            let q: Vec<String> = db
+                .client
+                .query(
+                    "SELECT query FROM pg_stat_activity \
+                      WHERE datname = $1 AND wait_event_type = 'Lock'",
+                    &[&db.name],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            q.iter().any(|q| q.contains("PUBLICATION")).then_some(q)
+        },
+    )
+    .await;
+    assert!(
+        waiting.len() == 1 && waiting[0].contains("PUBLICATION"),
+        "the relay's preflight, and only it, waits for the lock: {waiting:?}"
+    );
     let took = stop_within(&mut relay, Duration::from_secs(8));
     check::note(&format!(
         "stop_preflight_waiting_for_a_lock: exited {} ms after SIGTERM",

@@ -6,7 +6,8 @@
 //! Used by the slot monitor (gauges, the `outbox_dead_tuples` alert) and by `status`; it
 //! depends on nothing but the SQL helpers, so the alerts can carry its type.
 //! Invariant: reading is all it does; a table that cannot be read is an error for that table
-//! only, so one bad `created_at_column` never hides the others.
+//! only, so one bad `created_at_column` never hides the others; and it never waits long for a
+//! table lock (see [`LOCK_WAIT`]), so a migration on an outbox table never freezes the monitor.
 
 use std::time::{Duration, SystemTime};
 
@@ -102,15 +103,36 @@ pub(crate) async fn query_table(client: &Client, t: &OutboxTable) -> Result<Tabl
     })
 }
 
-/// Reads every configured outbox table.
+/// How long a reading waits for a table lock (`lock_timeout`). The size and the oldest row need
+/// the table's ACCESS SHARE lock; behind a migration's ACCESS EXCLUSIVE lock (`ALTER TABLE`,
+/// `VACUUM FULL`, `LOCK TABLE`) the reading would wait as long as the migration, and with it
+/// the monitor's whole loop: slot lag and retained WAL unread, their alerts silent. After this
+/// long the reading of that table fails (`outbox_stats_failed`, its last good values kept) and
+/// the monitor goes on.
+const LOCK_WAIT: &str = "1s";
+
+/// Reads every configured outbox table, waiting at most [`LOCK_WAIT`] for any table's lock;
+/// the session's `lock_timeout` is restored afterwards.
 pub(crate) async fn query(
     client: &Client,
     tables: &[OutboxTable],
 ) -> Vec<Result<TableHealth, String>> {
     let mut out = Vec::with_capacity(tables.len());
+    let limited = client
+        .batch_execute(&format!("SET lock_timeout = '{LOCK_WAIT}'"))
+        .await;
+    if let Err(e) = &limited {
+        let e = format!(
+            "cannot set lock_timeout for the outbox statistics: {}",
+            describe_pg(e)
+        );
+        return tables.iter().map(|_| Err(e.clone())).collect();
+    }
     for t in tables {
         out.push(query_table(client, t).await);
     }
+    // A failure here is the connection's, and the next query on it reports that.
+    let _ = client.batch_execute("RESET lock_timeout").await;
     out
 }
 
