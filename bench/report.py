@@ -581,6 +581,42 @@ def md_floor(results, out):
     out.append("")
 
 
+def md_stages(results, out):
+    """Where the relay's latency goes (issue #15's profile of a miss): each record's writer to
+    consumer time cut at PostgreSQL's commit (the commit-time header) and at the producer's
+    hand-off (the record's Kafka timestamp, which librdkafka stamps when `produce` is called)."""
+    rows = [c for c in results["steady"] if c.get("stages")]
+    if not rows:
+        return
+    out.append("## Where the relay's latency goes\n")
+    out.append(
+        "Each outbox-relay record's writer-to-consumer time in three stages: *to commit* (writer's timestamp to "
+        "PostgreSQL's commit, from the commit-time header), *to hand-off* (commit to the relay's `produce` call, "
+        "from the record's Kafka timestamp, which librdkafka stamps then with a 1 ms resolution: the walsender's "
+        "decoding and sending, the relay's reading and routing, any hold before producing), *to consumer* "
+        "(hand-off to the latency consumer: librdkafka's batching, the broker, a Kafka transaction's commit, the "
+        "consumer's fetch). p50 and p99 of each stage over all records, and its mean over the slowest 1 % "
+        "(by writer-to-consumer time), with how many of those spent most of their time there. A row "
+        "marked *cut at broker* comes from a run whose topics stamp the broker's append time instead "
+        "(`BENCH_TIMESTAMP_TYPE=LogAppendTime`): its middle stage ends at the broker.\n")
+    out.append("| workload | system | records | to commit p50 / p99 / slowest 1 % ms | to hand-off p50 / p99 / "
+               "slowest 1 % ms | to consumer p50 / p99 / slowest 1 % ms | slowest 1 %: mostly in commit / hand-off "
+               "/ consumer |")
+    out.append("|---|---|---:|---:|---:|---:|---:|")
+    for c in sorted(rows, key=lambda c: (steady_key(c), sortkey(c))):
+        b = c["stages"]
+
+        def cell(x):
+            return f"{x['p50_ms']:.1f} / {x['p99_ms']:.1f} / {x['tail_mean_ms']:.1f}"
+
+        system = c["system"] + (" (cut at broker)" if b.get("cut") == "broker" else "")
+        out.append(f"| steady {steady_name(steady_key(c))} | {system} | {b['count']:,} | "
+                   f"{cell(b['to_commit'])} | {cell(b['to_produce'])} | {cell(b['to_consumer'])} | "
+                   f"{b['to_commit']['tail_dominant']} / {b['to_produce']['tail_dominant']} / "
+                   f"{b['to_consumer']['tail_dominant']} of {b['tail_count']} |")
+    out.append("")
+
+
 def md_targets(results, out, title="## Targets of issue 5 (this run)"):
     cu = catchup_reps(results)
     st = results["steady"]
@@ -769,6 +805,7 @@ def main():
     md_exactly_once(results, out)
     md_messages(results, out)
     md_floor(results, out)
+    md_stages(results, out)
     if a.compare and os.path.exists(a.compare):
         md_compare(results, json.load(open(a.compare)), a.compare_label, out)
     if results.get("failures"):

@@ -37,9 +37,18 @@ pub async fn create_topics(brokers: &str, topics: &[String]) -> Result<()> {
 /// [`create_topics`] with `n` partitions each.
 pub async fn create_topics_with(brokers: &str, topics: &[String], n: i32) -> Result<()> {
     let a = admin(brokers)?;
+    // BENCH_TIMESTAMP_TYPE=LogAppendTime: records carry the broker's append time instead of
+    // the producer's hand-off, which moves the stage cut (see [`Stages`]) to the broker.
+    let ts_type = std::env::var("BENCH_TIMESTAMP_TYPE").ok();
     let new: Vec<NewTopic> = topics
         .iter()
-        .map(|t| NewTopic::new(t, n, TopicReplication::Fixed(1)))
+        .map(|t| {
+            let topic = NewTopic::new(t, n, TopicReplication::Fixed(1));
+            match &ts_type {
+                Some(v) => topic.set("message.timestamp.type", v),
+                None => topic,
+            }
+        })
         .collect();
     for r in a.create_topics(&new, &AdminOptions::new()).await? {
         match r {
@@ -128,10 +137,32 @@ pub struct Collected {
     pub payload_lat_us: Vec<u32>,
     /// now − `outbox-relay.commit-time-us` header (PostgreSQL commit time), when present.
     pub commit_lat_us: Vec<u32>,
+    /// Where each measured record's time went, when it carries the commit-time header.
+    pub stages: Vec<Stages>,
     /// Per second of the run (by receive time, from `t0`): records received.
     pub per_sec_received: Vec<u64>,
     /// Per second of the run: payload latencies of records received in that second.
     pub per_sec_lat: Vec<Vec<u32>>,
+}
+
+/// One record's writer-to-consumer latency cut at PostgreSQL's commit and at the producer's
+/// hand-off, in µs. The hand-off is the record's Kafka timestamp: librdkafka stamps a record
+/// with its wall clock (ms) when `produce` is called unless the producer sets one, and the
+/// relay sets none outside the Debezium envelope, so a stage can be off by up to 1 ms. With
+/// `BENCH_TIMESTAMP_TYPE=LogAppendTime` the cut is the broker's append instead
+/// ([`Stages::at_broker`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stages {
+    /// The middle cut is the broker's append time, not the producer's hand-off.
+    pub at_broker: bool,
+    /// Writer's timestamp → PostgreSQL's commit (the writer's INSERT and COMMIT).
+    pub to_commit_us: i64,
+    /// Commit → hand-off to the producer (walsender decoding and sending, the relay reading,
+    /// routing and any hold before `produce`).
+    pub to_produce_us: i64,
+    /// Hand-off → consumer (librdkafka's batching, the broker, a transaction's commit, the
+    /// consumer's fetch).
+    pub to_consumer_us: i64,
 }
 
 /// The run's clock: `t0_us` is its start (wall clock, µs); records whose payload `ts` is in
@@ -264,6 +295,18 @@ impl LatencyConsumer {
                     local
                         .commit_lat_us
                         .push((now - ct).clamp(0, u32::MAX as i64) as u32);
+                    if let (Some(ts), Some(produced_ms)) = (ts, m.timestamp().to_millis()) {
+                        let produced = produced_ms * 1000;
+                        local.stages.push(Stages {
+                            at_broker: matches!(
+                                m.timestamp(),
+                                rdkafka::Timestamp::LogAppendTime(_)
+                            ),
+                            to_commit_us: ct - ts,
+                            to_produce_us: produced - ct,
+                            to_consumer_us: now - produced,
+                        });
+                    }
                 }
                 if last_publish.elapsed() > Duration::from_millis(200) {
                     r2.store(local.received, Ordering::Relaxed);

@@ -21,6 +21,7 @@ use crate::{
 /// A catch-up workload: `events` rows in transactions of `txn_rows`, payload ~`payload` bytes.
 mod catchup;
 mod saturation;
+mod stages;
 mod steady;
 
 #[derive(Debug, Clone, Serialize)]
@@ -151,6 +152,8 @@ pub struct SteadyResult {
     pub latency_payload: Percentiles,
     /// now − `outbox-relay.commit-time-us` (PostgreSQL commit time); outbox-relay only.
     pub latency_commit: Option<Percentiles>,
+    /// Where the time went (writer → commit → hand-off → consumer); outbox-relay only.
+    pub stages: Option<stages::StageBreakdown>,
     /// CPU seconds of the relay process in the measured window.
     pub cpu_s: f64,
     pub cpu_s_per_million: f64,

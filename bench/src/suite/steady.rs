@@ -197,6 +197,24 @@ impl Suite {
             load.sent,
             collected.received
         ));
+        let stages = super::stages::breakdown(&collected.stages);
+        if let Some(b) = &stages {
+            log(format!(
+                "  {:<17} p50 / p99 / slowest-1% mean, ms: to commit {:.1} / {:.1} / {:.1}, \
+                 commit to {cut} {:.1} / {:.1} / {:.1}, {cut} to consumer {:.1} / {:.1} / {:.1}",
+                "",
+                b.to_commit.p50_ms,
+                b.to_commit.p99_ms,
+                b.to_commit.tail_mean_ms,
+                b.to_produce.p50_ms,
+                b.to_produce.p99_ms,
+                b.to_produce.tail_mean_ms,
+                b.to_consumer.p50_ms,
+                b.to_consumer.p99_ms,
+                b.to_consumer.tail_mean_ms,
+                cut = b.cut,
+            ));
+        }
         Ok(SteadyResult {
             workload: "steady",
             system: s,
@@ -208,6 +226,7 @@ impl Suite {
             measured: collected.measured,
             latency_payload,
             latency_commit,
+            stages,
             cpu_s: cpu,
             cpu_s_per_million: cpu / measured_events as f64 * 1e6,
             peak_rss_kb: peak,
