@@ -14,13 +14,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ORDER = ["kafka-floor-linger0", "kafka-floor-linger5", "kafka-floor-txn", "pg_recvlogical", "outbox-relay", "outbox-relay-fenced", "outbox-relay-eos", "outbox-relay-messages",
+ORDER = ["kafka-floor-linger0", "kafka-floor-linger5", "kafka-floor-txn", "pg_recvlogical", "outbox-relay", "outbox-relay-b",
+         "outbox-relay-fenced", "outbox-relay-eos", "outbox-relay-eos-b", "outbox-relay-messages",
          "debezium-default", "debezium-tuned", "polling"]
 COLORS = {
     "pg_recvlogical": "#888888",
     "outbox-relay": "#1f77b4",
     "outbox-relay-fenced": "#17becf",
     "outbox-relay-eos": "#9467bd",
+    "outbox-relay-b": "#aec7e8",
+    "outbox-relay-eos-b": "#c5b0d5",
     "outbox-relay-messages": "#8c564b",
     "kafka-floor-linger0": "#bcbd22",
     "kafka-floor-linger5": "#dbdb8d",

@@ -21,7 +21,11 @@
 #   --out DIR (results, report and plots); --keep-stack (leave the bench stack running).
 # Env: BENCH_RELAY_REV=<git rev> builds outbox-relay from that revision (clean export) instead of the
 #   working tree; BENCH_RELAY_PATCHES="bench/proposals/x.diff ..." applies patches to that export
-#   first (measuring a proposal without touching crates/). STACK_DIR (.stack-bench), PGPORT (16432),
+#   first (measuring a proposal without touching crates/); BENCH_RELAY_BIN=<file> runs a relay binary
+#   built earlier instead (an A/B without a second release build); BENCH_RELAY_B_BIN=<file> adds the
+#   systems outbox-relay-b and outbox-relay-eos-b, which run that binary with the same configs (an A/B in
+#   one run on one stack, window after window); BENCH_TIMESTAMP_TYPE=LogAppendTime
+#   creates the bench topics with the broker's append time (the stage table's cut at the broker). STACK_DIR (.stack-bench), PGPORT (16432),
 #   KAFKA_PORT (29192; the controller listens on KAFKA_PORT+1), CONNECT_REST_PORT (28083): the bench
 #   stack never touches the test stack;
 #   BENCH_FETCH_WAIT_MS (100): the latency consumer's fetch.wait.max.ms; BENCH_RELAY_LOG (warn): the
@@ -83,7 +87,12 @@ log "building bench and outbox-relay (release)"
 CARGO_TARGET_DIR="$REPO/target/bench" cargo build --release -q -p bench
 BIN="$STACK_DIR/bin"; mkdir -p "$BIN"
 cp "$REPO/target/bench/release/bench" "$BIN/bench"
-if [ -n "${BENCH_RELAY_REV:-}" ]; then
+if [ -n "${BENCH_RELAY_BIN:-}" ]; then
+  # A relay binary built earlier (e.g. a copy of target/bench/release/outbox-relay kept before
+  # a change), for an A/B without a second release build.
+  cp "$BENCH_RELAY_BIN" "$BIN/outbox-relay"
+  export BENCH_RELAY_SOURCE="prebuilt $BENCH_RELAY_BIN"
+elif [ -n "${BENCH_RELAY_REV:-}" ]; then
   SRC="$STACK_DIR/relay-src"
   rm -rf "$SRC"; mkdir -p "$SRC"
   git archive "$BENCH_RELAY_REV" | tar -x -C "$SRC"

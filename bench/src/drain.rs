@@ -95,6 +95,7 @@ pub async fn run(a: DrainArgs) -> Result<()> {
         pg_port: a.pg_port,
         brokers: a.brokers.clone(),
         relay_bin: std::fs::canonicalize(&a.relay_bin).context("--relay-bin")?,
+        relay_bin_b: None,
         bench_bin: std::env::current_exe()?,
         connect_rest_port: 0,
         relay_extra_toml: match &a.relay_extra_toml {

@@ -368,6 +368,10 @@ async fn suite(a: SuiteArgs) -> Result<()> {
         pg_port: a.pg_port,
         brokers: a.brokers.clone(),
         relay_bin: std::fs::canonicalize(&a.relay_bin).context("--relay-bin")?,
+        relay_bin_b: match std::env::var_os("BENCH_RELAY_B_BIN") {
+            Some(p) => Some(std::fs::canonicalize(p).context("BENCH_RELAY_B_BIN")?),
+            None => None,
+        },
         bench_bin: std::env::current_exe()?,
         connect_rest_port: a.connect_rest_port,
         relay_extra_toml: match &a.relay_extra_toml {

@@ -25,6 +25,13 @@ pub enum System {
     /// messages instead of outbox rows (the table-less outbox). Steady runs only.
     #[serde(rename = "outbox-relay-messages")]
     RelayMessages,
+    /// outbox-relay run from a second binary (`BENCH_RELAY_B_BIN`), for an A/B in one run on
+    /// one stack, window after window. Steady runs only.
+    #[serde(rename = "outbox-relay-b")]
+    RelayB,
+    /// outbox-relay-eos run from the second binary.
+    #[serde(rename = "outbox-relay-eos-b")]
+    RelayEosB,
     /// Kafka's floor: a bare producer in the harness (acks=all, idempotent, linger 0) writing
     /// the same records at the same rate; no PostgreSQL. Steady runs only.
     #[serde(rename = "kafka-floor-linger0")]
@@ -46,14 +53,16 @@ pub enum System {
 
 impl System {
     /// Every system, in the order a run takes them.
-    pub const CANONICAL: [System; 11] = [
+    pub const CANONICAL: [System; 13] = [
         System::Floor0,
         System::Floor5,
         System::FloorTxn,
         System::RecvLogical,
         System::Relay,
+        System::RelayB,
         System::RelayFenced,
         System::RelayEos,
+        System::RelayEosB,
         System::RelayMessages,
         System::DbzDefault,
         System::DbzTuned,
@@ -80,6 +89,8 @@ impl System {
             System::RelayFenced => "outbox-relay-fenced",
             System::RelayEos => "outbox-relay-eos",
             System::RelayMessages => "outbox-relay-messages",
+            System::RelayB => "outbox-relay-b",
+            System::RelayEosB => "outbox-relay-eos-b",
             System::Floor0 => "kafka-floor-linger0",
             System::Floor5 => "kafka-floor-linger5",
             System::FloorTxn => "kafka-floor-txn",
@@ -96,6 +107,8 @@ impl System {
             "outbox-relay-fenced" | "relay-fenced" => System::RelayFenced,
             "outbox-relay-eos" | "relay-eos" => System::RelayEos,
             "outbox-relay-messages" | "relay-messages" => System::RelayMessages,
+            "outbox-relay-b" | "relay-b" => System::RelayB,
+            "outbox-relay-eos-b" | "relay-eos-b" => System::RelayEosB,
             "kafka-floor-linger0" | "floor0" => System::Floor0,
             "kafka-floor-linger5" | "floor5" => System::Floor5,
             "kafka-floor-txn" | "floortxn" => System::FloorTxn,
@@ -113,6 +126,8 @@ impl System {
             System::RelayFenced => "relayf",
             System::RelayEos => "relaye",
             System::RelayMessages => "relaym",
+            System::RelayB => "relayb",
+            System::RelayEosB => "relayeb",
             System::Floor0 => "floor0",
             System::Floor5 => "floor5",
             System::FloorTxn => "floortxn",
@@ -151,8 +166,22 @@ impl System {
     pub fn is_relay(self) -> bool {
         matches!(
             self,
-            System::Relay | System::RelayFenced | System::RelayEos | System::RelayMessages
+            System::Relay
+                | System::RelayFenced
+                | System::RelayEos
+                | System::RelayMessages
+                | System::RelayB
+                | System::RelayEosB
         )
+    }
+
+    /// The system whose configuration this one runs (the B binary's twins run their A's).
+    fn config_of(self) -> System {
+        match self {
+            System::RelayB => System::Relay,
+            System::RelayEosB => System::RelayEos,
+            s => s,
+        }
     }
 
     /// Whether its writers emit logical messages instead of outbox rows.
@@ -179,6 +208,8 @@ pub struct Env {
     pub pg_port: u16,
     pub brokers: String,
     pub relay_bin: PathBuf,
+    /// The second relay binary of an A/B (`outbox-relay-b`, `BENCH_RELAY_B_BIN`).
+    pub relay_bin_b: Option<PathBuf>,
     pub bench_bin: PathBuf,
     pub connect_rest_port: u16,
     /// Extra TOML merged into the generated outbox-relay config (experiments).
@@ -218,6 +249,7 @@ pub struct Running {
 
 impl Env {
     fn relay_config(&self, prefix: &str, slot: &str, system: System) -> Result<PathBuf> {
+        let system = system.config_of();
         let path = self.work.join(format!("{prefix}-relay.toml"));
         let (publ, db) = (&self.relay_publication, &self.database);
         let base = format!(
@@ -334,15 +366,27 @@ impl Env {
                 let pid = c.id() as i32;
                 (Some(c), pid, None)
             }
-            System::Relay | System::RelayFenced | System::RelayEos | System::RelayMessages => {
+            System::Relay
+            | System::RelayFenced
+            | System::RelayEos
+            | System::RelayMessages
+            | System::RelayB
+            | System::RelayEosB => {
                 let cfg = self.relay_config(prefix, slot, system)?;
+                let bin = match system {
+                    System::RelayB | System::RelayEosB => self
+                        .relay_bin_b
+                        .as_ref()
+                        .context("outbox-relay-b needs BENCH_RELAY_B_BIN (a relay binary)")?,
+                    _ => &self.relay_bin,
+                };
                 let mut cmd = match self.relay_wrapper.split_first() {
                     Some((wrapper, args)) => {
                         let mut c = Command::new(wrapper);
-                        c.args(args).arg(&self.relay_bin);
+                        c.args(args).arg(bin);
                         c
                     }
-                    None => Command::new(&self.relay_bin),
+                    None => Command::new(bin),
                 };
                 let c = cmd
                     .args(["run", "-c"])

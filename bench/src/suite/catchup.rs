@@ -46,7 +46,9 @@ impl Suite {
             | System::Relay
             | System::RelayFenced
             | System::RelayEos
-            | System::RelayMessages => (0, *rep),
+            | System::RelayMessages
+            | System::RelayB
+            | System::RelayEosB => (0, *rep),
             System::DbzDefault | System::DbzTuned => (1, 0),
             System::Polling => (2, 0),
             // Not in catch-up runs (plan() leaves them out): no slot, nothing to drain.
@@ -65,13 +67,11 @@ impl Suite {
                     }
                     pg::create_slot(&self.ctl, slot.as_deref().unwrap()).await?;
                 }
-                System::Relay | System::RelayFenced | System::RelayEos | System::RelayMessages => {
-                    self.env.relay_setup(prefix, slot.as_deref().unwrap())?
-                }
+                s if s.is_relay() => self.env.relay_setup(prefix, slot.as_deref().unwrap())?,
                 System::DbzDefault | System::DbzTuned => {
                     self.prime_debezium(*s, prefix, spec).await?
                 }
-                System::Polling | System::Floor0 | System::Floor5 | System::FloorTxn => {}
+                _ => {}
             }
         }
         log("writing the backlog");

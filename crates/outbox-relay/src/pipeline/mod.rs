@@ -24,6 +24,7 @@ mod event;
 mod message;
 mod poison;
 mod state;
+mod trickle;
 mod txn;
 
 #[cfg(test)]
@@ -221,6 +222,7 @@ async fn run_loop(
     let mut quiet_commit_at: Option<tokio::time::Instant> = None;
     // Events handled since the stream last went quiet.
     let mut since_quiet = 0u32;
+    let mut trickle = trickle::Trickle::default();
     // Since when the in-flight limits keep the loop from reading, and the acknowledged count
     // then (progress restarts the clock).
     let mut paused: Option<(Instant, u64)> = None;
@@ -363,11 +365,10 @@ async fn run_loop(
                 let burst = since_quiet;
                 since_quiet = 0;
                 // Without transactions, a trickle goes out now rather than after linger.ms;
-                // a busier stream (bursts of KICK_BELOW events or more between quiet moments)
-                // keeps batching: kicking it too doubled the relay's CPU at 10k events/s for
-                // no better p99. With transactions the commit below sends it; kicking there too
-                // was measured worse (p99 47.6 -> 73.8 ms at 1k events/s, 34.5 -> 142 at 10k).
-                if quiet && burst < KICK_BELOW && !st.transactional && cfg.kafka.flush_when_quiet {
+                // a busier stream keeps batching (trickle.rs says which is which). With
+                // transactions the commit below sends it; kicking there too was measured
+                // worse (p99 47.6 -> 73.8 ms at 1k events/s, 34.5 -> 142 at 10k).
+                if quiet && trickle.quiet_after(burst) && !st.transactional && cfg.kafka.flush_when_quiet {
                     sink.kick();
                 }
                 // With transactions, commit as soon as the stream goes quiet: read-committed
@@ -473,11 +474,6 @@ const EVENTS_PER_TURN: u32 = 64;
 
 /// A quiet moment after fewer events than this is a trickle worth coalescing.
 const COALESCE_BELOW: u32 = 64;
-
-/// A quiet moment after fewer events than this is a trickle whose records are sent at once
-/// (`kafka.flush_when_quiet`). With `relay.read_coalesce_us` at 1 ms, a few thousand events
-/// per second.
-const KICK_BELOW: u32 = 8;
 
 /// Read-side coalescing (`relay.read_coalesce_us`). At a steady rate the walsender sends every
 /// transaction as it commits, and the relay would wake up for each one: on two cores those

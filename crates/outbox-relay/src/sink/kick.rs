@@ -29,7 +29,7 @@ impl KafkaSink {
         if !self.kick_wanted.load(Ordering::Relaxed) {
             return;
         }
-        let outstanding = u64::try_from(self.in_flight()).unwrap_or(0);
+        let outstanding = u64::try_from(self.unreported()).unwrap_or(0);
         if outstanding > self.since_kick.load(Ordering::Relaxed) {
             return;
         }

@@ -11,7 +11,7 @@
 use std::{
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -87,6 +87,14 @@ pub(crate) struct SinkContext {
     /// The topic of the last delivery report, shared by the next ones of the same topic (no
     /// copy of the name per record).
     last_topic: Arc<Mutex<Option<Arc<str>>>>,
+    /// Records (checkpoints included) enqueued and not yet reported, counted by the relay: the
+    /// report callback lowers it before the report is sent on the channel, so whoever reads a
+    /// report sees the count without it. librdkafka's own count (`in_flight`) drops only after
+    /// the callbacks of a whole batch returned (seen stale in `sink::tests`), and a kick that
+    /// read it on the last report of a batch could find it still up and not come at all (the
+    /// records then waited out `linger.ms`). Signed:
+    /// a report may come before the increment is seen (see [`KafkaSink::enqueue`]).
+    unreported: Arc<AtomicI64>,
 }
 
 impl SinkContext {
@@ -168,6 +176,7 @@ impl ProducerContext for SinkContext {
     type DeliveryOpaque = Box<Pending>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, p: Self::DeliveryOpaque) {
+        self.unreported.fetch_sub(1, Ordering::AcqRel);
         let Some(origin) = p.origin else {
             if let Err((e, _)) = result
                 && let Ok(mut f) = self.checkpoint_failure.lock()
@@ -242,6 +251,7 @@ impl KafkaSink {
             refused_topic: Default::default(),
             checkpoint_failure: Default::default(),
             last_topic: Default::default(),
+            unreported: Default::default(),
         };
         let ids = transactional_ids(cfg);
         let mut producers = Vec::new();
@@ -346,7 +356,6 @@ impl KafkaSink {
         if let Some(t) = rec.timestamp_ms {
             record = record.timestamp(t);
         }
-        self.since_kick.fetch_add(1, Ordering::Relaxed);
         self.enqueue(record, true).await
     }
 
@@ -358,15 +367,25 @@ impl KafkaSink {
         wait: bool,
     ) -> Result<(), RelayError> {
         let mut delay = Duration::from_millis(1);
+        let unreported = &self.context().unreported;
         loop {
+            // Counted before the hand-off: its report may come at once, from another thread.
+            unreported.fetch_add(1, Ordering::AcqRel);
             match self.producer().send(record) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.since_kick.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) if wait => {
+                    unreported.fetch_sub(1, Ordering::AcqRel);
                     record = r;
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_millis(50));
                 }
-                Err((e, r)) => return Err(delivery_error(&e, r.topic)),
+                Err((e, r)) => {
+                    unreported.fetch_sub(1, Ordering::AcqRel);
+                    return Err(delivery_error(&e, r.topic));
+                }
             }
         }
     }
@@ -446,6 +465,12 @@ impl KafkaSink {
             ));
         }
         d
+    }
+
+    /// Records the relay enqueued whose reports were not called back yet (its own count, see
+    /// [`SinkContext::unreported`]).
+    pub(crate) fn unreported(&self) -> i64 {
+        self.context().unreported.load(Ordering::Acquire)
     }
 
     /// Records handed to librdkafka whose reports have not been served yet.

@@ -13,7 +13,11 @@ fn kafka_config(brokers: &str, extra: &str) -> crate::config::KafkaConfig {
     let path = dir.join(format!("{}.toml", extra.len()));
     std::fs::write(
         &path,
-        format!("[kafka]\nbrokers = \"{brokers}\"\nlinger_ms = 0\n{extra}"),
+        if extra.contains("linger_ms") {
+            format!("[kafka]\nbrokers = \"{brokers}\"\n{extra}")
+        } else {
+            format!("[kafka]\nbrokers = \"{brokers}\"\nlinger_ms = 0\n{extra}")
+        },
     )
     .unwrap();
     Config::load(Some(&path), std::iter::empty()).unwrap().kafka
@@ -75,4 +79,76 @@ fn startup_notices_are_not_warnings() {
     assert!(!super::is_benign(
         "ProduceRequest failed: Broker: Message size too large"
     ));
+}
+
+fn record(topic: &str, key: &str) -> relay_core::route::Record {
+    relay_core::route::Record {
+        topic: topic.into(),
+        key: bytes::Bytes::copy_from_slice(key.as_bytes()),
+        value: Some(bytes::Bytes::from_static(b"{}")),
+        headers: Vec::new(),
+        partition: None,
+        timestamp_ms: None,
+    }
+}
+
+/// The kick when the stream goes quiet, Nagle-style, as the pipeline drives it: a record
+/// produced while an earlier one is unacknowledged waits for that report, and goes out when
+/// the loop, on that report, tries the kick again. With `linger.ms` at ten minutes nothing
+/// but the kick sends either. The relay's own count of unreported records must not still
+/// count a report that was already received: librdkafka's count drops only after the
+/// callbacks of a whole batch returned, and a kick that read it then never came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_held_by_the_kick_goes_out_on_the_earlier_report() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("t", 1, 1).unwrap();
+    mock.broker_round_trip_time(1, Duration::from_millis(300))
+        .unwrap();
+    let cfg = kafka_config(
+        &mock.bootstrap_servers(),
+        "linger_ms = 600000\nflush_when_quiet = true\n",
+    );
+    let (sink, mut reports) = KafkaSink::new(&cfg).unwrap();
+    let mut tracker = relay_core::watermark::AckTracker::new(relay_core::Lsn(0));
+    let tx = tracker.begin(relay_core::Lsn(100), 0).unwrap();
+    let origin = |seq| super::Origin {
+        tx,
+        commit_lsn: relay_core::Lsn(100),
+        seq,
+        commit_time_unix_us: 0,
+    };
+    // Connected, the partition's leader known: one record sent by a full flush.
+    sink.send(&record("t", "k"), origin(0)).await.unwrap();
+    sink.reports_served(Duration::from_secs(10)).await;
+    assert!(reports.recv().await.unwrap().outcome.is_ok());
+    // A batch of three, kicked at once (nothing earlier is in flight).
+    for seq in 0..3 {
+        sink.send(&record("t", "k"), origin(seq)).await.unwrap();
+    }
+    sink.kick();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // One more while those are in flight (300 ms round trip): held back.
+    sink.send(&record("t", "k"), origin(3)).await.unwrap();
+    sink.kick();
+    let started = std::time::Instant::now();
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let d = tokio::time::timeout(Duration::from_secs(20), reports.recv())
+            .await
+            .expect("every report within 20 s: only linger.ms (10 min) would send the held one")
+            .unwrap();
+        assert!(d.outcome.is_ok(), "{:?}", d.outcome);
+        seen.push(d.origin.seq);
+        // The count never includes a report already received.
+        assert!(
+            sink.unreported() <= 4 - seen.len() as i64,
+            "{} unreported after {} reports",
+            sink.unreported(),
+            seen.len()
+        );
+        sink.try_kick();
+    }
+    assert_eq!(seen, [0, 1, 2, 3]);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(sink.unreported(), 0);
 }
