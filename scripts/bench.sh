@@ -24,7 +24,8 @@
 #   first (measuring a proposal without touching crates/); BENCH_RELAY_BIN=<file> runs a relay binary
 #   built earlier instead (an A/B without a second release build); BENCH_RELAY_B_BIN=<file> adds the
 #   systems outbox-relay-b and outbox-relay-eos-b, which run that binary with the same configs (an A/B in
-#   one run on one stack, window after window); BENCH_TIMESTAMP_TYPE=LogAppendTime
+#   one run on one stack, window after window), and BENCH_RELAY_B_EXTRA_TOML='kafka.x = 1' is merged into
+#   their config only (a setting's A/B: give BENCH_RELAY_B_BIN the same binary); BENCH_TIMESTAMP_TYPE=LogAppendTime
 #   creates the bench topics with the broker's append time (the stage table's cut at the broker). STACK_DIR (.stack-bench), PGPORT (16432),
 #   KAFKA_PORT (29192; the controller listens on KAFKA_PORT+1), CONNECT_REST_PORT (28083): the bench
 #   stack never touches the test stack;

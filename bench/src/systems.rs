@@ -249,6 +249,12 @@ pub struct Running {
 
 impl Env {
     fn relay_config(&self, prefix: &str, slot: &str, system: System) -> Result<PathBuf> {
+        // BENCH_RELAY_B_EXTRA_TOML: TOML merged into the B systems' config only (a setting's
+        // A/B in one run; BENCH_RELAY_B_BIN may then name the same binary).
+        let b_extra = match system {
+            System::RelayB | System::RelayEosB => std::env::var("BENCH_RELAY_B_EXTRA_TOML").ok(),
+            _ => None,
+        };
         let system = system.config_of();
         let path = self.work.join(format!("{prefix}-relay.toml"));
         let (publ, db) = (&self.relay_publication, &self.database);
@@ -294,6 +300,10 @@ impl Env {
         }
         if let Some(extra) = &self.relay_extra_toml {
             let extra: toml::Table = extra.parse().context("--relay-extra-toml")?;
+            merge(&mut table, extra);
+        }
+        if let Some(extra) = b_extra {
+            let extra: toml::Table = extra.parse().context("BENCH_RELAY_B_EXTRA_TOML")?;
             merge(&mut table, extra);
         }
         let toml = toml::to_string(&table)?;
