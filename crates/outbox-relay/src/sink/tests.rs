@@ -152,3 +152,52 @@ async fn a_record_held_by_the_kick_goes_out_on_the_earlier_report() {
     assert!(started.elapsed() < Duration::from_secs(20));
     assert_eq!(sink.unreported(), 0);
 }
+
+/// Two transactional producers: the next transaction starts only once the report of every
+/// record of the committing one is in (per-partition order across the producers: a record of
+/// the next transaction must not reach a partition before an earlier one still in flight). With
+/// a 200 ms round trip and `linger.ms` at ten minutes, nothing would be reported yet had
+/// `commit_start` not flushed and waited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_transaction_starts_after_the_committing_ones_records_are_acknowledged() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("t", 1, 1).unwrap();
+    mock.create_topic("cp", 1, 1).unwrap();
+    mock.broker_round_trip_time(1, Duration::from_millis(200))
+        .unwrap();
+    let cfg = kafka_config(
+        &mock.bootstrap_servers(),
+        "linger_ms = 600000\ntransactional_id = \"two\"\n",
+    );
+    let (sink, mut reports) = KafkaSink::new(&cfg).unwrap();
+    assert!(sink.pipelines_commits());
+    let timeout = Duration::from_secs(30);
+    sink.fence_and_begin(timeout).await.unwrap();
+    let mut tracker = relay_core::watermark::AckTracker::new(relay_core::Lsn(0));
+    let tx = tracker.begin(relay_core::Lsn(100), 0).unwrap();
+    let origin = |seq| super::Origin {
+        tx,
+        commit_lsn: relay_core::Lsn(100),
+        seq,
+        commit_time_unix_us: 0,
+    };
+    for seq in 0..3 {
+        sink.send(&record("t", "k"), origin(seq)).await.unwrap();
+    }
+    sink.send_checkpoint("cp", "key", b"{}", true)
+        .await
+        .unwrap();
+    let (mut running, _) = sink.commit_start(timeout).await.unwrap();
+    assert_eq!(
+        sink.active.load(Ordering::Relaxed) % 2,
+        1,
+        "the other producer"
+    );
+    let mut seen = Vec::new();
+    while let Ok(d) = reports.try_recv() {
+        assert!(d.outcome.is_ok(), "{:?}", d.outcome);
+        seen.push(d.origin.seq);
+    }
+    assert_eq!(seen, [0, 1, 2], "every report before the next transaction");
+    sink.commit_settled(running.ended().await).unwrap();
+}
