@@ -92,6 +92,18 @@ fn record(topic: &str, key: &str) -> relay_core::route::Record {
     }
 }
 
+/// The origins of one source transaction's records (committed at LSN 100), by sequence.
+fn origins() -> impl Fn(u64) -> super::Origin {
+    let mut tracker = relay_core::watermark::AckTracker::new(relay_core::Lsn(0));
+    let tx = tracker.begin(relay_core::Lsn(100), 0).unwrap();
+    move |seq| super::Origin {
+        tx,
+        commit_lsn: relay_core::Lsn(100),
+        seq,
+        commit_time_unix_us: 0,
+    }
+}
+
 /// The kick when the stream goes quiet, Nagle-style, as the pipeline drives it: a record
 /// produced while an earlier one is unacknowledged waits for that report, and goes out when
 /// the loop, on that report, tries the kick again. With `linger.ms` at ten minutes nothing
@@ -109,14 +121,7 @@ async fn a_record_held_by_the_kick_goes_out_on_the_earlier_report() {
         "linger_ms = 600000\nflush_when_quiet = true\n",
     );
     let (sink, mut reports) = KafkaSink::new(&cfg).unwrap();
-    let mut tracker = relay_core::watermark::AckTracker::new(relay_core::Lsn(0));
-    let tx = tracker.begin(relay_core::Lsn(100), 0).unwrap();
-    let origin = |seq| super::Origin {
-        tx,
-        commit_lsn: relay_core::Lsn(100),
-        seq,
-        commit_time_unix_us: 0,
-    };
+    let origin = origins();
     // Connected, the partition's leader known: one record sent by a full flush.
     sink.send(&record("t", "k"), origin(0)).await.unwrap();
     sink.reports_served(Duration::from_secs(10)).await;
@@ -173,14 +178,7 @@ async fn the_next_transaction_starts_after_the_committing_ones_records_are_ackno
     assert!(sink.pipelines_commits());
     let timeout = Duration::from_secs(30);
     sink.fence_and_begin(timeout).await.unwrap();
-    let mut tracker = relay_core::watermark::AckTracker::new(relay_core::Lsn(0));
-    let tx = tracker.begin(relay_core::Lsn(100), 0).unwrap();
-    let origin = |seq| super::Origin {
-        tx,
-        commit_lsn: relay_core::Lsn(100),
-        seq,
-        commit_time_unix_us: 0,
-    };
+    let origin = origins();
     for seq in 0..3 {
         sink.send(&record("t", "k"), origin(seq)).await.unwrap();
     }
