@@ -4,12 +4,20 @@
 #    (JRE and JDK) + Maven if missing
 #  - Rust via rustup only if cargo is missing (fails with a hint when rustup is not packaged, e.g. on bookworm)
 #  - Kafka jars from Maven Central into infra/kafka/lib (infra/kafka/pom.xml)
-#  - PostgreSQL 17 and 13 server binaries from Maven Central into infra/pg/17 and infra/pg/13 (infra/pg/pom.xml):
-#    failover slots, and the refusal of servers older than 14
+# With --demo it stops there: that is all the demo's stack (PostgreSQL 15 + Kafka) needs. Without it, for the
+# tests, also:
+#  - PostgreSQL 14, 16, 17, 18 and 13 server binaries from Maven Central into infra/pg/<major> (infra/pg/pom.xml):
+#    the version matrix, failover slots (17), PostgreSQL 18's own features, the refusal of servers older than 14
 #  - the Debezium PostgreSQL connector plugin into infra/debezium/plugins (infra/debezium/pom.xml)
 #  - the Go modules, Maven artifacts and kcat of the inbox recipes (infra/install-recipes.sh; Go itself must be
 #    on PATH: it says how to get it)
 set -euo pipefail
+DEMO_ONLY=0
+case "${1:-}" in
+  --demo) DEMO_ONLY=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--demo]" >&2; exit 2 ;;
+esac
 LOG_TAG=deps
 # shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -75,15 +83,19 @@ if [ ! -f "$STAMP" ] || [ "$STAMP" -ot "$KAFKA_DIR/pom.xml" ]; then
   rm -rf "$KAFKA_DIR/lib.old"
   log "Kafka jars ready in $(( $(now_ms) - t0 )) ms ($(find "$KAFKA_DIR/lib" -name '*.jar' | wc -l) jars)"
 fi
-# 4. PostgreSQL server binaries from Maven Central (infra/pg/pom.xml explains the source): 17 for the
-#    failover-slot tests, 13 for the refusal of servers older than 14.
+if [ "$DEMO_ONLY" = 1 ]; then
+  log "the demo's dependencies are present (the tests' own: infra/install-deps.sh without --demo)"
+  exit 0
+fi
+# 4. PostgreSQL server binaries from Maven Central (infra/pg/pom.xml explains the source): the version matrix
+#    (14, 16, 17, 18), failover slots (17), 18's own features, 13 for the refusal of servers older than 14.
 fetch_pg() {
   local major="$1" ver dir stamp arch jar t0
   ver="$(sed -n "s:.*<pg$major.version>\(.*\)</pg$major.version>.*:\1:p" "$INFRA_DIR/pg/pom.xml")"
   [ -n "$ver" ] || die "cannot read pg$major.version from $INFRA_DIR/pg/pom.xml"
   dir="$INFRA_DIR/pg/$major"
   stamp="$dir/.complete-$ver"
-  if [ -f "$stamp" ] && [ ! "$stamp" -ot "$INFRA_DIR/pg/pom.xml" ]; then return 0; fi
+  if [ -f "$stamp" ]; then return 0; fi  # the version is in the stamp's name
   case "$(uname -m)" in
     x86_64) arch=amd64 ;;
     aarch64) arch=arm64v8 ;;
@@ -113,8 +125,7 @@ PY
   mv "$dir.new" "$dir"
   log "PostgreSQL $("$dir/bin/postgres" --version | awk '{print $3}') ready in $(( $(now_ms) - t0 )) ms ($dir)"
 }
-fetch_pg 17
-fetch_pg 13
+for major in 14 16 17 18 13; do fetch_pg "$major"; done
 # 5. Debezium plugin jars (infra/debezium/pom.xml) for the side-by-side test (tests/e2e/debezium_compat.rs)
 #    and the benchmark peers.
 DBZ_JAR="$INFRA_DIR/debezium/plugins/debezium-connector-postgres/debezium-connector-postgres-3.6.1.Final.jar"

@@ -11,7 +11,7 @@ export PGPORT KAFKA_PORT
 
 case "${1:-}" in
   up)
-    "$INFRA_DIR/install-deps.sh"
+    "$INFRA_DIR/install-deps.sh" --demo
     pg="$("$INFRA_DIR/pg/start.sh")"
     kafka="$("$INFRA_DIR/kafka/start.sh")"
     echo "postgres: $pg"

@@ -12,7 +12,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 CONFIG=examples/relay.toml
 PG="host=127.0.0.1 port=15432 user=postgres"
 
-infra/install-deps.sh
+infra/install-deps.sh --demo
 infra/stack.sh up
 cargo build --locked --bin outbox-relay
 BIN=target/debug/outbox-relay

@@ -2,9 +2,10 @@
 # Runs every test of outbox-relay on a fresh Debian machine or a warm dev box:
 #   installs what is missing (infra/install-deps.sh), starts the local PostgreSQL 15 and Kafka
 #   KRaft stack (infra/stack.sh), checks formatting and lints, runs unit, property and
-#   end-to-end tests against the real servers (twice: as configured, then with a Kafka
-#   transactional id on every relay), prints the delivery figures, and stops the stack again
-#   if this script started it.
+#   end-to-end tests against the real servers (twice on PostgreSQL 15: as configured, then with
+#   a Kafka transactional id on every relay; between the two, the core subset on PostgreSQL 14,
+#   16, 17 and 18: scripts/test-versions.sh), prints the delivery figures, and stops the stack
+#   again if this script started it.
 # Prerequisites it does not install: Rust (rustup) and Go 1.26+ (go.dev; Debian's golang is too old)
 #   on PATH; infra/install-recipes.sh prints how to install Go when it is missing.
 # Env: TEST_THREADS (default 3) for the end-to-end tests; extra args go to `cargo test`.
@@ -54,6 +55,9 @@ e2e_pass() {
 echo "== end-to-end tests (real PostgreSQL, real Kafka)"
 mkdir -p target && rm -f target/test-figures.log
 e2e_pass plain cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}"
+
+echo "== the core subset on PostgreSQL 14, 16, 17 and 18 (scripts/test-versions.sh)"
+scripts/test-versions.sh
 
 echo "== end-to-end tests again, fenced (every relay with kafka.transactional_id, read-committed)"
 e2e_pass fenced env RELAY_TEST_FENCED=1 cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}"

@@ -36,3 +36,4 @@ mod slot_trends;
 mod status_watch;
 mod stop;
 mod tls;
+mod versions;

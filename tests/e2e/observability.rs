@@ -281,7 +281,9 @@ async fn lost_slot_is_critical_stops_the_relay_and_is_never_recreated() {
         .rfind(|l| l.contains(&critical))
         .unwrap_or_else(|| panic!("no critical wal_status alert:\n{log}"));
     assert!(
-        firing.contains("the slot was invalidated (wal_status = lost)")
+        firing.contains("the slot was invalidated (wal_status = lost, reason wal_removed)")
+            && firing.contains("removed WAL it still needed")
+            && firing.contains("max_slot_wal_keep_size")
             && firing.contains("--recreate-slot"),
         "{firing}"
     );

@@ -43,6 +43,8 @@ pub const SLOT_LAG_BYTES: &str = "outbox_relay_slot_lag_bytes";
 pub const SLOT_RETAINED_WAL_BYTES: &str = "outbox_relay_slot_retained_wal_bytes";
 pub const SLOT_LAG_SECONDS: &str = "outbox_relay_slot_lag_seconds";
 pub const SLOT_WAL_STATUS: &str = "outbox_relay_slot_wal_status";
+pub const SLOT_INVALIDATED: &str = "outbox_relay_slot_invalidated";
+pub const SLOT_INACTIVE_SINCE: &str = "outbox_relay_slot_inactive_since_timestamp_seconds";
 pub const SLOT_SAFE_WAL_SIZE_BYTES: &str = "outbox_relay_slot_safe_wal_size_bytes";
 pub const MAX_SLOT_WAL_KEEP_SIZE_BYTES: &str = "outbox_relay_server_max_slot_wal_keep_size_bytes";
 pub const SLOT_SPILLED_TRANSACTIONS: &str = "outbox_relay_slot_spilled_transactions_total";
@@ -101,6 +103,8 @@ pub const ALL: &[&str] = &[
     SLOT_RETAINED_WAL_BYTES,
     SLOT_LAG_SECONDS,
     SLOT_WAL_STATUS,
+    SLOT_INVALIDATED,
+    SLOT_INACTIVE_SINCE,
     SLOT_SAFE_WAL_SIZE_BYTES,
     MAX_SLOT_WAL_KEEP_SIZE_BYTES,
     SLOT_SPILLED_TRANSACTIONS,
@@ -151,6 +155,16 @@ pub const CHECKPOINT_RESULTS: &[&str] = &["written", "failed"];
 
 /// `status` label values of [`SLOT_WAL_STATUS`] (PostgreSQL's `wal_status`).
 pub const WAL_STATUSES: &[&str] = &["reserved", "extended", "unreserved", "lost"];
+
+/// `reason` label values of [`SLOT_INVALIDATED`]: PostgreSQL's `invalidation_reason`, and
+/// `conflicting` for PostgreSQL 16's conflict flag (relay_core::invalidation).
+pub const INVALIDATION_REASONS: &[&str] = &[
+    "wal_removed",
+    "idle_timeout",
+    "rows_removed",
+    "wal_level_insufficient",
+    "conflicting",
+];
 
 /// Histogram buckets of [`COMMIT_TO_ACK_SECONDS`], in seconds.
 const ACK_BUCKETS: &[f64] = &[
@@ -335,6 +349,18 @@ pub fn describe() {
     describe_gauge!(
         SLOT_WAL_STATUS,
         "1 for the slot's current wal_status (reserved, extended, unreserved, lost), else 0."
+    );
+    describe_gauge!(
+        SLOT_INVALIDATED,
+        "1 for the reason the slot was invalidated (label reason: wal_removed, idle_timeout, \
+         rows_removed, wal_level_insufficient, conflicting), else 0."
+    );
+    describe_gauge!(
+        SLOT_INACTIVE_SINCE,
+        Unit::Seconds,
+        "Since when no connection has used the slot (inactive_since, PostgreSQL 17+), as a Unix \
+         timestamp; -1 while it is in use or unknown. PostgreSQL 18's \
+         idle_replication_slot_timeout counts from it."
     );
     describe_gauge!(
         SLOT_SAFE_WAL_SIZE_BYTES,

@@ -215,6 +215,19 @@ impl Monitor {
                     0.0
                 });
             }
+            let why = s.invalidation();
+            for reason in m::INVALIDATION_REASONS {
+                let on = why.as_ref().is_some_and(|w| w.label() == *reason);
+                metrics::gauge!(m::SLOT_INVALIDATED, "reason" => *reason).set(if on {
+                    1.0
+                } else {
+                    0.0
+                });
+            }
+            set(
+                m::SLOT_INACTIVE_SINCE,
+                s.inactive_since.map_or(-1.0, |t| t as f64),
+            );
             set(
                 m::SLOT_SAFE_WAL_SIZE_BYTES,
                 s.safe_wal_size.map_or(-1.0, |b| b as f64),
@@ -316,25 +329,14 @@ impl Monitor {
             self.trends.restarted();
         }
 
-        if let Some(s) = snap.slot.as_ref().filter(|s| s.is_lost())
+        if let Some(s) = snap.slot.as_ref()
+            && let Some(why) = s.invalidation()
             && let Some(fatal) = self.fatal.take()
         {
-            let reason = s
-                .invalidation_reason
-                .as_deref()
-                .map(|r| format!(", invalidation_reason = {r}"))
-                .unwrap_or_default();
-            let from = s
-                .confirmed_flush
-                .map_or("its confirmed_flush_lsn".into(), |l| l.to_string());
-            tracing::error!(slot = %slot, "{SLOT_LOST}: the slot monitor found the slot invalidated; stopping");
-            let _ = fatal.try_send(RelayError::from(Definite::Precondition(format!(
-                "replication slot {slot:?} was invalidated (wal_status = lost{reason}): \
-                 PostgreSQL removed WAL it still needed, so events committed after {from} may \
-                 never reach Kafka. outbox-relay stops and will not re-create the slot: run \
-                 `outbox-relay setup --recreate-slot` and re-publish the gap from the outbox \
-                 table (docs/operations.md#slot-lost)"
-            ))));
+            tracing::error!(slot = %slot, reason = why.label(), "{SLOT_LOST}: the slot monitor found the slot invalidated; stopping");
+            let _ = fatal.try_send(RelayError::from(Definite::Precondition(
+                crate::slot::lost_message(slot, &why, s.confirmed_flush),
+            )));
         }
     }
 }

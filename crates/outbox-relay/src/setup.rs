@@ -190,8 +190,9 @@ async fn ensure_slot(
     let slot = client
         .query_opt(
             "SELECT plugin, slot_type, database, active_pid, wal_status, \
-                    confirmed_flush_lsn::text \
-               FROM pg_replication_slots WHERE slot_name = $1",
+                    confirmed_flush_lsn::text, to_jsonb(s)->>'invalidation_reason', \
+                    (to_jsonb(s)->>'conflicting')::bool \
+               FROM pg_replication_slots s WHERE slot_name = $1",
             &[&pg.slot],
         )
         .await
@@ -239,7 +240,14 @@ async fn ensure_slot(
             pg.database
         ))));
     }
-    if wal_status.as_deref() == Some("lost") {
+    // invalidation_reason (17+) and conflicting (16+) through to_jsonb: NULL where the
+    // server's view has no such column.
+    let invalidation = relay_core::invalidation::Invalidation::of(
+        wal_status.as_deref(),
+        slot.get::<_, Option<String>>(6).as_deref(),
+        slot.get(7),
+    );
+    if let Some(why) = invalidation {
         let old = confirmed.clone().unwrap_or_else(|| "unknown".into());
         if policy == SlotPolicy::RecreateIfLost {
             client
@@ -248,7 +256,7 @@ async fn ensure_slot(
                 .map_err(query_err("drop the invalidated slot"))?;
             let new = create_slot(client, &pg.slot, pg.failover_slot).await?;
             tracing::warn!(
-                slot = %pg.slot, gap_from = %old, gap_to = %new,
+                slot = %pg.slot, reason = why.label(), gap_from = %old, gap_to = %new,
                 "{SLOT_RECREATED}: events committed between these LSNs were not relayed; \
                  re-publish them from the outbox table"
             );
@@ -259,13 +267,9 @@ async fn ensure_slot(
                 outbox_not_null: Default::default(),
             });
         }
-        return Err(RelayError::from(Definite::Precondition(format!(
-            "replication slot {:?} was invalidated (wal_status = lost): PostgreSQL removed WAL \
-             it still needed, so events committed after {old} may never reach Kafka. \
-             outbox-relay will not re-create it silently: run `outbox-relay setup \
-             --recreate-slot` and re-publish the gap from the outbox table (docs/operations.md)",
-            pg.slot
-        ))));
+        return Err(RelayError::from(Definite::Precondition(
+            crate::slot::lost_message(&pg.slot, &why, confirmed.and_then(|c| c.parse().ok())),
+        )));
     }
     let two_phase: bool = client
         .query_one(

@@ -72,6 +72,12 @@ pub struct SlotState {
     pub safe_wal_size: Option<i64>,
     /// PostgreSQL 17+; `None` before.
     pub invalidation_reason: Option<String>,
+    /// `conflicting` (PostgreSQL 16+, logical slots): invalidated by a recovery conflict on a
+    /// standby; `None` before 16.
+    pub conflicting: Option<bool>,
+    /// `inactive_since` as seconds since the Unix epoch (PostgreSQL 17+): since when no
+    /// connection uses the slot; `None` while streamed, and before 17.
+    pub inactive_since: Option<i64>,
     pub stats: Option<SpillStats>,
     /// What the slot's walsender waits for (`pg_stat_activity`, `type:event`), `running` when
     /// it is on the CPU; `None` when no walsender holds the slot.
@@ -80,7 +86,17 @@ pub struct SlotState {
 
 impl SlotState {
     pub(crate) fn is_lost(&self) -> bool {
-        self.wal_status == Some(WalStatus::Lost) || self.invalidation_reason.is_some()
+        self.invalidation().is_some()
+    }
+
+    /// Why the slot was invalidated, or `None` while it is usable.
+    pub(crate) fn invalidation(&self) -> Option<relay_core::invalidation::Invalidation> {
+        let wal_status = self.wal_status.as_ref().map(|w| w.to_string());
+        relay_core::invalidation::Invalidation::of(
+            wal_status.as_deref(),
+            self.invalidation_reason.as_deref(),
+            self.conflicting,
+        )
     }
 
     /// The walsender is busy decoding (on the CPU or reading WAL or spilled changes), as while
@@ -124,10 +140,18 @@ pub(crate) async fn query(
     slot: &str,
     server_version_num: i32,
 ) -> Result<SlotSnapshot, tokio_postgres::Error> {
-    let invalidation = if server_version_num >= 170_000 {
-        "s.invalidation_reason"
+    let (invalidation, inactive_since) = if server_version_num >= 170_000 {
+        (
+            "s.invalidation_reason",
+            "extract(epoch FROM s.inactive_since)::bigint",
+        )
     } else {
-        "NULL::text"
+        ("NULL::text", "NULL::bigint")
+    };
+    let conflicting = if server_version_num >= 160_000 {
+        "s.conflicting"
+    } else {
+        "NULL::bool"
     };
     let sql = format!(
         "SELECT pg_is_in_recovery(), \
@@ -137,7 +161,8 @@ pub(crate) async fn query(
                 s.slot_name IS NOT NULL, s.active, s.active_pid, s.restart_lsn::text, \
                 s.confirmed_flush_lsn::text, s.wal_status, s.safe_wal_size, {invalidation}, \
                 (SELECT coalesce(a.wait_event_type || ':' || a.wait_event, 'running') \
-                   FROM pg_stat_activity a WHERE a.pid = s.active_pid) \
+                   FROM pg_stat_activity a WHERE a.pid = s.active_pid), \
+                {conflicting}, {inactive_since} \
            FROM (SELECT 1) AS one \
            LEFT JOIN pg_replication_slots s ON s.slot_name = $1"
     );
@@ -177,10 +202,32 @@ pub(crate) async fn query(
                 .map(|s| s.parse().unwrap_or(WalStatus::Other(s))),
             safe_wal_size: row.get(9),
             invalidation_reason: row.get(10),
+            conflicting: row.get(12),
+            inactive_since: row.get(13),
             stats,
             walsender_wait: row.get(11),
         }),
     })
+}
+
+/// The operator's message for slot `slot`, invalidated for `why`, last confirmed at
+/// `confirmed`: what happened, that events after it may be missing, what to change, and how to
+/// re-create the slot. One text for `setup`, `run` and the slot monitor.
+pub(crate) fn lost_message(
+    slot: &str,
+    why: &relay_core::invalidation::Invalidation,
+    confirmed: Option<Lsn>,
+) -> String {
+    let from = confirmed.map_or("its confirmed_flush_lsn".into(), |l| l.to_string());
+    format!(
+        "replication slot {slot:?} was invalidated (wal_status = lost, reason {why}): {}, so \
+         events committed after {from} may never reach Kafka. To keep it from happening again, \
+         {}. outbox-relay stops and will not re-create the slot silently: run `outbox-relay \
+         setup --recreate-slot` and re-publish the gap from the outbox table \
+         (docs/operations.md#slot-lost)",
+        why.what_happened(),
+        why.prevention()
+    )
 }
 
 /// `server_version_num` of the connected server.
@@ -210,6 +257,8 @@ mod tests {
                 wal_status: Some("reserved".parse().unwrap()),
                 safe_wal_size: Some(1),
                 invalidation_reason: None,
+                conflicting: None,
+                inactive_since: None,
                 stats: None,
                 walsender_wait: Some("Client:WalSenderWriteData".into()),
             }),

@@ -245,8 +245,19 @@ impl StatusReport {
                     o,
                     "  slot             {holder}, wal_status {status}, safe_wal_size {safe}"
                 );
-                if let Some(r) = &s.invalidation_reason {
-                    let _ = writeln!(o, "  invalidated      {r}");
+                if let Some(why) = s.invalidation() {
+                    let _ = writeln!(
+                        o,
+                        "  invalidated      {why}: {}; {}",
+                        why.what_happened(),
+                        why.prevention()
+                    );
+                }
+                if let Some(since) = s.inactive_since {
+                    let idle = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0.0, |now| (now.as_secs_f64() - since as f64).max(0.0));
+                    let _ = writeln!(o, "  inactive for     {idle:.0} s (inactive_since)");
                 }
                 let lag = snap.lag_bytes().map_or("unknown".into(), human_bytes);
                 let confirmed = s.confirmed_flush.map_or("none".into(), |l| l.to_string());

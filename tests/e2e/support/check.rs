@@ -100,11 +100,15 @@ impl Figures {
 
 /// Appends the figures of a test to `target/test-figures.log` (printed by scripts/test.sh).
 pub fn record(test: &str, f: &Figures) {
-    let pass = if std::env::var("RELAY_TEST_FENCED").is_ok_and(|v| v == "1") {
-        "fenced/"
+    let mut pass = if std::env::var("RELAY_TEST_FENCED").is_ok_and(|v| v == "1") {
+        "fenced/".to_string()
     } else {
-        ""
+        String::new()
     };
+    // The version matrix (scripts/test-versions.sh): the figures of each server apart.
+    if let Ok(major) = std::env::var("RELAY_TEST_PG_MAJOR") {
+        pass = format!("pg{major}/{pass}");
+    }
     note(&format!(
         "{pass}{test}: written={} delivered={} lost={} duplicated={} order_violations={} unexpected={}",
         f.written, f.delivered, f.lost, f.duplicated, f.order_violations, f.unexpected

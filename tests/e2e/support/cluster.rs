@@ -17,7 +17,8 @@ pub fn pg17_bin() -> PathBuf {
     pg_bin(17)
 }
 
-/// The server binaries of PostgreSQL `major` that infra/install-deps.sh unpacks (17 and 13).
+/// The server binaries of PostgreSQL `major` that infra/install-deps.sh unpacks (14, 16, 17,
+/// 18 and 13).
 pub fn pg_bin(major: u32) -> PathBuf {
     let bin = repo_root().join(format!("infra/pg/{major}/bin"));
     assert!(
@@ -30,9 +31,12 @@ pub fn pg_bin(major: u32) -> PathBuf {
 
 impl PgCluster {
     /// Starts a new cluster on `port` with `extra_opts` (`-c key=value ...`); a leftover
-    /// cluster from an aborted run on that port is destroyed first.
+    /// cluster from an aborted run on that port is destroyed first. Its server is the version
+    /// under test: `RELAY_TEST_PGBIN` (scripts/test.sh's version matrix sets it with
+    /// `RELAY_TEST_PG`), else Debian's PostgreSQL 15.
     pub fn start(port: u16, extra_opts: &str) -> PgCluster {
-        PgCluster::start_with(None, port, extra_opts)
+        let pgbin = std::env::var_os("RELAY_TEST_PGBIN").map(PathBuf::from);
+        PgCluster::start_with(pgbin, port, extra_opts)
     }
 
     /// [`start`](Self::start) with the server binaries in `pgbin` ([`pg17_bin`]).

@@ -106,6 +106,8 @@ pub struct Observation {
     /// Age of the oldest unconfirmed WAL; `None` when unknown (e.g. `outbox-relay status`).
     pub time_lag: Option<Duration>,
     pub wal_status: Option<WalStatus>,
+    /// Why the slot was invalidated (`None` while usable), for the `wal_status` alert's text.
+    pub invalidation: Option<relay_core::invalidation::Invalidation>,
     /// The slot's `confirmed_flush_lsn`, for the message of a lost slot.
     pub confirmed_flush: Option<Lsn>,
     /// Seconds until the slot's headroom is gone at the current rate; `None` when it does not
@@ -128,6 +130,7 @@ impl Observation {
             max_slot_wal_keep_size: snap.max_slot_wal_keep_size,
             time_lag,
             wal_status: snap.slot.as_ref().and_then(|s| s.wal_status.clone()),
+            invalidation: snap.slot.as_ref().and_then(|s| s.invalidation()),
             confirmed_flush: snap.slot.as_ref().and_then(|s| s.confirmed_flush),
             seconds_to_loss: None,
             forecast_to_threshold: snap.max_slot_wal_keep_size.is_none(),

@@ -137,12 +137,20 @@ pub(super) fn wal_status(cfg: &AlertsConfig, obs: &Observation) -> Finding {
         Some(WalStatus::Reserved) | Some(WalStatus::Other(_)) | None => (None, ACTION_EXTENDED),
     };
     let summary = match &obs.wal_status {
-        Some(WalStatus::Lost) => format!(
-            "the slot was invalidated (wal_status = lost): PostgreSQL removed WAL it still \
-             needed, so events committed after {} may never reach Kafka",
-            obs.confirmed_flush
-                .map_or("its confirmed_flush_lsn".to_string(), |l| l.to_string())
-        ),
+        Some(WalStatus::Lost) => {
+            let why = obs
+                .invalidation
+                .clone()
+                .unwrap_or(relay_core::invalidation::Invalidation::WalRemoved);
+            format!(
+                "the slot was invalidated (wal_status = lost, reason {why}): {}, so events \
+                 committed after {} may never reach Kafka; {}",
+                why.what_happened(),
+                obs.confirmed_flush
+                    .map_or("its confirmed_flush_lsn".to_string(), |l| l.to_string()),
+                why.prevention()
+            )
+        }
         Some(s) => format!("wal_status = {s}"),
         None => "wal_status unknown (slot missing)".into(),
     };

@@ -22,6 +22,7 @@ fn obs(retained_mib: u64) -> Observation {
         max_slot_wal_keep_size: None,
         time_lag: Some(Duration::ZERO),
         wal_status: Some(WalStatus::Reserved),
+        invalidation: None,
         confirmed_flush: Some(Lsn(0x1930468)),
         ..Observation::default()
     }

@@ -133,6 +133,8 @@ mod tests {
                 wal_status: Some(WalStatus::Reserved),
                 safe_wal_size: Some(safe),
                 invalidation_reason: None,
+                conflicting: None,
+                inactive_since: None,
                 stats: None,
                 walsender_wait: Some(wait.into()),
             }),

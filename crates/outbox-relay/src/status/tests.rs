@@ -30,6 +30,8 @@ fn slot(status: &str, restart: u64) -> SlotState {
         wal_status: Some(status.parse().unwrap()),
         safe_wal_size: Some(40 << 20),
         invalidation_reason: None,
+        conflicting: None,
+        inactive_since: None,
         stats: None,
         walsender_wait: None,
     }
@@ -74,6 +76,18 @@ fn lost_missing_and_relay_reported_critical_alerts_are_critical() {
     assert_eq!(
         report(None, Err("off".into())).worst(),
         Some(Severity::Critical)
+    );
+    // PostgreSQL 18's idle timeout: the reason and the setting, never "removed WAL".
+    let mut idle = slot("lost", 0);
+    idle.invalidation_reason = Some("idle_timeout".into());
+    idle.inactive_since = Some(1);
+    let text = report(Some(idle), Err("off".into())).render();
+    assert!(
+        text.contains("invalidated      idle_timeout: ")
+            && text.contains("idle_replication_slot_timeout")
+            && text.contains("inactive for")
+            && !text.contains("removed WAL"),
+        "{text}"
     );
     assert!(report(None, Err("off".into())).render().contains("MISSING"));
 

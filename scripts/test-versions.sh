@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The PostgreSQL version matrix: runs the core subset of the end-to-end tests (below) against each
+# given major version (default: 14 16 17 18; 15 is Debian's and runs the whole suite in
+# scripts/test.sh). Each version gets a cluster of its own on port 154<major> from the server
+# binaries infra/install-deps.sh unpacks into infra/pg/<major> (Maven Central,
+# io.zonky.test.postgres); the tests' own clusters (PgCluster::start) use the same binaries
+# (RELAY_TEST_PGBIN). Needs the Kafka broker of infra/stack.sh up. The cluster is destroyed after.
+# Usage: scripts/test-versions.sh [MAJOR ...]   Env: TEST_THREADS (3).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+# The core subset: setup and its refusals, delivery in commit order, kill -9 and restart from the
+# confirmed LSN, exactly-once over a rewound slot, logical messages, the lost-slot alert and stop,
+# status and /metrics, and the check that the server is the version under test. Names are
+# substrings of test paths (libtest runs every test matching any of them).
+CORE_SUBSET=(
+  versions::
+  preflight::missing_table_and_missing_slot_are_explained_and_nothing_is_created
+  delivery::concurrent_writers_with_rollbacks_and_savepoints_arrive_complete_and_in_commit_order
+  restart::graceful_and_kill9_restarts_mid_stream_lose_nothing
+  exactly_once::exactly_once_a_rewound_slot_is_skipped_exactly
+  messages::rows_and_messages_of_a_transaction_arrive_in_commit_order
+  observability::lost_slot_is_critical_stops_the_relay_and_is_never_recreated
+  observability::metrics_scrape_parses_and_holds_every_documented_metric
+)
+
+majors=("$@")
+[ "${#majors[@]}" -gt 0 ] || majors=(14 16 17 18)
+for major in "${majors[@]}"; do
+  bin="$PWD/infra/pg/$major/bin"
+  [ -x "$bin/postgres" ] || { echo "no PostgreSQL $major in $bin: run infra/install-deps.sh" >&2; exit 1; }
+  port="154$major"
+  echo "== core subset on PostgreSQL $("$bin/postgres" --version | awk '{print $3}') (port $port)"
+  PGPORT="$port" PGBIN="$bin" infra/pg/start.sh >/dev/null
+  set +e
+  RELAY_TEST_PG="host=127.0.0.1 port=$port user=postgres" RELAY_TEST_PGBIN="$bin" RELAY_TEST_PG_MAJOR="$major" \
+    cargo test -p relay-tests --locked -- --test-threads "${TEST_THREADS:-3}" "${CORE_SUBSET[@]}" 2>&1 \
+    | tee "target/e2e-pg$major.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  PGPORT="$port" PGBIN="$bin" infra/pg/stop.sh --destroy >/dev/null || true
+  if [ "$rc" != 0 ]; then
+    echo "== why the failed tests failed on PostgreSQL $major (target/e2e-pg$major.log)"
+    grep -A8 "panicked at" "target/e2e-pg$major.log" | cut -c1-400 | head -150 || true
+    exit "$rc"
+  fi
+done
