@@ -10,19 +10,20 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
-# The core subset: setup and its refusals, delivery in commit order, kill -9 and restart from the
-# confirmed LSN, exactly-once over a rewound slot, logical messages, the lost-slot alert and stop,
-# status and /metrics, and the check that the server is the version under test. Names are
+# The core subset: setup and its refusals, takeover by a second instance after kill -9, delivery in
+# commit order, kill -9 and graceful restarts from the confirmed LSN, exactly-once over a rewound
+# slot, logical messages, the slot alerts (retained WAL, lost slot and its stop, Kafka down), the
+# heartbeat, status and /metrics, and the check that the server is the version under test. Names are
 # substrings of test paths (libtest runs every test matching any of them).
 CORE_SUBSET=(
-  versions::
+  versions::server_is_the_version_under_test
   preflight::missing_table_and_missing_slot_are_explained_and_nothing_is_created
+  preflight::a_second_instance_waits_for_the_slot_and_takes_over_after_kill9
   delivery::concurrent_writers_with_rollbacks_and_savepoints_arrive_complete_and_in_commit_order
-  restart::graceful_and_kill9_restarts_mid_stream_lose_nothing
+  restart::
   exactly_once::exactly_once_a_rewound_slot_is_skipped_exactly
   messages::rows_and_messages_of_a_transaction_arrive_in_commit_order
-  observability::lost_slot_is_critical_stops_the_relay_and_is_never_recreated
-  observability::metrics_scrape_parses_and_holds_every_documented_metric
+  observability::
 )
 
 majors=("$@")

@@ -157,13 +157,13 @@ pub const CHECKPOINT_RESULTS: &[&str] = &["written", "failed"];
 pub const WAL_STATUSES: &[&str] = &["reserved", "extended", "unreserved", "lost"];
 
 /// `reason` label values of [`SLOT_INVALIDATED`]: PostgreSQL's `invalidation_reason`, and
-/// `conflicting` for PostgreSQL 16's conflict flag (relay_core::invalidation).
+/// `unknown_on_standby` for a PostgreSQL 16 standby, which does not say (relay_core::invalidation).
 pub const INVALIDATION_REASONS: &[&str] = &[
     "wal_removed",
     "idle_timeout",
     "rows_removed",
     "wal_level_insufficient",
-    "conflicting",
+    "unknown_on_standby",
 ];
 
 /// Histogram buckets of [`COMMIT_TO_ACK_SECONDS`], in seconds.
@@ -353,7 +353,7 @@ pub fn describe() {
     describe_gauge!(
         SLOT_INVALIDATED,
         "1 for the reason the slot was invalidated (label reason: wal_removed, idle_timeout, \
-         rows_removed, wal_level_insufficient, conflicting), else 0."
+         rows_removed, wal_level_insufficient, unknown_on_standby), else 0."
     );
     describe_gauge!(
         SLOT_INACTIVE_SINCE,

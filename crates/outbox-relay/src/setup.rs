@@ -191,7 +191,7 @@ async fn ensure_slot(
         .query_opt(
             "SELECT plugin, slot_type, database, active_pid, wal_status, \
                     confirmed_flush_lsn::text, to_jsonb(s)->>'invalidation_reason', \
-                    (to_jsonb(s)->>'conflicting')::bool \
+                    pg_is_in_recovery() \
                FROM pg_replication_slots s WHERE slot_name = $1",
             &[&pg.slot],
         )
@@ -240,12 +240,12 @@ async fn ensure_slot(
             pg.database
         ))));
     }
-    // invalidation_reason (17+) and conflicting (16+) through to_jsonb: NULL where the
-    // server's view has no such column.
+    // invalidation_reason (17+) through to_jsonb: NULL where the server's view has no such
+    // column.
     let invalidation = relay_core::invalidation::Invalidation::of(
         wal_status.as_deref(),
         slot.get::<_, Option<String>>(6).as_deref(),
-        slot.get(7),
+        slot.get::<_, bool>(7),
     );
     if let Some(why) = invalidation {
         let old = confirmed.clone().unwrap_or_else(|| "unknown".into());

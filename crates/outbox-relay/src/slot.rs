@@ -72,12 +72,12 @@ pub struct SlotState {
     pub safe_wal_size: Option<i64>,
     /// PostgreSQL 17+; `None` before.
     pub invalidation_reason: Option<String>,
-    /// `conflicting` (PostgreSQL 16+, logical slots): invalidated by a recovery conflict on a
-    /// standby; `None` before 16.
-    pub conflicting: Option<bool>,
     /// `inactive_since` as seconds since the Unix epoch (PostgreSQL 17+): since when no
     /// connection uses the slot; `None` while streamed, and before 17.
     pub inactive_since: Option<i64>,
+    /// The server is a standby (`pg_is_in_recovery()`), where a slot may also be lost to a
+    /// recovery conflict.
+    pub on_standby: bool,
     pub stats: Option<SpillStats>,
     /// What the slot's walsender waits for (`pg_stat_activity`, `type:event`), `running` when
     /// it is on the CPU; `None` when no walsender holds the slot.
@@ -95,7 +95,7 @@ impl SlotState {
         relay_core::invalidation::Invalidation::of(
             wal_status.as_deref(),
             self.invalidation_reason.as_deref(),
-            self.conflicting,
+            self.on_standby,
         )
     }
 
@@ -148,11 +148,6 @@ pub(crate) async fn query(
     } else {
         ("NULL::text", "NULL::bigint")
     };
-    let conflicting = if server_version_num >= 160_000 {
-        "s.conflicting"
-    } else {
-        "NULL::bool"
-    };
     let sql = format!(
         "SELECT pg_is_in_recovery(), \
                 (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
@@ -162,7 +157,7 @@ pub(crate) async fn query(
                 s.confirmed_flush_lsn::text, s.wal_status, s.safe_wal_size, {invalidation}, \
                 (SELECT coalesce(a.wait_event_type || ':' || a.wait_event, 'running') \
                    FROM pg_stat_activity a WHERE a.pid = s.active_pid), \
-                {conflicting}, {inactive_since} \
+                {inactive_since} \
            FROM (SELECT 1) AS one \
            LEFT JOIN pg_replication_slots s ON s.slot_name = $1"
     );
@@ -202,8 +197,8 @@ pub(crate) async fn query(
                 .map(|s| s.parse().unwrap_or(WalStatus::Other(s))),
             safe_wal_size: row.get(9),
             invalidation_reason: row.get(10),
-            conflicting: row.get(12),
-            inactive_since: row.get(13),
+            inactive_since: row.get(12),
+            on_standby: row.get(0),
             stats,
             walsender_wait: row.get(11),
         }),
@@ -257,8 +252,8 @@ mod tests {
                 wal_status: Some("reserved".parse().unwrap()),
                 safe_wal_size: Some(1),
                 invalidation_reason: None,
-                conflicting: None,
                 inactive_since: None,
+                on_standby: false,
                 stats: None,
                 walsender_wait: Some("Client:WalSenderWriteData".into()),
             }),

@@ -5,8 +5,11 @@
 //! invalidated slot, whatever the cause, so "PostgreSQL removed WAL it still needed" is only
 //! true for `wal_removed`; an `idle_timeout` (18) needs the timeout raised, a recovery conflict
 //! on a standby needs `hot_standby_feedback`. The reason comes from the slot's row:
-//! `invalidation_reason` (17+), `conflicting` (16+: set for the two conflict reasons), and
-//! `wal_status = lost` (13+). Pure, so every combination is unit-tested here.
+//! `invalidation_reason` (17+), else `wal_status = lost` (13+). PostgreSQL 16's `conflicting`
+//! column does not help: it is true for *every* invalidated logical slot there (seen on 16.11:
+//! a `max_slot_wal_keep_size` loss on a primary reads `conflicting = t`), 17 narrowed it. So
+//! before 17 the cause is `wal_removed` on a primary (the conflicts happen on standbys only)
+//! and unknown on a standby. Pure, so every combination is unit-tested here.
 
 use std::fmt;
 
@@ -24,21 +27,21 @@ pub enum Invalidation {
     /// `wal_level_insufficient` (16+, on a standby): the primary's `wal_level` fell below
     /// `logical`.
     WalLevelInsufficient,
-    /// `conflicting = true` on 16, which has no `invalidation_reason`: one of the two standby
-    /// conflicts, not told apart.
-    RecoveryConflict,
+    /// A slot on a PostgreSQL 16 standby, which has no `invalidation_reason`: WAL removal or
+    /// one of the two recovery conflicts, not told apart.
+    UnknownOnStandby,
     /// A reason this build does not know (a newer server).
     Other(String),
 }
 
 impl Invalidation {
     /// The cause read from the slot's row, or `None` while the slot is usable. `reason` is
-    /// `invalidation_reason` (`None` before 17), `conflicting` the column of that name (`None`
-    /// before 16 and for physical slots), `wal_status` the column's text.
+    /// `invalidation_reason` (`None` before 17), `wal_status` the column's text, `on_standby`
+    /// `pg_is_in_recovery()`.
     pub fn of(
         wal_status: Option<&str>,
         reason: Option<&str>,
-        conflicting: Option<bool>,
+        on_standby: bool,
     ) -> Option<Invalidation> {
         match reason {
             Some("wal_removed") => Some(Invalidation::WalRemoved),
@@ -46,7 +49,9 @@ impl Invalidation {
             Some("rows_removed") => Some(Invalidation::RowsRemoved),
             Some("wal_level_insufficient") => Some(Invalidation::WalLevelInsufficient),
             Some(other) => Some(Invalidation::Other(other.to_string())),
-            None if conflicting == Some(true) => Some(Invalidation::RecoveryConflict),
+            None if wal_status == Some("lost") && on_standby => {
+                Some(Invalidation::UnknownOnStandby)
+            }
             None if wal_status == Some("lost") => Some(Invalidation::WalRemoved),
             None => None,
         }
@@ -60,7 +65,7 @@ impl Invalidation {
             Invalidation::IdleTimeout => "idle_timeout",
             Invalidation::RowsRemoved => "rows_removed",
             Invalidation::WalLevelInsufficient => "wal_level_insufficient",
-            Invalidation::RecoveryConflict => "conflicting",
+            Invalidation::UnknownOnStandby => "unknown_on_standby",
             Invalidation::Other(s) => s,
         }
     }
@@ -82,9 +87,10 @@ impl Invalidation {
             Invalidation::WalLevelInsufficient => "the primary's wal_level was lowered below \
                  logical, which invalidates every logical slot on its standbys"
                 .into(),
-            Invalidation::RecoveryConflict => "a recovery conflict on this standby \
-                 (conflicting = true): the primary removed catalog rows the slot needed, or its \
-                 wal_level was lowered below logical"
+            Invalidation::UnknownOnStandby => "PostgreSQL invalidated it on this standby and \
+                 (before 17) does not say why: WAL beyond max_slot_wal_keep_size was removed, or \
+                 a recovery conflict (the primary removed catalog rows the slot needed, or its \
+                 wal_level went below logical); the standby's server log names it"
                 .into(),
             Invalidation::Other(r) => format!("PostgreSQL invalidated it ({r})"),
         }
@@ -102,9 +108,14 @@ impl Invalidation {
                  stopped plus checkpoint_timeout, or set it to 0 (off); see docs/platforms.md \
                  (PostgreSQL 18)"
             }
-            Invalidation::RowsRemoved | Invalidation::RecoveryConflict => {
+            Invalidation::RowsRemoved => {
                 "on the standby set hot_standby_feedback = on and primary_slot_name to a \
                  physical slot on the primary (docs/platforms.md, standbys)"
+            }
+            Invalidation::UnknownOnStandby => {
+                "on the standby set hot_standby_feedback = on and primary_slot_name to a \
+                 physical slot on the primary, keep wal_level = logical on the primary, and \
+                 size max_slot_wal_keep_size for the outages you tolerate"
             }
             Invalidation::WalLevelInsufficient => {
                 "set wal_level = logical on the primary again and restart it"
@@ -127,50 +138,44 @@ mod tests {
     #[test]
     fn usable_slots_have_no_invalidation() {
         for ws in [None, Some("reserved"), Some("extended"), Some("unreserved")] {
-            assert_eq!(Invalidation::of(ws, None, None), None);
-            assert_eq!(Invalidation::of(ws, None, Some(false)), None);
+            assert_eq!(Invalidation::of(ws, None, false), None);
+            assert_eq!(Invalidation::of(ws, None, true), None);
         }
     }
 
     #[test]
     fn the_reason_column_wins_over_wal_status() {
         assert_eq!(
-            Invalidation::of(Some("lost"), Some("idle_timeout"), Some(false)),
+            Invalidation::of(Some("lost"), Some("idle_timeout"), false),
             Some(Invalidation::IdleTimeout)
         );
         assert_eq!(
-            Invalidation::of(Some("lost"), Some("rows_removed"), Some(true)),
+            Invalidation::of(Some("lost"), Some("rows_removed"), true),
             Some(Invalidation::RowsRemoved)
         );
         assert_eq!(
-            Invalidation::of(Some("lost"), Some("wal_level_insufficient"), Some(true)),
+            Invalidation::of(Some("lost"), Some("wal_level_insufficient"), true),
             Some(Invalidation::WalLevelInsufficient)
         );
         assert_eq!(
-            Invalidation::of(Some("lost"), Some("wal_removed"), None),
+            Invalidation::of(Some("lost"), Some("wal_removed"), true),
             Some(Invalidation::WalRemoved)
         );
         assert_eq!(
-            Invalidation::of(Some("lost"), Some("brand_new"), None),
+            Invalidation::of(Some("lost"), Some("brand_new"), false),
             Some(Invalidation::Other("brand_new".into()))
         );
     }
 
     #[test]
-    fn older_servers_fall_back_to_conflicting_then_wal_status() {
-        // 16: no invalidation_reason; conflicting marks the standby conflicts.
+    fn before_17_a_primary_lost_wal_and_a_standby_does_not_say() {
         assert_eq!(
-            Invalidation::of(Some("lost"), None, Some(true)),
-            Some(Invalidation::RecoveryConflict)
-        );
-        assert_eq!(
-            Invalidation::of(Some("lost"), None, Some(false)),
+            Invalidation::of(Some("lost"), None, false),
             Some(Invalidation::WalRemoved)
         );
-        // 14-15: wal_status alone.
         assert_eq!(
-            Invalidation::of(Some("lost"), None, None),
-            Some(Invalidation::WalRemoved)
+            Invalidation::of(Some("lost"), None, true),
+            Some(Invalidation::UnknownOnStandby)
         );
     }
 
@@ -186,10 +191,8 @@ mod tests {
                 .what_happened()
                 .contains("removed WAL")
         );
-        assert!(
-            Invalidation::RecoveryConflict
-                .prevention()
-                .contains("hot_standby_feedback")
-        );
+        for standby in [Invalidation::RowsRemoved, Invalidation::UnknownOnStandby] {
+            assert!(standby.prevention().contains("hot_standby_feedback"));
+        }
     }
 }

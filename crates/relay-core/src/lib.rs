@@ -6,7 +6,7 @@
 //! Begin/Commit/keepalive/ack ──▶ watermark::AckTracker ──▶ the one LSN safe to confirm
 //!   + in-flight limits, Kafka commits ──progress::Progress──▶ may read? what to confirm?
 //! checkpoint (last record of a Kafka txn) + stream ──skip::Skip──▶ skip or publish after a restart
-//! slot row (wal_status, invalidation_reason, conflicting) ──invalidation──▶ why it was lost, what to do
+//! slot row (wal_status, invalidation_reason, standby?) ──invalidation──▶ why it was lost, what to do
 //! headroom samples ──forecast::seconds_to_loss──▶ when the slot is lost at this rate
 //! stream up, WAL grows, markers still ──stall::StallDetector──▶ stalled for N s
 //! new timeline's history + last published commit ──timeline::follow──▶ follow or refuse

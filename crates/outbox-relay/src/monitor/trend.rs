@@ -133,7 +133,7 @@ mod tests {
                 wal_status: Some(WalStatus::Reserved),
                 safe_wal_size: Some(safe),
                 invalidation_reason: None,
-                conflicting: None,
+                on_standby: false,
                 inactive_since: None,
                 stats: None,
                 walsender_wait: Some(wait.into()),

@@ -30,7 +30,7 @@ fn slot(status: &str, restart: u64) -> SlotState {
         wal_status: Some(status.parse().unwrap()),
         safe_wal_size: Some(40 << 20),
         invalidation_reason: None,
-        conflicting: None,
+        on_standby: false,
         inactive_since: None,
         stats: None,
         walsender_wait: None,
