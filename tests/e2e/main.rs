@@ -23,6 +23,7 @@ mod messages_faults;
 mod observability;
 mod outbox_hygiene;
 mod outbox_updates;
+mod platforms;
 mod poison;
 mod preconditions;
 mod preflight;

@@ -103,6 +103,9 @@ pub const METRICS_DISABLED: &str = "metrics_disabled";
 pub const SETUP_OK: &str = "setup_ok";
 /// The publication was created (`postgres.create_publication = true`).
 pub const PUBLICATION_CREATED: &str = "publication_created";
+/// The role has no REPLICATION attribute but is a member of a role that grants replication
+/// (RDS/Aurora's `rds_replication`); the server decides at the replication connection.
+pub const REPLICATION_BY_MEMBERSHIP: &str = "replication_by_membership";
 /// The replication slot was created; events committed from its LSN on are relayed.
 pub const SLOT_CREATED: &str = "slot_created";
 /// `setup --recreate-slot` replaced an invalidated slot; the gap between the LSNs is logged.
@@ -196,6 +199,7 @@ pub const ALL: &[&str] = &[
     METRICS_DISABLED,
     SETUP_OK,
     PUBLICATION_CREATED,
+    REPLICATION_BY_MEMBERSHIP,
     SLOT_CREATED,
     SLOT_RECREATED,
     SLOT_IN_USE,

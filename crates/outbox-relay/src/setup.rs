@@ -8,13 +8,16 @@
 
 use std::time::Duration;
 
-use relay_core::Lsn;
+use relay_core::{
+    Lsn,
+    platform::{MARKER_ROLES, Platform, REPLICATION_GRANTING_ROLES},
+};
 use tokio_postgres::Client;
 
 use crate::{
     config::{Config, valid_identifier},
     error::{Definite, RelayError},
-    events::{SLOT_CREATED, SLOT_IN_USE, SLOT_RECREATED},
+    events::{REPLICATION_BY_MEMBERSHIP, SLOT_CREATED, SLOT_IN_USE, SLOT_RECREATED},
     pg::{describe_pg, query_err, quote_ident},
     publication::ensure_publication,
     slot::server_version,
@@ -30,6 +33,8 @@ pub(crate) struct SlotInfo {
     pub(crate) outbox_oids: std::collections::HashMap<u32, (String, String)>,
     /// OID → NOT NULL columns of every outbox table (`[outbox.debezium]` schemas' `optional`).
     pub(crate) outbox_not_null: std::collections::HashMap<u32, Vec<String>>,
+    /// The managed service the server belongs to, for advice when the server refuses.
+    pub(crate) platform: Platform,
 }
 
 /// The oldest PostgreSQL the relay streams from: pgoutput's `messages` option (the heartbeat,
@@ -56,6 +61,7 @@ pub(crate) async fn preflight(
     let pg = &cfg.postgres;
     debug_assert!(valid_identifier(&pg.slot) && valid_identifier(&pg.publication));
 
+    let platform = detect_platform(client).await?;
     let wal_level: String = client
         .query_one("SELECT current_setting('wal_level')", &[])
         .await
@@ -63,9 +69,11 @@ pub(crate) async fn preflight(
         .get(0);
     if wal_level != "logical" {
         return Err(RelayError::from(Definite::Precondition(format!(
-            "wal_level is {wal_level:?} on {}:{}: set wal_level = logical in postgresql.conf (or \
-             ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL",
-            pg.host, pg.port
+            "wal_level is {wal_level:?} on {}:{} ({}): {}",
+            pg.host,
+            pg.port,
+            platform.name(),
+            platform.wal_level_switch()
         ))));
     }
 
@@ -84,21 +92,35 @@ pub(crate) async fn preflight(
         ))));
     }
 
-    let can_replicate: bool = client
+    // The attribute, superuser, or membership in a role that grants replication (RDS and
+    // Aurora: rds_replication, where rolreplication stays false). Membership is let through:
+    // the server has the last word, and its refusal gets the platform's advice.
+    let row = client
         .query_one(
-            "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user",
-            &[],
+            "SELECT r.rolreplication OR r.rolsuper, \
+                    EXISTS (SELECT 1 FROM pg_roles g \
+                             WHERE g.rolname = ANY($1) AND pg_has_role(r.oid, g.oid, 'MEMBER')) \
+               FROM pg_roles r WHERE r.rolname = current_user",
+            &[&REPLICATION_GRANTING_ROLES],
         )
         .await
-        .map_err(query_err("read role attributes"))?
-        .get(0);
-    if !can_replicate {
+        .map_err(query_err("read role attributes"))?;
+    let (attribute, membership): (bool, bool) = (row.get(0), row.get(1));
+    if !attribute && !membership {
         return Err(RelayError::from(Definite::Precondition(format!(
-            "role {:?} cannot open a replication connection: run ALTER ROLE {} REPLICATION \
-             (see docs/security.md for the least-privilege role)",
+            "role {:?} cannot open a replication connection on {}: {} (docs/security.md for the \
+             least-privilege role, docs/platforms.md for the service)",
             pg.user,
-            quote_ident(&pg.user)
+            platform.name(),
+            platform.replication_grant(&quote_ident(&pg.user))
         ))));
+    }
+    if !attribute {
+        tracing::info!(
+            user = %pg.user, platform = platform.name(),
+            "{REPLICATION_BY_MEMBERSHIP}: the role replicates through membership in a \
+             replication role (no REPLICATION attribute); the server decides"
+        );
     }
 
     let mut partitioned = false;
@@ -152,16 +174,32 @@ pub(crate) async fn preflight(
     }
 
     ensure_publication(client, cfg, partitioned).await?;
-    let mut slot = ensure_slot(client, cfg, policy).await?;
+    let mut slot = ensure_slot(client, cfg, policy, platform).await?;
+    slot.platform = platform;
     slot.outbox_oids = outbox_oids;
     slot.outbox_not_null = outbox_not_null;
     Ok(slot)
+}
+
+/// The managed service, told by which of its roles exist (relay_core::platform).
+async fn detect_platform(client: &Client) -> Result<Platform, RelayError> {
+    let roles: Vec<String> = client
+        .query_one(
+            "SELECT coalesce(array_agg(rolname::text), '{}') FROM pg_roles \
+              WHERE rolname = ANY($1)",
+            &[&MARKER_ROLES],
+        )
+        .await
+        .map_err(query_err("read the server's roles"))?
+        .get(0);
+    Ok(Platform::detect(roles.iter().map(String::as_str)))
 }
 
 async fn ensure_slot(
     client: &Client,
     cfg: &Config,
     policy: SlotPolicy,
+    platform: Platform,
 ) -> Result<SlotInfo, RelayError> {
     let pg = &cfg.postgres;
     let wal_sender_timeout_ms: i64 = client
@@ -208,12 +246,13 @@ async fn ensure_slot(
                 pg.slot
             ))));
         }
-        let lsn = create_slot(client, &pg.slot, pg.failover_slot).await?;
+        let lsn = create_slot(client, cfg, platform).await?;
         return Ok(SlotInfo {
             confirmed_flush: lsn,
             wal_sender_timeout,
             outbox_oids: Default::default(),
             outbox_not_null: Default::default(),
+            platform,
         });
     };
 
@@ -254,7 +293,7 @@ async fn ensure_slot(
                 .execute("SELECT pg_drop_replication_slot($1)", &[&pg.slot])
                 .await
                 .map_err(query_err("drop the invalidated slot"))?;
-            let new = create_slot(client, &pg.slot, pg.failover_slot).await?;
+            let new = create_slot(client, cfg, platform).await?;
             tracing::warn!(
                 slot = %pg.slot, reason = why.label(), gap_from = %old, gap_to = %new,
                 "{SLOT_RECREATED}: events committed between these LSNs were not relayed; \
@@ -265,6 +304,7 @@ async fn ensure_slot(
                 wal_sender_timeout,
                 outbox_oids: Default::default(),
                 outbox_not_null: Default::default(),
+                platform,
             });
         }
         return Err(RelayError::from(Definite::Precondition(
@@ -329,21 +369,33 @@ async fn ensure_slot(
         wal_sender_timeout,
         outbox_oids: Default::default(),
         outbox_not_null: Default::default(),
+        platform,
     })
 }
 
-async fn create_slot(client: &Client, slot: &str, failover: bool) -> Result<Lsn, RelayError> {
+async fn create_slot(client: &Client, cfg: &Config, platform: Platform) -> Result<Lsn, RelayError> {
+    let (slot, failover) = (&cfg.postgres.slot, cfg.postgres.failover_slot);
     // The five-argument form (temporary, two_phase, failover) exists from PostgreSQL 17 on.
     let sql = if failover {
         "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)"
     } else {
         "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')"
     };
-    let row = client.query_one(sql, &[&slot]).await.map_err(|e| {
+    let row = client.query_one(sql, &[slot]).await.map_err(|e| {
+        let refused = e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE);
+        let advice = if refused {
+            format!(
+                "the server does not let role {:?} replicate: {} (docs/platforms.md)",
+                cfg.postgres.user,
+                platform.replication_grant(&quote_ident(&cfg.postgres.user))
+            )
+        } else {
+            "check max_replication_slots, that the role may replicate, and that \
+             postgres.failover_slot is only set on PostgreSQL 17 or later"
+                .to_string()
+        };
         Definite::Precondition(format!(
-            "cannot create replication slot {slot:?}: {}; check max_replication_slots, \
-                 that the role has REPLICATION, and that postgres.failover_slot is only set on \
-                 PostgreSQL 17 or later",
+            "cannot create replication slot {slot:?}: {}; {advice}",
             describe_pg(&e)
         ))
     })?;

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig, ReplicationEvent};
+use relay_core::platform::Platform;
 
 use crate::{
     carry::Carry,
@@ -104,10 +105,11 @@ pub(crate) async fn open(
     cfg: &Config,
     rcfg: ReplicationConfig,
     carry: &mut Carry,
+    platform: Platform,
 ) -> Result<Opened, RelayError> {
     let mut client = ReplicationClient::connect_gated(rcfg)
         .await
-        .map_err(|e| classify(e, cfg))?;
+        .map_err(|e| classify_on(e, cfg, platform))?;
     let id = client
         .identify_system()
         .await
@@ -130,8 +132,14 @@ pub(crate) async fn open(
         .state_file
         .clone()
         .map(|path| Memory::new(path, &id.system_id, id.timeline));
-    client.start().await.map_err(|e| classify(e, cfg))?;
-    client.wait_started().await.map_err(|e| classify(e, cfg))?;
+    client
+        .start()
+        .await
+        .map_err(|e| classify_on(e, cfg, platform))?;
+    client
+        .wait_started()
+        .await
+        .map_err(|e| classify_on(e, cfg, platform))?;
     Ok(Opened {
         client,
         memory,
@@ -168,6 +176,11 @@ async fn timeline_history(
 
 /// Sorts replication errors into "wait and retry" and "tell the operator".
 pub(crate) fn classify(e: PgWireError, cfg: &Config) -> RelayError {
+    classify_on(e, cfg, Platform::SelfManaged)
+}
+
+/// [`classify`], with the advice of `platform` when the server refuses the role.
+pub(crate) fn classify_on(e: PgWireError, cfg: &Config, platform: Platform) -> RelayError {
     let pg = &cfg.postgres;
     let text = e.to_string();
     let sqlstate = text
@@ -197,7 +210,10 @@ pub(crate) fn classify(e: PgWireError, cfg: &Config) -> RelayError {
         ))
         .into(),
         "42501" => Definite::Precondition(format!(
-            "{text}: grant the role REPLICATION (docs/security.md)"
+            "{text}: the server does not let role {:?} replicate: {} (docs/security.md, \
+             docs/platforms.md)",
+            pg.user,
+            platform.replication_grant(&crate::pg::quote_ident(&pg.user))
         ))
         .into(),
         _ if e.is_auth() || e.is_tls() || e.is_message_too_large() => {

@@ -7,6 +7,7 @@
 //!   + in-flight limits, Kafka commits ──progress::Progress──▶ may read? what to confirm?
 //! checkpoint (last record of a Kafka txn) + stream ──skip::Skip──▶ skip or publish after a restart
 //! slot row (wal_status, invalidation_reason, standby?) ──invalidation──▶ why it was lost, what to do
+//! the server's roles ──platform::Platform::detect──▶ the grant and switch advice for RDS, Cloud SQL, …
 //! headroom samples ──forecast::seconds_to_loss──▶ when the slot is lost at this rate
 //! stream up, WAL grows, markers still ──stall::StallDetector──▶ stalled for N s
 //! new timeline's history + last published commit ──timeline::follow──▶ follow or refuse
@@ -23,6 +24,7 @@ pub mod forecast;
 pub mod invalidation;
 pub mod lsn;
 pub mod pgoutput;
+pub mod platform;
 pub mod progress;
 pub mod route;
 pub mod skip;

@@ -74,7 +74,7 @@ pub(crate) async fn stream(
     let rcfg = replication_config(cfg, interval)?;
 
     // A server that accepts the connection and never answers must not delay a stop.
-    let opened = unless_stopped(shutdown, open(cfg, rcfg, carry)).await;
+    let opened = unless_stopped(shutdown, open(cfg, rcfg, carry, slot.platform)).await;
     let Some(opened) = opened else {
         tracing::info!("{SHUTDOWN_COMPLETE}: stopped before streaming (PostgreSQL did not answer)");
         return Ok(());
