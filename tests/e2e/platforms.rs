@@ -116,3 +116,115 @@ async fn a_role_without_replication_on_a_self_managed_server_gets_alter_role() {
         .await
         .unwrap();
 }
+
+/// A managed server that sets `max_slot_wal_keep_size` but does not show `safe_wal_size`
+/// (seen as a hidden column; Azure fixes the setting at -1 instead): the relay's own views of
+/// pg_replication_slots come first on its role's search_path and return NULL for it. The
+/// forecast then runs on the estimate (limit minus retained WAL) instead of switching off, and
+/// `status` says the server does not show it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_safe_wal_size_is_estimated_from_the_limit() {
+    let cluster = PgCluster::start(25483, "-c max_slot_wal_keep_size=512MB");
+    let db = TestDb::new_on(&cluster.base(), cluster.port, "hiddensafe").await;
+    let role = format!("{}_r", db.name);
+    db.client
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN REPLICATION;
+             GRANT CONNECT ON DATABASE {db} TO {role};
+             GRANT USAGE ON SCHEMA public TO {role};
+             GRANT SELECT ON public.outbox TO {role};
+             CREATE PUBLICATION {db} FOR TABLE public.outbox
+                 WITH (publish = 'insert', publish_via_partition_root = true);
+             CREATE SCHEMA hidden;
+             CREATE VIEW hidden.pg_replication_slots AS
+                 SELECT (jsonb_populate_record(NULL::pg_catalog.pg_replication_slots,
+                                               to_jsonb(s) - 'safe_wal_size')).*
+                   FROM pg_catalog.pg_replication_slots s;
+             GRANT USAGE ON SCHEMA hidden TO {role};
+             GRANT SELECT ON hidden.pg_replication_slots TO {role};
+             ALTER ROLE {role} SET search_path = hidden, pg_catalog, public;",
+            db = db.name
+        ))
+        .await
+        .unwrap();
+    // Kafka unreachable: the slot exists and never advances while WAL is written.
+    let cfg = format!(
+        "{}\n[http]\nlisten = \"127.0.0.1:0\"\n\n[monitor]\npoll_interval_ms = 250\n\n\
+         [alerts]\nslot_forecast_window_secs = 3\nslot_forecast_warning_secs = 100000\n",
+        config_as(&db, &role)
+    )
+    .replace(
+        &crate::support::kafka_brokers(),
+        &format!("127.0.0.1:{}", crate::support::http::free_port()),
+    );
+    let mut relay = Relay::start_with(&db.name, &cfg, &["run"], &[]);
+    let addr = crate::support::http::relay_addr(&relay).await;
+    crate::support::eventually(
+        "the relay's slot",
+        std::time::Duration::from_secs(30),
+        || async {
+            db.client
+                .query_opt(
+                    "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&db.name],
+                )
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+    // The relay really reads no safe_wal_size (-1), under a limit it reads.
+    crate::support::eventually(
+        "the monitor's reading of the slot",
+        std::time::Duration::from_secs(20),
+        || async {
+            let m = crate::support::http::scrape(addr).await;
+            (m.value("outbox_relay_slot_present", &[]) == Some(1.0)
+                && m.value("outbox_relay_slot_safe_wal_size_bytes", &[]) == Some(-1.0)
+                && m.value("outbox_relay_server_max_slot_wal_keep_size_bytes", &[])
+                    == Some((512u64 << 20) as f64))
+            .then_some(())
+        },
+    )
+    .await;
+    let writer = crate::support::connect(&db.conninfo()).await;
+    // Warning or critical, depending on this machine's WAL rate.
+    let firing = "] slot_forecast: at the current WAL rate";
+    for _ in 0..200 {
+        writer
+            .batch_execute(
+                "INSERT INTO business(note) SELECT repeat('x', 1900) FROM generate_series(1, 200)",
+            )
+            .await
+            .unwrap();
+        if relay.log_text().contains(firing) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+    }
+    let log = relay.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains(firing))
+        .unwrap_or_else(|| panic!("no forecast on the estimate:\n{log}"));
+    assert!(
+        line.contains("the server shows no safe_wal_size")
+            && line.contains("max_slot_wal_keep_size minus the retained WAL"),
+        "{line}"
+    );
+    let out = std::process::Command::new(crate::support::relay::binary())
+        .args(["status", "--config"])
+        .arg(&relay.config)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("safe_wal_size not shown by the server (about ")
+            && text.contains("left under max_slot_wal_keep_size)"),
+        "{text}"
+    );
+    relay.terminate(std::time::Duration::from_secs(30));
+    db.cleanup().await;
+    drop(cluster);
+}

@@ -24,7 +24,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use relay_core::Lsn;
+use relay_core::{Lsn, headroom::Basis};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_postgres::Client;
 
@@ -292,6 +292,8 @@ impl Monitor {
         let slot = &self.cfg.postgres.slot;
         let obs = Observation {
             seconds_to_loss: trend.seconds_to_loss,
+            forecast_to_threshold: matches!(trend.basis, Some(Basis::Threshold { .. })),
+            forecast_estimated: matches!(trend.basis, Some(Basis::EstimatedFromLimit { .. })),
             stalled_for: trend.stalled_for,
             outbox_worst: crate::outbox_health::worst(&self.tables).cloned(),
             ..Observation::of(snap, time_lag)

@@ -239,7 +239,15 @@ impl StatusReport {
                     Some(b) => human_bytes(b as u64),
                     None if s.is_lost() => "none (lost)".into(),
                     None if snap.max_slot_wal_keep_size.is_none() => "unlimited".into(),
-                    None => "unknown".into(),
+                    None => match (snap.max_slot_wal_keep_size, snap.retained_wal_bytes()) {
+                        // A managed server that hides it: the same estimate as the forecast's.
+                        (Some(keep), Some(r)) if keep >= r => format!(
+                            "not shown by the server (about {} left under \
+                             max_slot_wal_keep_size)",
+                            human_bytes(keep - r)
+                        ),
+                        _ => "not shown by the server".into(),
+                    },
                 };
                 let _ = writeln!(
                     o,

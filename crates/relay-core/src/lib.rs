@@ -8,7 +8,7 @@
 //! checkpoint (last record of a Kafka txn) + stream ──skip::Skip──▶ skip or publish after a restart
 //! slot row (wal_status, invalidation_reason, standby?) ──invalidation──▶ why it was lost, what to do
 //! the server's roles ──platform::Platform::detect──▶ the grant and switch advice for RDS, Cloud SQL, …
-//! headroom samples ──forecast::seconds_to_loss──▶ when the slot is lost at this rate
+//! limit, safe_wal_size, retained WAL ──headroom::Series──▶ samples of one basis ──forecast──▶ when the slot is lost
 //! stream up, WAL grows, markers still ──stall::StallDetector──▶ stalled for N s
 //! new timeline's history + last published commit ──timeline::follow──▶ follow or refuse
 //! Debezium's Connect offset ──debezium_position──▶ the cutover's checkpoint (whole txns only)
@@ -21,6 +21,7 @@ pub mod deadletter;
 pub mod debezium_position;
 pub mod decode;
 pub mod forecast;
+pub mod headroom;
 pub mod invalidation;
 pub mod lsn;
 pub mod pgoutput;

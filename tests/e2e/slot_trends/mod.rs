@@ -8,6 +8,7 @@
 //! exists and never advances while the monitor reports. `long_transaction`: a large source
 //! transaction that PostgreSQL is still decoding is not a stall.
 
+mod limit_change;
 mod long_transaction;
 
 use std::{

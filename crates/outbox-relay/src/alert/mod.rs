@@ -116,6 +116,9 @@ pub struct Observation {
     /// The headroom of the forecast is `alerts.retained_wal_critical_bytes` (unlimited
     /// `max_slot_wal_keep_size`), not PostgreSQL's `safe_wal_size`.
     pub forecast_to_threshold: bool,
+    /// The server sets `max_slot_wal_keep_size` but shows no `safe_wal_size`: the forecast's
+    /// headroom is estimated as the limit minus the retained WAL (set by the monitor).
+    pub forecast_estimated: bool,
     /// For how long the stream has been up with nothing moving (set by the monitor).
     pub stalled_for: Option<Duration>,
     /// The outbox table with the most dead tuples, from the last reading of their health.
@@ -134,6 +137,7 @@ impl Observation {
             confirmed_flush: snap.slot.as_ref().and_then(|s| s.confirmed_flush),
             seconds_to_loss: None,
             forecast_to_threshold: snap.max_slot_wal_keep_size.is_none(),
+            forecast_estimated: false,
             stalled_for: None,
             outbox_worst: None,
         }
@@ -228,6 +232,10 @@ fn secs_text(s: u64) -> String {
 pub struct Alerts {
     cfg: AlertsConfig,
     current: [Option<Active>; ALERTS],
+    /// The `slot_forecast` estimate (seconds) of its last transition: a firing forecast whose
+    /// estimate falls below half of it is news at the same level (a loss coming much sooner
+    /// than the last notification said).
+    forecast_sent: Option<f64>,
 }
 
 impl Alerts {
@@ -235,6 +243,7 @@ impl Alerts {
         Self {
             cfg,
             current: std::array::from_fn(|_| None),
+            forecast_sent: None,
         }
     }
 
@@ -244,7 +253,19 @@ impl Alerts {
         for f in evaluate(&self.cfg, obs) {
             let slot = &mut self.current[f.kind.index()];
             let from = slot.as_ref().map(|a| a.severity);
-            let state_changed = slot.as_ref().is_some_and(|a| a.state != f.state);
+            let mut state_changed = slot.as_ref().is_some_and(|a| a.state != f.state);
+            if f.kind == AlertKind::SlotForecast {
+                let halved = match (self.forecast_sent, obs.seconds_to_loss) {
+                    (Some(sent), Some(now)) => now < sent / 2.0,
+                    _ => false,
+                };
+                state_changed |= halved && f.level.is_some() && from == f.level;
+                if f.level.is_none() {
+                    self.forecast_sent = None;
+                } else if from != f.level || state_changed {
+                    self.forecast_sent = obs.seconds_to_loss;
+                }
+            }
             match (from, f.level) {
                 (None, None) => {}
                 (Some(_), None) => {

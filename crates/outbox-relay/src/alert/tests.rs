@@ -219,3 +219,53 @@ fn human_units() {
     assert_eq!(human_duration(Duration::from_millis(1500)), "1.5s");
     assert_eq!(human_duration(Duration::from_secs(61)), "1m 1s");
 }
+
+/// The reported case: Kafka down, WAL at ~3 MB/s, the first forecast said "~11 min" for a slot
+/// lost 31 s later, and no notification followed as the estimate fell. A firing forecast whose
+/// estimate drops below half of the last one sent is sent again, at the same level.
+#[test]
+fn a_forecast_falling_below_half_of_the_last_sent_is_sent_again() {
+    let cfg = AlertsConfig {
+        slot_forecast_warning_secs: 3600,
+        slot_forecast_critical_secs: 900,
+        ..cfg()
+    };
+    let mut alerts = Alerts::new(cfg);
+    let now = SystemTime::UNIX_EPOCH;
+    let forecast = |secs: Option<f64>| Observation {
+        seconds_to_loss: secs,
+        ..obs(1)
+    };
+    let sent = |alerts: &mut Alerts, secs: Option<f64>| -> Vec<Transition> {
+        alerts
+            .observe(&forecast(secs), now)
+            .into_iter()
+            .filter(|t| t.kind == AlertKind::SlotForecast)
+            .collect()
+    };
+    let t = sent(&mut alerts, Some(660.0));
+    assert_eq!(t.len(), 1, "fires");
+    assert_eq!(t[0].to, Some(Severity::Critical));
+    assert!(sent(&mut alerts, Some(500.0)).is_empty(), "not yet half");
+    assert!(sent(&mut alerts, Some(331.0)).is_empty(), "not yet half");
+    let t = sent(&mut alerts, Some(320.0));
+    assert_eq!(t.len(), 1, "below half of 660: sent again");
+    assert_eq!(
+        (t[0].from, t[0].to),
+        (Some(Severity::Critical), Some(Severity::Critical))
+    );
+    assert!(t[0].summary.contains("~5 min"), "{}", t[0].summary);
+    assert!(
+        t[0].message().contains("slot_forecast (was critical)"),
+        "{}",
+        t[0].message()
+    );
+    // Half of the new one is the next threshold.
+    assert!(sent(&mut alerts, Some(200.0)).is_empty());
+    assert_eq!(sent(&mut alerts, Some(150.0)).len(), 1);
+    // A rising estimate is not news; a resolve clears the memory.
+    assert!(sent(&mut alerts, Some(400.0)).is_empty());
+    assert_eq!(sent(&mut alerts, None)[0].to, None);
+    assert_eq!(sent(&mut alerts, Some(800.0)).len(), 1, "fires again");
+    assert!(sent(&mut alerts, Some(401.0)).is_empty());
+}

@@ -47,6 +47,9 @@ pub(super) fn slot_forecast(cfg: &AlertsConfig, obs: &Observation) -> Finding {
     };
     let what = if obs.forecast_to_threshold {
         "the slot's retained WAL reaches alerts.retained_wal_critical_bytes"
+    } else if obs.forecast_estimated {
+        "the slot is invalidated (the server shows no safe_wal_size: the headroom is \
+         max_slot_wal_keep_size minus the retained WAL)"
     } else {
         "the slot is invalidated"
     };

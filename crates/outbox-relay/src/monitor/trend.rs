@@ -1,27 +1,24 @@
-//! The monitor's history for the `slot_forecast` and `stalled` alerts: headroom samples over
-//! `alerts.slot_forecast_window_secs` and the stall detector's progress markers. The rules
-//! themselves are pure ([`relay_core::forecast`], [`relay_core::stall`]).
+//! The monitor's history for the `slot_forecast` and `stalled` alerts: the headroom series
+//! over `alerts.slot_forecast_window_secs` and the stall detector's progress markers. The rules
+//! themselves are pure ([`relay_core::headroom`], [`relay_core::stall`]).
 
-use std::{
-    collections::VecDeque,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use relay_core::{
-    forecast,
+    headroom::{self, Basis, Series},
     stall::{StallDetector, StallInput},
 };
 
 use crate::{config::AlertsConfig, slot::SlotSnapshot};
 
-/// The share of `alerts.slot_forecast_window_secs` the samples must span (poll jitter).
-const FULL_WINDOW: f64 = 0.9;
+/// Headroom under which the slot counts as lost now, even while a restarted series fills: one
+/// WAL segment of the default size (the server removes WAL a segment at a time).
+const NEAR_ZERO: i64 = 16 << 20;
 
 #[derive(Debug)]
 pub(super) struct Trends {
     origin: Instant,
-    /// (seconds since `origin`, headroom bytes), within the window.
-    headroom: VecDeque<(f64, i64)>,
+    headroom: Series,
     stall: StallDetector,
 }
 
@@ -29,6 +26,8 @@ pub(super) struct Trends {
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub(super) struct Trend {
     pub(super) seconds_to_loss: Option<f64>,
+    /// What the headroom of the forecast is measured against (`None`: nothing measured).
+    pub(super) basis: Option<Basis>,
     pub(super) stalled_for: Option<Duration>,
 }
 
@@ -36,23 +35,20 @@ impl Trends {
     pub(super) fn new(now: Instant) -> Self {
         Trends {
             origin: now,
-            headroom: VecDeque::new(),
+            headroom: Series::default(),
             stall: StallDetector::default(),
         }
     }
 
-    /// The WAL that may still be written before the slot is lost: `safe_wal_size`, or with an
-    /// unlimited `max_slot_wal_keep_size` the distance to `retained_wal_critical_bytes`.
-    fn headroom(cfg: &AlertsConfig, snap: &SlotSnapshot) -> Option<i64> {
+    /// The WAL that may still be written before the slot is lost (relay_core::headroom).
+    fn headroom(cfg: &AlertsConfig, snap: &SlotSnapshot) -> Option<headroom::Headroom> {
         let slot = snap.slot.as_ref().filter(|s| !s.is_lost())?;
-        match snap.max_slot_wal_keep_size {
-            Some(_) => slot.safe_wal_size,
-            None if cfg.retained_wal_critical_bytes > 0 => {
-                let retained = snap.retained_wal_bytes()?;
-                Some(cfg.retained_wal_critical_bytes as i64 - retained as i64)
-            }
-            None => None,
-        }
+        headroom::headroom(
+            snap.max_slot_wal_keep_size,
+            slot.safe_wal_size,
+            snap.retained_wal_bytes(),
+            cfg.retained_wal_critical_bytes,
+        )
     }
 
     pub(super) fn observe(
@@ -65,27 +61,9 @@ impl Trends {
     ) -> Trend {
         let t = now.saturating_duration_since(self.origin).as_secs_f64();
         let window = cfg.slot_forecast_window_secs as f64;
-        let seconds_to_loss = match Self::headroom(cfg, snap) {
-            Some(h) => {
-                self.headroom.push_back((t, h));
-                while self.headroom.front().is_some_and(|&(s, _)| t - s > window) {
-                    self.headroom.pop_front();
-                }
-                // Only over a (nearly) full window: a healthy slot's headroom saw-tooths (its
-                // restart_lsn moves with each running-xacts record, every 15 s or so), and a
-                // few seconds of one tooth would forecast a loss that never comes.
-                let span = self.headroom.front().map_or(0.0, |&(s, _)| t - s);
-                if span >= window * FULL_WINDOW {
-                    forecast::seconds_to_loss(self.headroom.make_contiguous())
-                } else {
-                    None
-                }
-            }
-            None => {
-                self.headroom.clear();
-                None
-            }
-        };
+        let seconds_to_loss =
+            self.headroom
+                .observe(t, Self::headroom(cfg, snap), window, NEAR_ZERO);
         let slot = snap.slot.as_ref();
         let input = StallInput {
             streaming,
@@ -103,6 +81,7 @@ impl Trends {
             .map(Duration::from_secs_f64);
         Trend {
             seconds_to_loss,
+            basis: self.headroom.basis(),
             stalled_for,
         }
     }
@@ -156,17 +135,19 @@ mod tests {
         let at = |s| t0 + Duration::from_secs(s);
         let mut t = Trends::new(t0);
         let idle = "Client:WalSenderWriteData";
-        // 100 bytes/s of WAL the slot keeps: 1000 bytes of safe_wal_size last 10 s.
+        // 100 bytes/s of WAL the slot keeps: 64 MiB + 1000 bytes of safe_wal_size (well above
+        // NEAR_ZERO, so the filling series forecasts nothing).
+        const BIG: i64 = 64 << 20;
         t.observe(
             &cfg(),
-            &snap(2000, 1200, Some(1 << 20), idle),
+            &snap(2000, BIG + 1200, Some(1 << 30), idle),
             true,
             (5, 5),
             at(0),
         );
         let early = t.observe(
             &cfg(),
-            &snap(2100, 1100, Some(1 << 20), idle),
+            &snap(2100, BIG + 1100, Some(1 << 30), idle),
             true,
             (5, 5),
             at(1),
@@ -174,12 +155,14 @@ mod tests {
         assert_eq!(early.seconds_to_loss, None, "the window is not full yet");
         let tr = t.observe(
             &cfg(),
-            &snap(2200, 1000, Some(1 << 20), idle),
+            &snap(2200, BIG + 1000, Some(1 << 30), idle),
             true,
             (5, 5),
             at(2),
         );
-        assert!((tr.seconds_to_loss.unwrap() - 10.0).abs() < 1e-6, "{tr:?}");
+        let want = (BIG + 1000) as f64 / 100.0;
+        assert!((tr.seconds_to_loss.unwrap() - want).abs() < 1e-3, "{tr:?}");
+        assert_eq!(tr.basis, Some(Basis::SafeWalSize { limit: 1 << 30 }));
         // Unlimited: 11000 - (server - restart_lsn) = 11000 - 2000 = 9000 at 100 bytes/s.
         let mut t = Trends::new(t0);
         t.observe(&cfg(), &snap(2800, -1, None, idle), true, (5, 5), at(0));
