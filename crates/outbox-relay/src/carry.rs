@@ -18,4 +18,6 @@ pub(crate) struct Carry {
     /// At-least-once mode: the last connection found the checkpoint contradicted by the
     /// stream; the next start skips nothing (and writes checkpoints of the new history).
     pub(crate) ignore_checkpoint: bool,
+    /// What `idle_replication_slot_timeout` means was logged (once, not on every attempt).
+    pub(crate) idle_timeout_told: bool,
 }

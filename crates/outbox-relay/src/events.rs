@@ -106,6 +106,12 @@ pub const PUBLICATION_CREATED: &str = "publication_created";
 /// The role has no REPLICATION attribute but is a member of a role that grants replication
 /// (RDS/Aurora's `rds_replication`); the server decides at the replication connection.
 pub const REPLICATION_BY_MEMBERSHIP: &str = "replication_by_membership";
+/// PostgreSQL 18's idle_replication_slot_timeout is on: what it means for a stopped relay.
+pub const SLOT_IDLE_TIMEOUT: &str = "slot_idle_timeout";
+/// The slot keeper acquired and released the idle slot (idle_replication_slot_timeout).
+pub const SLOT_HELD_IDLE: &str = "slot_held_idle";
+/// The slot keeper could not acquire the idle slot; it retries at the next check.
+pub const SLOT_KEEPER_FAILED: &str = "slot_keeper_failed";
 /// The replication slot was created; events committed from its LSN on are relayed.
 pub const SLOT_CREATED: &str = "slot_created";
 /// `setup --recreate-slot` replaced an invalidated slot; the gap between the LSNs is logged.
@@ -200,6 +206,9 @@ pub const ALL: &[&str] = &[
     SETUP_OK,
     PUBLICATION_CREATED,
     REPLICATION_BY_MEMBERSHIP,
+    SLOT_IDLE_TIMEOUT,
+    SLOT_HELD_IDLE,
+    SLOT_KEEPER_FAILED,
     SLOT_CREATED,
     SLOT_RECREATED,
     SLOT_IN_USE,

@@ -92,6 +92,9 @@ pub(crate) struct Shared {
     heartbeats: Mutex<VecDeque<(SystemTime, Lsn)>>,
     /// The monitor asks the supervisor to restart a stalled pipeline.
     restart: tokio::sync::Notify,
+    /// Held by the supervisor while a pipeline attempt holds (or opens) the replication
+    /// session; the slot keeper holds the slot only while it is free.
+    pub(crate) slot_lease: tokio::sync::Mutex<()>,
 }
 
 impl Shared {

@@ -36,6 +36,7 @@ pub mod run;
 mod setup;
 mod sink;
 pub mod slot;
+mod slot_keeper;
 mod source;
 mod state;
 pub mod status;

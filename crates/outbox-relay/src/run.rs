@@ -73,6 +73,12 @@ pub async fn run(
     if cfg.heartbeat.enabled {
         helpers.spawn(heartbeat::run(cfg.clone(), shared.clone(), stop_rx.clone()));
     }
+    // PostgreSQL 18's idle_replication_slot_timeout: the slot is held while nothing streams.
+    helpers.spawn(crate::slot_keeper::run(
+        cfg.clone(),
+        shared.clone(),
+        stop_rx.clone(),
+    ));
     let (fatal_tx, mut fatal_rx) = mpsc::channel(1);
     let (first_tx, first_rx) = oneshot::channel();
     let monitor = tokio::spawn(
@@ -118,7 +124,7 @@ async fn supervise(
     loop {
         let started = Instant::now();
         let outcome = tokio::select! {
-            r = attempt(cfg, &mut shutdown, &mut carry) => r,
+            r = attempt(cfg, &mut shutdown, &mut carry, shared) => r,
             _ = shared.restart_requested() => {
                 health::set_streaming(false);
                 Err(Transient::Stalled { secs: cfg.alerts.stalled_secs }.into())
@@ -167,6 +173,7 @@ async fn attempt(
     cfg: &Config,
     shutdown: &mut watch::Receiver<bool>,
     carry: &mut crate::carry::Carry,
+    shared: &Shared,
 ) -> Result<(), RelayError> {
     let policy = if cfg.postgres.create_slot {
         SlotPolicy::CreateIfMissing
@@ -189,6 +196,12 @@ async fn attempt(
         return Ok(());
     };
     let (slot, sink, reports) = prepared?;
+    if !carry.idle_timeout_told {
+        carry.idle_timeout_told = true;
+        slot.warn_idle_timeout(&cfg.postgres.slot);
+    }
+    // The replication session is the pipeline's from here on: the slot keeper stays away.
+    let _lease = shared.slot_lease.lock().await;
     pipeline::stream(cfg, &slot, &sink, reports, shutdown, carry).await
 }
 
@@ -201,6 +214,7 @@ pub async fn setup(cfg: &Config, recreate_lost_slot: bool) -> Result<(), RelayEr
         SlotPolicy::CreateIfMissing
     };
     let slot = setup::preflight(&control, cfg, policy).await?;
+    slot.warn_idle_timeout(&cfg.postgres.slot);
     let (sink, _reports) = KafkaSink::new(&cfg.kafka)?;
     sink.check_reachable(Duration::from_millis(cfg.kafka.connect_timeout_ms))
         .await?;

@@ -17,7 +17,9 @@ use tokio_postgres::Client;
 use crate::{
     config::{Config, valid_identifier},
     error::{Definite, RelayError},
-    events::{REPLICATION_BY_MEMBERSHIP, SLOT_CREATED, SLOT_IN_USE, SLOT_RECREATED},
+    events::{
+        REPLICATION_BY_MEMBERSHIP, SLOT_CREATED, SLOT_IDLE_TIMEOUT, SLOT_IN_USE, SLOT_RECREATED,
+    },
     pg::{describe_pg, query_err, quote_ident},
     publication::ensure_publication,
     slot::server_version,
@@ -35,6 +37,21 @@ pub(crate) struct SlotInfo {
     pub(crate) outbox_not_null: std::collections::HashMap<u32, Vec<String>>,
     /// The managed service the server belongs to, for advice when the server refuses.
     pub(crate) platform: Platform,
+    /// PostgreSQL 18's `idle_replication_slot_timeout`, when on.
+    pub(crate) idle_timeout: Option<Duration>,
+}
+
+impl SlotInfo {
+    /// Logs what an `idle_replication_slot_timeout` means for this relay (once per process:
+    /// `setup`, and `run`'s first attempt).
+    pub(crate) fn warn_idle_timeout(&self, slot: &str) {
+        if let Some(w) = self
+            .idle_timeout
+            .and_then(relay_core::idle_timeout::warning)
+        {
+            tracing::warn!(slot = %slot, "{SLOT_IDLE_TIMEOUT}: {w}");
+        }
+    }
 }
 
 /// The oldest PostgreSQL the relay streams from: pgoutput's `messages` option (the heartbeat,
@@ -91,6 +108,18 @@ pub(crate) async fn preflight(
             version % 10_000
         ))));
     }
+
+    // PostgreSQL 18: a slot no connection uses for longer than this is invalidated.
+    let idle_timeout = client
+        .query_opt(
+            "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_replication_slot_timeout'",
+            &[],
+        )
+        .await
+        .map_err(query_err("read idle_replication_slot_timeout"))?
+        .map(|r| r.get::<_, i64>(0))
+        .filter(|s| *s > 0)
+        .map(|s| Duration::from_secs(s as u64));
 
     // The attribute, superuser, or membership in a role that grants replication (RDS and
     // Aurora: rds_replication, where rolreplication stays false). Membership is let through:
@@ -176,6 +205,7 @@ pub(crate) async fn preflight(
     ensure_publication(client, cfg, partitioned).await?;
     let mut slot = ensure_slot(client, cfg, policy, platform).await?;
     slot.platform = platform;
+    slot.idle_timeout = idle_timeout;
     slot.outbox_oids = outbox_oids;
     slot.outbox_not_null = outbox_not_null;
     Ok(slot)
@@ -253,6 +283,7 @@ async fn ensure_slot(
             outbox_oids: Default::default(),
             outbox_not_null: Default::default(),
             platform,
+            idle_timeout: None,
         });
     };
 
@@ -305,6 +336,7 @@ async fn ensure_slot(
                 outbox_oids: Default::default(),
                 outbox_not_null: Default::default(),
                 platform,
+                idle_timeout: None,
             });
         }
         return Err(RelayError::from(Definite::Precondition(
@@ -370,6 +402,7 @@ async fn ensure_slot(
         outbox_oids: Default::default(),
         outbox_not_null: Default::default(),
         platform,
+        idle_timeout: None,
     })
 }
 

@@ -6,6 +6,7 @@
 //! Begin/Commit/keepalive/ack ──▶ watermark::AckTracker ──▶ the one LSN safe to confirm
 //!   + in-flight limits, Kafka commits ──progress::Progress──▶ may read? what to confirm?
 //! checkpoint (last record of a Kafka txn) + stream ──skip::Skip──▶ skip or publish after a restart
+//! idle_replication_slot_timeout, slot idle for ──idle_timeout::hold_due──▶ hold the slot now?
 //! slot row (wal_status, invalidation_reason, standby?) ──invalidation──▶ why it was lost, what to do
 //! the server's roles ──platform::Platform::detect──▶ the grant and switch advice for RDS, Cloud SQL, …
 //! limit, safe_wal_size, retained WAL ──headroom::Series──▶ samples of one basis ──forecast──▶ when the slot is lost
@@ -22,6 +23,7 @@ pub mod debezium_position;
 pub mod decode;
 pub mod forecast;
 pub mod headroom;
+pub mod idle_timeout;
 pub mod invalidation;
 pub mod lsn;
 pub mod pgoutput;
