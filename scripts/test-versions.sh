@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
-# The core subset: setup and its refusals, takeover by a second instance after kill -9, delivery in
+# The core subset: setup and its refusals (a two_phase slot: on 18 fixed in place and streamed), takeover by a second instance after kill -9, delivery in
 # commit order, kill -9 and graceful restarts from the confirmed LSN, exactly-once over a rewound
 # slot, logical messages, the slot alerts (retained WAL, lost slot and its stop, Kafka down), the
 # heartbeat, status and /metrics, and the check that the server is the version under test. Names are
@@ -19,6 +19,7 @@ CORE_SUBSET=(
   versions::server_is_the_version_under_test
   preflight::missing_table_and_missing_slot_are_explained_and_nothing_is_created
   preflight::a_second_instance_waits_for_the_slot_and_takes_over_after_kill9
+  preconditions::a_two_phase_slot_is_refused_with_the_gap_its_fix_leaves
   delivery::concurrent_writers_with_rollbacks_and_savepoints_arrive_complete_and_in_commit_order
   restart::
   exactly_once::exactly_once_a_rewound_slot_is_skipped_exactly

@@ -18,6 +18,7 @@ pub(crate) async fn ensure_publication(
     client: &Client,
     cfg: &Config,
     partitioned: bool,
+    generated_columns: bool,
 ) -> Result<(), RelayError> {
     let pg = &cfg.postgres;
     let row = client
@@ -43,9 +44,15 @@ pub(crate) async fn ensure_publication(
     };
     match row {
         None if pg.create_publication => {
+            // A mapped stored generated column is published only with this (PostgreSQL 18).
+            let gencols = if generated_columns {
+                ", publish_generated_columns = stored"
+            } else {
+                ""
+            };
             let sql = format!(
                 "CREATE PUBLICATION {}{for_tables} \
-                 WITH (publish = 'insert', publish_via_partition_root = true)",
+                 WITH (publish = 'insert', publish_via_partition_root = true{gencols})",
                 quote_ident(&pg.publication),
             );
             client.batch_execute(&sql).await.map_err(|e| {
@@ -94,6 +101,41 @@ pub(crate) async fn ensure_publication(
         }
     }
     publication_covers_outbox(client, cfg).await
+}
+
+/// A mapped column that is a stored generated one arrives only from a publication with
+/// `publish_generated_columns = stored` (PostgreSQL 18; before 18 never): without it every
+/// insert would be poison for lack of the column.
+pub(crate) async fn check_generated_columns(
+    client: &Client,
+    cfg: &Config,
+    mapped: &[String],
+) -> Result<(), RelayError> {
+    let pg = &cfg.postgres;
+    let gencols: Option<String> = client
+        .query_opt(
+            "SELECT to_jsonb(p)->>'pubgencols' FROM pg_publication p WHERE pubname = $1",
+            &[&pg.publication],
+        )
+        .await
+        .map_err(query_err("read the publication's generated-columns option"))?
+        .and_then(|r| r.get(0));
+    match gencols.as_deref() {
+        Some("s") => Ok(()),
+        None => Err(RelayError::from(Definite::Precondition(format!(
+            "{} is a stored generated column, and PostgreSQL publishes generated columns from \
+             version 18 on (publish_generated_columns = stored): map another column, or \
+             upgrade",
+            mapped.join(", ")
+        )))),
+        Some(_) => Err(RelayError::from(Definite::Precondition(format!(
+            "{} is a stored generated column, and publication {:?} does not publish generated \
+             columns: run ALTER PUBLICATION {} SET (publish_generated_columns = stored)",
+            mapped.join(", "),
+            pg.publication,
+            quote_ident(&pg.publication)
+        )))),
+    }
 }
 
 /// Checks that the publication still lists every outbox table. A table dropped and re-created

@@ -35,6 +35,8 @@ pub(crate) struct SlotInfo {
     pub(crate) outbox_oids: std::collections::HashMap<u32, (String, String)>,
     /// OID → NOT NULL columns of every outbox table (`[outbox.debezium]` schemas' `optional`).
     pub(crate) outbox_not_null: std::collections::HashMap<u32, Vec<String>>,
+    /// OID → generated columns of every outbox table (left out of row fingerprints).
+    pub(crate) outbox_generated: std::collections::HashMap<u32, Vec<String>>,
     /// The managed service the server belongs to, for advice when the server refuses.
     pub(crate) platform: Platform,
     /// PostgreSQL 18's `idle_replication_slot_timeout`, when on.
@@ -155,6 +157,9 @@ pub(crate) async fn preflight(
     let mut partitioned = false;
     let mut outbox_oids = std::collections::HashMap::new();
     let mut outbox_not_null = std::collections::HashMap::new();
+    let mut outbox_generated = std::collections::HashMap::new();
+    // Mapped columns that are stored generated ones: the publication must carry them.
+    let mut mapped_stored_generated = Vec::new();
     for t in &cfg.outbox {
         let (schema, table) = t.qualified_name();
         let row = client
@@ -164,7 +169,10 @@ pub(crate) async fn preflight(
                                WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped), \
                         ARRAY(SELECT attname::text FROM pg_attribute \
                                WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped \
-                                 AND attnotnull) \
+                                 AND attnotnull), \
+                        ARRAY(SELECT attname::text || ':' || attgenerated::text FROM pg_attribute \
+                               WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped \
+                                 AND attgenerated <> '') \
                    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
                   WHERE n.nspname = $1 AND c.relname = $2",
                 &[&schema, &table],
@@ -197,17 +205,55 @@ pub(crate) async fn preflight(
                 ))));
             }
         }
+        // Generated columns: `name:s` (stored) or `name:v` (virtual, PostgreSQL 18).
+        let generated: Vec<(String, String)> = row
+            .get::<_, Vec<String>>(5)
+            .into_iter()
+            .filter_map(|g| {
+                g.rsplit_once(':')
+                    .map(|(n, k)| (n.to_string(), k.to_string()))
+            })
+            .collect();
+        for (column, role) in t.mapped_columns() {
+            match generated
+                .iter()
+                .find(|(n, _)| *n == column)
+                .map(|(_, k)| k.as_str())
+            {
+                Some("v") => {
+                    return Err(RelayError::from(Definite::Precondition(format!(
+                        "column {column:?} of {schema}.{table}, configured as {role}, is a \
+                         virtual generated column, which logical replication never publishes: \
+                         make it STORED (PostgreSQL 18 publishes stored generated columns with \
+                         publish_generated_columns = stored) or map another column"
+                    ))));
+                }
+                Some(_) => mapped_stored_generated.push(format!("{schema}.{table}.{column}")),
+                None => {}
+            }
+        }
         let oid: u32 = row.get(2);
         outbox_not_null.insert(oid, row.get::<_, Vec<String>>(4));
+        outbox_generated.insert(oid, generated.into_iter().map(|(n, _)| n).collect());
         outbox_oids.insert(oid, (schema, table));
     }
 
-    ensure_publication(client, cfg, partitioned).await?;
+    ensure_publication(
+        client,
+        cfg,
+        partitioned,
+        !mapped_stored_generated.is_empty(),
+    )
+    .await?;
+    if !mapped_stored_generated.is_empty() {
+        crate::publication::check_generated_columns(client, cfg, &mapped_stored_generated).await?;
+    }
     let mut slot = ensure_slot(client, cfg, policy, platform).await?;
     slot.platform = platform;
     slot.idle_timeout = idle_timeout;
     slot.outbox_oids = outbox_oids;
     slot.outbox_not_null = outbox_not_null;
+    slot.outbox_generated = outbox_generated;
     Ok(slot)
 }
 
@@ -282,6 +328,7 @@ async fn ensure_slot(
             wal_sender_timeout,
             outbox_oids: Default::default(),
             outbox_not_null: Default::default(),
+            outbox_generated: Default::default(),
             platform,
             idle_timeout: None,
         });
@@ -335,6 +382,7 @@ async fn ensure_slot(
                 wal_sender_timeout,
                 outbox_oids: Default::default(),
                 outbox_not_null: Default::default(),
+                outbox_generated: Default::default(),
                 platform,
                 idle_timeout: None,
             });
@@ -401,6 +449,7 @@ async fn ensure_slot(
         wal_sender_timeout,
         outbox_oids: Default::default(),
         outbox_not_null: Default::default(),
+        outbox_generated: Default::default(),
         platform,
         idle_timeout: None,
     })

@@ -38,8 +38,13 @@ impl Fingerprint {
     /// The hash of a row: every value with its kind and length, so that no two rows collide
     /// by shifting bytes between columns.
     pub fn of_row(tuple: &[Value]) -> Self {
+        Self::of_values(tuple)
+    }
+
+    /// The hash of some of a row's values, in order ([`Fingerprint::of_row`] of those).
+    pub fn of_values<'a>(values: impl IntoIterator<Item = &'a Value>) -> Self {
         let mut h = Fnv::new();
-        for v in tuple {
+        for v in values {
             match v {
                 Value::Null => h.byte(0),
                 Value::UnchangedToast => h.byte(1),

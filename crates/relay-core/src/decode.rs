@@ -134,6 +134,8 @@ pub struct Decoder {
     relations: HashMap<u32, Cached>,
     /// OID → NOT NULL columns of each outbox table (Connect's `optional` for `[outbox.debezium]`).
     not_null: HashMap<u32, Vec<String>>,
+    /// OID → generated columns of each outbox table (left out of row fingerprints).
+    generated: HashMap<u32, Vec<String>>,
     run_id: Arc<str>,
     /// Per configured table: Debezium's envelope value-schema cache, kept across recompiles.
     envelope_schemas: HashMap<Arc<str>, Arc<EnvelopeSchemas>>,
@@ -150,6 +152,7 @@ impl Decoder {
             relay_headers,
             relations: HashMap::new(),
             not_null: HashMap::new(),
+            generated: HashMap::new(),
             run_id: Arc::from(""),
             envelope_schemas: HashMap::new(),
         }
@@ -160,6 +163,14 @@ impl Decoder {
     pub fn with_compat(mut self, not_null: HashMap<u32, Vec<String>>, run_id: &str) -> Self {
         self.not_null = not_null;
         self.run_id = Arc::from(run_id);
+        self
+    }
+
+    /// The generated columns of each outbox table (by OID), from the catalog: a row's
+    /// fingerprint leaves them out, as the publication may carry them or not (PostgreSQL 18's
+    /// `publish_generated_columns`).
+    pub fn with_generated(mut self, generated: HashMap<u32, Vec<String>>) -> Self {
+        self.generated = generated;
         self
     }
 
@@ -270,6 +281,7 @@ impl Decoder {
                 let env = PlanEnv {
                     relay_headers: self.relay_headers,
                     not_null: self.not_null.get(&rel.oid).cloned().unwrap_or_default(),
+                    generated: self.generated.get(&rel.oid).cloned().unwrap_or_default(),
                     run_id: self.run_id.clone(),
                     envelope_schemas: self
                         .envelope_schemas

@@ -123,6 +123,9 @@ pub struct Plan {
     topic_role: &'static str,
     /// `route.topic.regex` + `route.topic.replacement`, applied to the `route.by.field` value.
     router: Option<debezium::TopicRouter>,
+    /// The columns a row fingerprint hashes when the relation has generated columns (which a
+    /// publication may or may not carry); `None`: every column.
+    hashed: Option<Vec<usize>>,
 }
 
 impl Plan {
@@ -206,7 +209,17 @@ impl Plan {
                 Some(Box::new(compiled))
             }
         };
+        let hashed = rel
+            .columns
+            .iter()
+            .any(|c| env.generated.contains(&c.name))
+            .then(|| {
+                (0..rel.columns.len())
+                    .filter(|&i| !env.generated.contains(&rel.columns[i].name))
+                    .collect()
+            });
         Ok(Plan {
+            hashed,
             table,
             relation: rel.clone(),
             columns: rel.columns.len(),
@@ -234,16 +247,18 @@ impl Plan {
     }
 
     /// What identifies the row in a checkpoint: the value of the column mapped to the `id`
-    /// header (the event id of the Debezium layout), else a hash of the whole row.
+    /// header (the event id of the Debezium layout), else a hash of the whole row without its
+    /// generated columns (whether those are published is a publication option that may change).
     pub fn fingerprint(&self, tuple: &[Value]) -> Fingerprint {
         let id = self
             .headers
             .iter()
             .find(|(name, _)| &**name == "id")
             .and_then(|(_, i)| tuple.get(*i));
-        match id {
-            Some(Value::Text(b) | Value::Binary(b)) => Fingerprint::Id(b.clone()),
-            _ => Fingerprint::of_row(tuple),
+        match (id, &self.hashed) {
+            (Some(Value::Text(b) | Value::Binary(b)), _) => Fingerprint::Id(b.clone()),
+            (_, None) => Fingerprint::of_row(tuple),
+            (_, Some(cols)) => Fingerprint::of_values(cols.iter().filter_map(|&i| tuple.get(i))),
         }
     }
 

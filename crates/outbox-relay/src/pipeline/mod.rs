@@ -137,7 +137,8 @@ pub(crate) async fn stream(
         progress,
         decoder: Decoder::new(&cfg.outbox, cfg.relay.relay_headers)
             .with_oids(slot.outbox_oids.clone())
-            .with_compat(slot.outbox_not_null.clone(), &run_id()),
+            .with_compat(slot.outbox_not_null.clone(), &run_id())
+            .with_generated(slot.outbox_generated.clone()),
         messages: MessageRoutes::new(&cfg.message, cfg.relay.relay_headers),
         txn: None,
         policy: cfg.relay.on_poison,

@@ -236,6 +236,10 @@ impl DebeziumOptions {
 pub struct PlanEnv {
     pub relay_headers: bool,
     pub not_null: Vec<String>,
+    /// The table's generated columns (PostgreSQL 18 publishes stored ones with
+    /// `publish_generated_columns = stored`): left out of the row fingerprint, so a change of
+    /// that publication option is not a changed history.
+    pub generated: Vec<String>,
     pub run_id: Arc<str>,
     pub envelope_schemas: Arc<EnvelopeSchemas>,
 }

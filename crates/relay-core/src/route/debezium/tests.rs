@@ -70,6 +70,7 @@ fn plan(opts: DebeziumOptions) -> Plan {
             .to_vec(),
         run_id: Arc::from("01a23250-974d-74a8-87ea-7aa7d38e3e39"),
         envelope_schemas: Default::default(),
+        generated: Vec::new(),
     };
     Plan::compile_in(&cfg, &rel(&COLS), &env).unwrap()
 }
