@@ -324,3 +324,148 @@ async fn pg18_generated_columns_are_mapped_and_their_publication_option_is_no_ch
     db.cleanup().await;
     drop(cluster);
 }
+
+/// Logical decoding on a standby (PostgreSQL 16+): the relay's `[postgres]` points at a
+/// standby, the publication is created on the primary. The preflight refuses a standby without
+/// hot_standby_feedback with the settings to change; with it, `setup` creates the slot there
+/// (the test nudges the primary with pg_log_standby_snapshot(), as docs/platforms.md advises),
+/// events written on the primary arrive through a kill -9 of the relay, and after the standby
+/// is promoted the relay goes on from its slot.
+async fn relays_from_a_standby(major: u32, primary_port: u16, standby_port: u16) {
+    let primary = PgCluster::start_with(Some(pg_bin(major)), primary_port, "");
+    let admin = connect(&format!("{} dbname=postgres", primary.base())).await;
+    admin
+        .batch_execute("SELECT pg_create_physical_replication_slot('standby_phys')")
+        .await
+        .unwrap();
+    primary.stop("fast");
+    let standby = PgCluster::clone_standby(
+        &primary,
+        standby_port,
+        // hot_standby_feedback left at its default (off): the command line would outrank the
+        // ALTER SYSTEM that the refusal advises.
+        "-c primary_slot_name=standby_phys",
+    );
+    primary.restart();
+    let db = TestDb::new_on(&primary.base(), primary.port, &format!("standby{major}")).await;
+    db.client
+        .batch_execute(&format!(
+            "CREATE PUBLICATION {} FOR TABLE outbox WITH (publish = 'insert')",
+            db.name
+        ))
+        .await
+        .unwrap();
+    let cfg = db
+        .relay_config(&format!(
+            "{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 500\n",
+            db.outbox_section()
+        ))
+        .replace(
+            &format!("port = {}", primary.port),
+            &format!("port = {}", standby.port),
+        );
+    let on_standby = format!("{} dbname={}", standby.base(), db.name);
+    crate::support::eventually(
+        "the database on the standby",
+        Duration::from_secs(30),
+        || {
+            let on_standby = on_standby.clone();
+            async move {
+                tokio_postgres::connect(&on_standby, tokio_postgres::NoTls)
+                    .await
+                    .ok()
+                    .map(|_| ())
+            }
+        },
+    )
+    .await;
+
+    let (exit, log) = Relay::once(&db.name, &cfg, &["setup"], &[]);
+    assert_eq!(exit.code(), Some(3), "{log}");
+    assert!(
+        log.contains("is a standby with hot_standby_feedback = off")
+            && log.contains("primary_slot_name"),
+        "{log}"
+    );
+    let sb = connect(&format!("{} dbname=postgres", standby.base())).await;
+    sb.batch_execute("ALTER SYSTEM SET hot_standby_feedback = on")
+        .await
+        .unwrap();
+    sb.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+
+    // Slot creation on a standby waits for a running-transactions record from the primary.
+    let nudge = {
+        let base = primary.base();
+        tokio::spawn(async move {
+            let c = connect(&format!("{base} dbname=postgres")).await;
+            loop {
+                let _ = c.batch_execute("SELECT pg_log_standby_snapshot()").await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+    let (exit, log) = Relay::once(&db.name, &cfg, &["setup"], &[]);
+    nudge.abort();
+    assert_eq!(exit.code(), Some(0), "{log}");
+
+    let mut written = Vec::new();
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    for i in 0..40 {
+        written.push(
+            crate::support::writer::insert_event(&db.client, "order", &format!("s{}", i % 3), i)
+                .await
+                .unwrap(),
+        );
+        if i == 20 {
+            relay.kill9();
+            relay = Relay::streaming(&db.name, &cfg).await;
+        }
+    }
+    let got =
+        crate::support::kafka::consume(vec![db.topic("order")], Duration::from_secs(60), 40).await;
+    let f = crate::support::check::check(
+        &format!("pg{major}_standby_kill9"),
+        |t| db.topic(t),
+        &written,
+        &got,
+    );
+    assert_eq!((f.lost, f.order_violations), (0, 0), "{f:?}");
+
+    // Promotion: the standby becomes the primary, and the relay goes on from the same slot.
+    standby.promote();
+    let promoted = connect(&on_standby).await;
+    for i in 0..10 {
+        written.push(
+            crate::support::writer::insert_event(&promoted, "order", &format!("p{i}"), 0)
+                .await
+                .unwrap(),
+        );
+    }
+    let got =
+        crate::support::kafka::consume(vec![db.topic("order")], Duration::from_secs(60), 50).await;
+    let f = crate::support::check::check(
+        &format!("pg{major}_standby_promoted"),
+        |t| db.topic(t),
+        &written,
+        &got,
+    );
+    assert_eq!(
+        (f.lost, f.order_violations),
+        (0, 0),
+        "{f:?}\n{}",
+        relay.log_text()
+    );
+    assert!(relay.terminate(Duration::from_secs(30)).success());
+    drop(standby);
+    drop(primary);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg16_relays_from_a_standby_through_kill9_and_promotion() {
+    relays_from_a_standby(16, 25487, 25488).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg18_relays_from_a_standby_through_kill9_and_promotion() {
+    relays_from_a_standby(18, 25489, 25490).await;
+}

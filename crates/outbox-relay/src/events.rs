@@ -106,6 +106,8 @@ pub const PUBLICATION_CREATED: &str = "publication_created";
 /// The role has no REPLICATION attribute but is a member of a role that grants replication
 /// (RDS/Aurora's `rds_replication`); the server decides at the replication connection.
 pub const REPLICATION_BY_MEMBERSHIP: &str = "replication_by_membership";
+/// The relay streams from a standby that has no physical slot on its primary.
+pub const STANDBY_WITHOUT_PHYSICAL_SLOT: &str = "standby_without_physical_slot";
 /// PostgreSQL 18's idle_replication_slot_timeout is on: what it means for a stopped relay.
 pub const SLOT_IDLE_TIMEOUT: &str = "slot_idle_timeout";
 /// The slot keeper acquired and released the idle slot (idle_replication_slot_timeout).
@@ -207,6 +209,7 @@ pub const ALL: &[&str] = &[
     PUBLICATION_CREATED,
     REPLICATION_BY_MEMBERSHIP,
     SLOT_IDLE_TIMEOUT,
+    STANDBY_WITHOUT_PHYSICAL_SLOT,
     SLOT_HELD_IDLE,
     SLOT_KEEPER_FAILED,
     SLOT_CREATED,

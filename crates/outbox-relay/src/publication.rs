@@ -19,6 +19,7 @@ pub(crate) async fn ensure_publication(
     cfg: &Config,
     partitioned: bool,
     generated_columns: bool,
+    on_standby: bool,
 ) -> Result<(), RelayError> {
     let pg = &cfg.postgres;
     let row = client
@@ -43,6 +44,16 @@ pub(crate) async fn ensure_publication(
         format!(" FOR TABLE {}", tables.join(", "))
     };
     match row {
+        None if on_standby => {
+            return Err(RelayError::from(Definite::Precondition(format!(
+                "publication {:?} does not exist, and this server is a standby, where it cannot \
+                 be created: create it on the primary (it reaches the standby by replication): \
+                 CREATE PUBLICATION {}{for_tables} WITH (publish = 'insert', \
+                 publish_via_partition_root = true)",
+                pg.publication,
+                quote_ident(&pg.publication),
+            ))));
+        }
         None if pg.create_publication => {
             // A mapped stored generated column is published only with this (PostgreSQL 18).
             let gencols = if generated_columns {

@@ -19,6 +19,7 @@ use crate::{
     error::{Definite, RelayError},
     events::{
         REPLICATION_BY_MEMBERSHIP, SLOT_CREATED, SLOT_IDLE_TIMEOUT, SLOT_IN_USE, SLOT_RECREATED,
+        STANDBY_WITHOUT_PHYSICAL_SLOT,
     },
     pg::{describe_pg, query_err, quote_ident},
     publication::ensure_publication,
@@ -110,6 +111,8 @@ pub(crate) async fn preflight(
             version % 10_000
         ))));
     }
+
+    let on_standby = check_standby(client, cfg, version).await?;
 
     // PostgreSQL 18: a slot no connection uses for longer than this is invalidated.
     let idle_timeout = client
@@ -243,6 +246,7 @@ pub(crate) async fn preflight(
         cfg,
         partitioned,
         !mapped_stored_generated.is_empty(),
+        on_standby,
     )
     .await?;
     if !mapped_stored_generated.is_empty() {
@@ -255,6 +259,56 @@ pub(crate) async fn preflight(
     slot.outbox_not_null = outbox_not_null;
     slot.outbox_generated = outbox_generated;
     Ok(slot)
+}
+
+/// Logical decoding on a standby (PostgreSQL 16+): what it needs from the standby. Returns
+/// whether the server is a standby. Without `hot_standby_feedback` the primary removes catalog
+/// rows the slot still needs, and PostgreSQL invalidates the slot (`rows_removed`); without a
+/// physical slot (`primary_slot_name`) the feedback holds only while the standby is connected.
+async fn check_standby(client: &Client, cfg: &Config, version: i32) -> Result<bool, RelayError> {
+    let pg = &cfg.postgres;
+    let row = client
+        .query_one(
+            "SELECT pg_is_in_recovery(), current_setting('hot_standby_feedback'), \
+                    current_setting('primary_slot_name')",
+            &[],
+        )
+        .await
+        .map_err(query_err("read the standby settings"))?;
+    let (standby, feedback, physical): (bool, String, String) =
+        (row.get(0), row.get(1), row.get(2));
+    if !standby {
+        return Ok(false);
+    }
+    if version < 160_000 {
+        return Err(RelayError::from(Definite::Precondition(format!(
+            "{}:{} is a standby running PostgreSQL {}, and logical decoding on a standby needs \
+             PostgreSQL 16 or later: point postgres.host at the primary",
+            pg.host,
+            pg.port,
+            version / 10_000
+        ))));
+    }
+    if feedback != "on" {
+        return Err(RelayError::from(Definite::Precondition(format!(
+            "{}:{} is a standby with hot_standby_feedback = {feedback}: without it the primary \
+             removes catalog rows the slot still needs and PostgreSQL invalidates the slot \
+             (rows_removed). On the standby run ALTER SYSTEM SET hot_standby_feedback = on; \
+             SELECT pg_reload_conf(); and set primary_slot_name to a physical slot on the \
+             primary (docs/platforms.md, \"Logical decoding on a standby\")",
+            pg.host, pg.port
+        ))));
+    }
+    if physical.is_empty() {
+        tracing::warn!(
+            "{STANDBY_WITHOUT_PHYSICAL_SLOT}: {}:{} is a standby without primary_slot_name: \
+             hot_standby_feedback protects the slot's catalog rows only while the standby is \
+             connected to the primary; set primary_slot_name to a physical slot on the primary",
+            pg.host,
+            pg.port
+        );
+    }
+    Ok(true)
 }
 
 /// The managed service, told by which of its roles exist (relay_core::platform).
