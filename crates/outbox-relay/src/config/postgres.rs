@@ -15,7 +15,8 @@ use super::{
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresConfig {
-    /// Host name or IP address of the primary. Default `127.0.0.1`.
+    /// Host name or IP address of the server: the primary, or a standby (PostgreSQL 16+,
+    /// docs/platforms.md). Default `127.0.0.1`.
     #[serde(default = "default_host")]
     pub host: String,
     /// Port. Default 5432.
