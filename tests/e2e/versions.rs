@@ -326,11 +326,13 @@ async fn pg18_generated_columns_are_mapped_and_their_publication_option_is_no_ch
 }
 
 /// Logical decoding on a standby (PostgreSQL 16+): the relay's `[postgres]` points at a
-/// standby, the publication is created on the primary. The preflight refuses a standby without
-/// hot_standby_feedback with the settings to change; with it, `setup` creates the slot there
-/// (the test nudges the primary with pg_log_standby_snapshot(), as docs/platforms.md advises),
-/// events written on the primary arrive through a kill -9 of the relay, and after the standby
-/// is promoted the relay goes on from its slot.
+/// standby, with `primary_host` naming its primary; the publication is created on the primary.
+/// The preflight refuses a standby without hot_standby_feedback with the settings to change,
+/// and a slot name the primary also uses (one checkpoint key for two slots); then `setup`
+/// creates the slot on the standby promptly (the relay asks the primary for a
+/// running-transactions record), the heartbeat is written on the primary and confirmed through
+/// the standby's slot, events written on the primary arrive through a kill -9 of the relay, and
+/// after the standby is promoted the relay goes on from its slot.
 async fn relays_from_a_standby(major: u32, primary_port: u16, standby_port: u16) {
     let primary = PgCluster::start_with(Some(pg_bin(major)), primary_port, "");
     let admin = connect(&format!("{} dbname=postgres", primary.base())).await;
@@ -357,12 +359,17 @@ async fn relays_from_a_standby(major: u32, primary_port: u16, standby_port: u16)
         .unwrap();
     let cfg = db
         .relay_config(&format!(
-            "{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 500\n",
+            "{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 500\n\n\
+             [http]\nlisten = \"127.0.0.1:0\"\n\n[monitor]\npoll_interval_ms = 250\n\n\
+             [heartbeat]\ninterval_ms = 300\n",
             db.outbox_section()
         ))
         .replace(
             &format!("port = {}", primary.port),
-            &format!("port = {}", standby.port),
+            &format!(
+                "port = {}\nprimary_host = \"127.0.0.1\"\nprimary_port = {}",
+                standby.port, primary.port
+            ),
         );
     let on_standby = format!("{} dbname={}", standby.base(), db.name);
     crate::support::eventually(
@@ -393,23 +400,57 @@ async fn relays_from_a_standby(major: u32, primary_port: u16, standby_port: u16)
         .unwrap();
     sb.batch_execute("SELECT pg_reload_conf()").await.unwrap();
 
-    // Slot creation on a standby waits for a running-transactions record from the primary.
-    let nudge = {
-        let base = primary.base();
-        tokio::spawn(async move {
-            let c = connect(&format!("{base} dbname=postgres")).await;
-            loop {
-                let _ = c.batch_execute("SELECT pg_log_standby_snapshot()").await;
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-        })
-    };
+    // A logical slot of the same name on the primary: refused (one checkpoint key for both).
+    db.client
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&db.name],
+        )
+        .await
+        .unwrap();
     let (exit, log) = Relay::once(&db.name, &cfg, &["setup"], &[]);
-    nudge.abort();
+    assert_eq!(exit.code(), Some(3), "{log}");
+    assert!(
+        log.contains("also has a logical slot named") && log.contains("checkpoint key"),
+        "{log}"
+    );
+    db.client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&db.name])
+        .await
+        .unwrap();
+
+    // Slot creation on a standby waits for a running-transactions record from the primary,
+    // which an idle primary writes every 15 s at best: the relay asks for one.
+    let started = std::time::Instant::now();
+    let (exit, log) = Relay::once(&db.name, &cfg, &["setup"], &[]);
     assert_eq!(exit.code(), Some(0), "{log}");
+    let took = started.elapsed();
+    crate::support::check::note(&format!(
+        "pg{major}_standby_setup: slot created on the standby in {} ms",
+        took.as_millis()
+    ));
+    assert!(took < Duration::from_secs(10), "setup took {took:?}");
 
     let mut written = Vec::new();
     let mut relay = Relay::streaming(&db.name, &cfg).await;
+    // The heartbeat goes to the primary and is confirmed through the standby's slot.
+    let addr = crate::support::http::relay_addr(&relay).await;
+    crate::support::eventually(
+        "a heartbeat written on the primary and confirmed",
+        Duration::from_secs(30),
+        || async {
+            let m = crate::support::http::scrape(addr).await;
+            let ok = m.value("outbox_relay_heartbeats_total", &[("result", "ok")])?;
+            let age = m.value("outbox_relay_heartbeat_age_seconds", &[])?;
+            (ok >= 2.0 && age < 5.0).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        !relay.log_text().contains("heartbeat_skipped"),
+        "{}",
+        relay.log_text()
+    );
     for i in 0..40 {
         written.push(
             crate::support::writer::insert_event(&db.client, "order", &format!("s{}", i % 3), i)

@@ -106,6 +106,8 @@ pub const PUBLICATION_CREATED: &str = "publication_created";
 /// The role has no REPLICATION attribute but is a member of a role that grants replication
 /// (RDS/Aurora's `rds_replication`); the server decides at the replication connection.
 pub const REPLICATION_BY_MEMBERSHIP: &str = "replication_by_membership";
+/// The primary refused `pg_log_standby_snapshot()` while `setup` created a slot on its standby.
+pub const STANDBY_SNAPSHOT_FAILED: &str = "standby_snapshot_failed";
 /// The relay streams from a standby that has no physical slot on its primary.
 pub const STANDBY_WITHOUT_PHYSICAL_SLOT: &str = "standby_without_physical_slot";
 /// PostgreSQL 18's idle_replication_slot_timeout is on: what it means for a stopped relay.
@@ -210,6 +212,7 @@ pub const ALL: &[&str] = &[
     REPLICATION_BY_MEMBERSHIP,
     SLOT_IDLE_TIMEOUT,
     STANDBY_WITHOUT_PHYSICAL_SLOT,
+    STANDBY_SNAPSHOT_FAILED,
     SLOT_HELD_IDLE,
     SLOT_KEEPER_FAILED,
     SLOT_CREATED,

@@ -12,8 +12,9 @@
 //!   whose outbox is quiet. The pipeline publishes no logical message, whatever its prefix.
 //! - The message LSN is handed to [`Shared`], so the monitor can tell when the slot confirmed
 //!   it (`outbox_relay_heartbeat_age_seconds`, end-to-end proof of progress).
-//! - Nothing is written on a standby (read-only); failures are counted and logged once per
-//!   distinct error, and never stop the relay.
+//! - Nothing is written on a standby (read-only): with `postgres.primary_host` the heartbeat
+//!   goes to its primary, whose WAL reaches the standby's slot. Failures are counted and
+//!   logged once per distinct error, and never stop the relay.
 
 use std::{sync::Arc, time::Duration, time::SystemTime};
 
@@ -57,6 +58,8 @@ pub(crate) async fn run(
     let mut tick = tokio::time::interval(Duration::from_millis(hb.interval_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut client: Option<Client> = None;
+    // The standby's primary (postgres.primary_host), connected when first needed.
+    let mut primary: Option<Client> = None;
     let mut last_error: Option<String> = None;
     let mut standby_logged = false;
     loop {
@@ -85,9 +88,43 @@ pub(crate) async fn run(
                 last_error = None;
                 tracing::trace!(lsn = %lsn, "{HEARTBEAT_WRITTEN}");
             }
+            // A standby is read-only: the heartbeat goes to its primary when one is configured
+            // (its WAL reaches the standby's slot by replication), else it is skipped.
+            Ok(None) if cfg.postgres.primary_host.is_some() => {
+                if primary.as_ref().is_none_or(Client::is_closed) {
+                    primary = match pg::connect_primary(&cfg).await {
+                        Some(Ok(p)) => Some(p),
+                        Some(Err(e)) => {
+                            failed(&mut last_error, format!("the primary: {e}"));
+                            None
+                        }
+                        None => None,
+                    };
+                }
+                let Some(p) = primary.as_ref() else { continue };
+                match beat(p, &hb.prefix, &cfg.postgres.slot).await {
+                    Ok(Some(lsn)) => {
+                        shared.heartbeat_written(at, lsn);
+                        metrics::counter!(m::HEARTBEATS, "result" => "ok").increment(1);
+                        last_error = None;
+                        tracing::trace!(lsn = %lsn, "{HEARTBEAT_WRITTEN}: on the primary");
+                    }
+                    Ok(None) => failed(
+                        &mut last_error,
+                        "postgres.primary_host is a standby too: point it at the primary".into(),
+                    ),
+                    Err(e) => {
+                        primary = None;
+                        failed(&mut last_error, format!("on the primary: {e}"));
+                    }
+                }
+            }
             Ok(None) => {
                 if !standby_logged {
-                    tracing::info!("{HEARTBEAT_SKIPPED}: the server is a standby (read-only)");
+                    tracing::info!(
+                        "{HEARTBEAT_SKIPPED}: the server is a standby (read-only) and \
+                         postgres.primary_host is not set"
+                    );
                     standby_logged = true;
                 }
             }

@@ -19,10 +19,22 @@ use crate::{
 /// Opens the control-plane connection. Errors say whether it was the address, the password or
 /// the database.
 pub(crate) async fn connect(cfg: &Config) -> Result<Client, RelayError> {
+    connect_to(cfg, &cfg.postgres.host, cfg.postgres.port).await
+}
+
+/// The control connection to the standby's primary (`postgres.primary_host`), when configured.
+pub(crate) async fn connect_primary(cfg: &Config) -> Option<Result<Client, RelayError>> {
+    let pg = &cfg.postgres;
+    let host = pg.primary_host.as_deref()?;
+    Some(connect_to(cfg, host, pg.primary_port.unwrap_or(pg.port)).await)
+}
+
+/// [`connect`] to `host:port` with the rest of `[postgres]`.
+async fn connect_to(cfg: &Config, host: &str, port: u16) -> Result<Client, RelayError> {
     let pg = &cfg.postgres;
     let mut c = tokio_postgres::Config::new();
-    c.host(&pg.host)
-        .port(pg.port)
+    c.host(host)
+        .port(port)
         .user(&pg.user)
         .dbname(&pg.database)
         .application_name(format!("{}-control", pg.application_name))
@@ -31,8 +43,8 @@ pub(crate) async fn connect(cfg: &Config) -> Result<Client, RelayError> {
         c.password(pw.expose());
     }
     let target = format!(
-        "{}:{} (database {:?}, user {:?})",
-        pg.host, pg.port, pg.database, pg.user
+        "{host}:{port} (database {:?}, user {:?})",
+        pg.database, pg.user
     );
     let client = match crate::tls::control_connector(cfg)? {
         None => {

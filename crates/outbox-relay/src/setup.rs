@@ -19,7 +19,7 @@ use crate::{
     error::{Definite, RelayError},
     events::{
         REPLICATION_BY_MEMBERSHIP, SLOT_CREATED, SLOT_IDLE_TIMEOUT, SLOT_IN_USE, SLOT_RECREATED,
-        STANDBY_WITHOUT_PHYSICAL_SLOT,
+        STANDBY_SNAPSHOT_FAILED, STANDBY_WITHOUT_PHYSICAL_SLOT,
     },
     pg::{describe_pg, query_err, quote_ident},
     publication::ensure_publication,
@@ -112,7 +112,8 @@ pub(crate) async fn preflight(
         ))));
     }
 
-    let on_standby = check_standby(client, cfg, version).await?;
+    // On a standby: its primary, when postgres.primary_host names it.
+    let (on_standby, primary) = check_standby(client, cfg, version).await?;
 
     // PostgreSQL 18: a slot no connection uses for longer than this is invalidated.
     let idle_timeout = client
@@ -252,7 +253,7 @@ pub(crate) async fn preflight(
     if !mapped_stored_generated.is_empty() {
         crate::publication::check_generated_columns(client, cfg, &mapped_stored_generated).await?;
     }
-    let mut slot = ensure_slot(client, cfg, policy, platform).await?;
+    let mut slot = ensure_slot(client, cfg, policy, platform, primary.as_ref()).await?;
     slot.platform = platform;
     slot.idle_timeout = idle_timeout;
     slot.outbox_oids = outbox_oids;
@@ -261,11 +262,16 @@ pub(crate) async fn preflight(
     Ok(slot)
 }
 
-/// Logical decoding on a standby (PostgreSQL 16+): what it needs from the standby. Returns
-/// whether the server is a standby. Without `hot_standby_feedback` the primary removes catalog
+/// Logical decoding on a standby (PostgreSQL 16+): what it needs from the standby and, when
+/// `postgres.primary_host` is set, from its primary. Returns whether the server is a standby,
+/// and the connection to the primary. Without `hot_standby_feedback` the primary removes catalog
 /// rows the slot still needs, and PostgreSQL invalidates the slot (`rows_removed`); without a
 /// physical slot (`primary_slot_name`) the feedback holds only while the standby is connected.
-async fn check_standby(client: &Client, cfg: &Config, version: i32) -> Result<bool, RelayError> {
+async fn check_standby(
+    client: &Client,
+    cfg: &Config,
+    version: i32,
+) -> Result<(bool, Option<Client>), RelayError> {
     let pg = &cfg.postgres;
     let row = client
         .query_one(
@@ -278,7 +284,7 @@ async fn check_standby(client: &Client, cfg: &Config, version: i32) -> Result<bo
     let (standby, feedback, physical): (bool, String, String) =
         (row.get(0), row.get(1), row.get(2));
     if !standby {
-        return Ok(false);
+        return Ok((false, None));
     }
     if version < 160_000 {
         return Err(RelayError::from(Definite::Precondition(format!(
@@ -308,7 +314,48 @@ async fn check_standby(client: &Client, cfg: &Config, version: i32) -> Result<bo
             pg.port
         );
     }
-    Ok(true)
+    let Some(primary) = crate::pg::connect_primary(cfg).await else {
+        return Ok((true, None));
+    };
+    let primary = primary?;
+    let row = primary
+        .query_one(
+            "SELECT pg_is_in_recovery(), current_setting('wal_level'), \
+                    EXISTS (SELECT 1 FROM pg_replication_slots \
+                             WHERE slot_name = $1 AND slot_type = 'logical')",
+            &[&pg.slot],
+        )
+        .await
+        .map_err(query_err("read the primary's settings"))?;
+    let (in_recovery, wal_level, same_name): (bool, String, bool) =
+        (row.get(0), row.get(1), row.get(2));
+    let at = format!(
+        "{}:{}",
+        pg.primary_host.as_deref().unwrap_or_default(),
+        pg.primary_port.unwrap_or(pg.port)
+    );
+    if in_recovery {
+        return Err(RelayError::from(Definite::Precondition(format!(
+            "postgres.primary_host {at} is itself a standby: point it at the primary"
+        ))));
+    }
+    if wal_level != "logical" {
+        return Err(RelayError::from(Definite::Precondition(format!(
+            "the primary {at} has wal_level = {wal_level}, and decoding on its standby needs \
+             logical on both (a standby's logical slots are invalidated, \
+             wal_level_insufficient): set wal_level = logical on the primary and restart it"
+        ))));
+    }
+    if same_name {
+        return Err(RelayError::from(Definite::Precondition(format!(
+            "the primary {at} also has a logical slot named {:?}: a standby and its primary \
+             share the system identifier, so the two slots would share one checkpoint key \
+             (<system id>/<database>/<slot>) and each relay would read the other's position; \
+             give the standby's slot another name (postgres.slot)",
+            pg.slot
+        ))));
+    }
+    Ok((true, Some(primary)))
 }
 
 /// The managed service, told by which of its roles exist (relay_core::platform).
@@ -330,6 +377,7 @@ async fn ensure_slot(
     cfg: &Config,
     policy: SlotPolicy,
     platform: Platform,
+    primary: Option<&Client>,
 ) -> Result<SlotInfo, RelayError> {
     let pg = &cfg.postgres;
     let wal_sender_timeout_ms: i64 = client
@@ -376,7 +424,7 @@ async fn ensure_slot(
                 pg.slot
             ))));
         }
-        let lsn = create_slot(client, cfg, platform).await?;
+        let lsn = create_slot(client, cfg, platform, primary).await?;
         return Ok(SlotInfo {
             confirmed_flush: lsn,
             wal_sender_timeout,
@@ -425,7 +473,7 @@ async fn ensure_slot(
                 .execute("SELECT pg_drop_replication_slot($1)", &[&pg.slot])
                 .await
                 .map_err(query_err("drop the invalidated slot"))?;
-            let new = create_slot(client, cfg, platform).await?;
+            let new = create_slot(client, cfg, platform, primary).await?;
             tracing::warn!(
                 slot = %pg.slot, reason = why.label(), gap_from = %old, gap_to = %new,
                 "{SLOT_RECREATED}: events committed between these LSNs were not relayed; \
@@ -509,7 +557,12 @@ async fn ensure_slot(
     })
 }
 
-async fn create_slot(client: &Client, cfg: &Config, platform: Platform) -> Result<Lsn, RelayError> {
+async fn create_slot(
+    client: &Client,
+    cfg: &Config,
+    platform: Platform,
+    primary: Option<&Client>,
+) -> Result<Lsn, RelayError> {
     let (slot, failover) = (&cfg.postgres.slot, cfg.postgres.failover_slot);
     // The five-argument form (temporary, two_phase, failover) exists from PostgreSQL 17 on.
     let sql = if failover {
@@ -517,7 +570,39 @@ async fn create_slot(client: &Client, cfg: &Config, platform: Platform) -> Resul
     } else {
         "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')"
     };
-    let row = client.query_one(sql, &[slot]).await.map_err(|e| {
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [slot];
+    let created = client.query_one(sql, &params);
+    // On a standby the slot waits for a running-transactions record from the primary, which an
+    // idle primary writes rarely: ask for one until the slot exists.
+    let row = match primary {
+        None => created.await,
+        Some(primary) => {
+            let nudge = async {
+                let mut told = false;
+                loop {
+                    if let Err(e) = primary
+                        .batch_execute("SELECT pg_log_standby_snapshot()")
+                        .await
+                        && !told
+                    {
+                        told = true;
+                        tracing::warn!(
+                            error = %describe_pg(&e),
+                            "{STANDBY_SNAPSHOT_FAILED}: cannot ask the primary for a \
+                             running-transactions record; the slot waits for the primary's own \
+                             (grant EXECUTE ON FUNCTION pg_log_standby_snapshot() to the role)"
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            };
+            tokio::select! {
+                r = created => r,
+                never = nudge => never,
+            }
+        }
+    };
+    let row = row.map_err(|e| {
         let refused = e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE);
         let advice = if refused {
             format!(

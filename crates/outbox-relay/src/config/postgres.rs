@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::{
     ConfigError,
-    lenient::from_str_or_native,
+    lenient::{from_str_or_native, option_from_str_or_native},
     secret::{Secret, read_secret_file},
 };
 
@@ -80,6 +80,16 @@ pub struct PostgresConfig {
         deserialize_with = "from_str_or_native"
     )]
     pub connect_timeout_ms: u64,
+    /// When `host` is a standby (PostgreSQL 16+): the host of its primary, reached with the same
+    /// role, password, TLS and database. The relay then writes its heartbeat there (a standby is
+    /// read-only), asks it for a running-transactions record (`pg_log_standby_snapshot()`)
+    /// while `setup` creates the slot on the standby, and refuses a slot whose name the primary
+    /// also uses (they would share a checkpoint key). Unset: none of that (docs/platforms.md).
+    #[serde(default)]
+    pub primary_host: Option<String>,
+    /// Port of `primary_host`. Default: `port`.
+    #[serde(default, deserialize_with = "option_from_str_or_native")]
+    pub primary_port: Option<u16>,
 }
 
 fn default_host() -> String {
