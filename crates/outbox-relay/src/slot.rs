@@ -165,6 +165,8 @@ pub(crate) async fn query(
     let lsn = |i: usize| -> Option<Lsn> { row.get::<_, Option<String>>(i)?.parse().ok() };
     let max_mb: Option<i64> = row.get(2);
     let exists: bool = row.get(3);
+    // Decoding statistics are a nicety: a managed server that hides or trims the view (or a
+    // role that may not read it) costs the spill counters, never the slot's own reading.
     let stats = if exists && server_version_num >= 140_000 {
         client
             .query_opt(
@@ -172,7 +174,9 @@ pub(crate) async fn query(
                    FROM pg_stat_replication_slots WHERE slot_name = $1",
                 &[&slot],
             )
-            .await?
+            .await
+            .ok()
+            .flatten()
             .map(|r| SpillStats {
                 spill_txns: r.get::<_, Option<i64>>(0).unwrap_or(0),
                 spill_count: r.get::<_, Option<i64>>(1).unwrap_or(0),

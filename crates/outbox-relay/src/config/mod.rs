@@ -196,6 +196,9 @@ impl Config {
 }
 
 #[cfg(test)]
+mod docs;
+
+#[cfg(test)]
 mod test_support {
     use super::{Config, ConfigError};
 
