@@ -34,6 +34,7 @@ mod restart;
 mod schema;
 mod security;
 mod slot_trends;
+mod standby;
 mod status_watch;
 mod stop;
 mod tls;

@@ -170,12 +170,7 @@ async fn a_messages_only_config_needs_no_outbox_table() {
     assert_eq!(f.duplicated, 0, "{f:?}");
     db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
         .await;
-    let out = std::process::Command::new(crate::support::relay::binary())
-        .args(["status", "--config"])
-        .arg(&relay.config)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run outbox-relay status");
+    let out = relay.status();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("publishes        no outbox table; message prefixes \"outbox\""),

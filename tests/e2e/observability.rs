@@ -10,7 +10,7 @@
 
 use std::{
     net::SocketAddr,
-    process::{Command, Output},
+    process::Output,
     time::{Duration, Instant},
 };
 
@@ -22,7 +22,7 @@ use crate::support::{
     eventually,
     http::{self, Scrape, WebhookReceiver, free_port, relay_addr, scrape},
     kafka,
-    relay::{self, Relay},
+    relay::Relay,
     repo_root, writer,
 };
 
@@ -34,16 +34,6 @@ fn config(db: &TestDb, listen: &str, extra: &str) -> String {
         "{}\n[http]\nlisten = \"{listen}\"\n\n[monitor]\npoll_interval_ms = 300\n\n{extra}",
         db.outbox_section()
     ))
-}
-
-/// Runs `outbox-relay status --config <the relay's config>` and returns its output.
-fn status(relay: &Relay) -> Output {
-    Command::new(relay::binary())
-        .args(["status", "--config"])
-        .arg(&relay.config)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run outbox-relay status")
 }
 
 fn stdout(o: &Output) -> String {
@@ -305,7 +295,7 @@ async fn lost_slot_is_critical_stops_the_relay_and_is_never_recreated() {
     assert_eq!(slot_row(&db).await, Some((Some("lost".into()), None)));
 
     // `status` says so and exits 4.
-    let out = status(&relay);
+    let out = relay.status();
     let text = stdout(&out);
     println!("{text}");
     assert_eq!(out.status.code(), Some(4), "{text}");
@@ -494,7 +484,7 @@ async fn with_kafka_down_the_monitor_reports_growing_lag_and_readyz_fails() {
     );
 
     // `status` reads the running relay's view: the time-lag alert is critical.
-    let out = status(&relay);
+    let out = relay.status();
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(4), "{text}");
     assert!(
@@ -536,14 +526,17 @@ async fn metrics_scrape_parses_and_holds_every_documented_metric() {
     let got = kafka::consume(vec![db.topic("order")], Duration::from_secs(60), 5).await;
     assert_eq!(got.len(), 5);
 
+    // The decoding statistics come from pg_stat_replication_slots, which PostgreSQL 14 fills
+    // through its statistics collector, some time after the transactions were decoded.
     let m: Scrape = eventually(
-        "a scrape with the events and a heartbeat",
-        Duration::from_secs(20),
+        "a scrape with the events, a heartbeat and the slot's decoding statistics",
+        Duration::from_secs(30),
         || async {
             let m = scrape(addr).await;
             let produced = m.sum("outbox_relay_events_produced_total")?;
             m.value("outbox_relay_heartbeat_age_seconds", &[])?;
-            (produced >= 5.0).then_some(m)
+            let decoded = m.value("outbox_relay_slot_decoded_transactions_total", &[])?;
+            (produced >= 5.0 && decoded >= 5.0).then_some(m)
         },
     )
     .await;
@@ -633,7 +626,7 @@ async fn metrics_scrape_parses_and_holds_every_documented_metric() {
     assert_eq!(http::get(addr, "/nope").await.0, 404);
 
     // `status` on a healthy relay: exit 0, the relay's own view included.
-    let out = status(&relay);
+    let out = relay.status();
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}");
     for needle in [

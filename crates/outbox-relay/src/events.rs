@@ -108,6 +108,8 @@ pub const PUBLICATION_CREATED: &str = "publication_created";
 pub const REPLICATION_BY_MEMBERSHIP: &str = "replication_by_membership";
 /// The primary refused `pg_log_standby_snapshot()` while `setup` created a slot on its standby.
 pub const STANDBY_SNAPSHOT_FAILED: &str = "standby_snapshot_failed";
+/// The relay streams from a standby and `postgres.primary_host` is not set.
+pub const STANDBY_WITHOUT_PRIMARY: &str = "standby_without_primary";
 /// The relay streams from a standby that has no physical slot on its primary.
 pub const STANDBY_WITHOUT_PHYSICAL_SLOT: &str = "standby_without_physical_slot";
 /// PostgreSQL 18's idle_replication_slot_timeout is on: what it means for a stopped relay.
@@ -212,6 +214,7 @@ pub const ALL: &[&str] = &[
     REPLICATION_BY_MEMBERSHIP,
     SLOT_IDLE_TIMEOUT,
     STANDBY_WITHOUT_PHYSICAL_SLOT,
+    STANDBY_WITHOUT_PRIMARY,
     STANDBY_SNAPSHOT_FAILED,
     SLOT_HELD_IDLE,
     SLOT_KEEPER_FAILED,

@@ -8,18 +8,14 @@
 
 use std::time::Duration;
 
-use relay_core::{
-    Lsn,
-    platform::{MARKER_ROLES, Platform, REPLICATION_GRANTING_ROLES},
-};
+use relay_core::{Lsn, platform::Platform};
 use tokio_postgres::Client;
 
 use crate::{
     config::{Config, valid_identifier},
     error::{Definite, RelayError},
     events::{
-        REPLICATION_BY_MEMBERSHIP, SLOT_CREATED, SLOT_IDLE_TIMEOUT, SLOT_IN_USE, SLOT_RECREATED,
-        STANDBY_SNAPSHOT_FAILED, STANDBY_WITHOUT_PHYSICAL_SLOT,
+        SLOT_CREATED, SLOT_IDLE_TIMEOUT, SLOT_IN_USE, SLOT_RECREATED, STANDBY_SNAPSHOT_FAILED,
     },
     pg::{describe_pg, query_err, quote_ident},
     publication::ensure_publication,
@@ -81,7 +77,7 @@ pub(crate) async fn preflight(
     let pg = &cfg.postgres;
     debug_assert!(valid_identifier(&pg.slot) && valid_identifier(&pg.publication));
 
-    let platform = detect_platform(client).await?;
+    let platform = crate::replication_role::detect_platform(client).await?;
     let wal_level: String = client
         .query_one("SELECT current_setting('wal_level')", &[])
         .await
@@ -113,7 +109,8 @@ pub(crate) async fn preflight(
     }
 
     // On a standby: its primary, when postgres.primary_host names it.
-    let (on_standby, primary) = check_standby(client, cfg, version).await?;
+    let (on_standby, primary) =
+        crate::standby::check(client, cfg, version, policy == SlotPolicy::RecreateIfLost).await?;
 
     // PostgreSQL 18: a slot no connection uses for longer than this is invalidated.
     let idle_timeout = client
@@ -127,36 +124,7 @@ pub(crate) async fn preflight(
         .filter(|s| *s > 0)
         .map(|s| Duration::from_secs(s as u64));
 
-    // The attribute, superuser, or membership in a role that grants replication (RDS and
-    // Aurora: rds_replication, where rolreplication stays false). Membership is let through:
-    // the server has the last word, and its refusal gets the platform's advice.
-    let row = client
-        .query_one(
-            "SELECT r.rolreplication OR r.rolsuper, \
-                    EXISTS (SELECT 1 FROM pg_roles g \
-                             WHERE g.rolname = ANY($1) AND pg_has_role(r.oid, g.oid, 'MEMBER')) \
-               FROM pg_roles r WHERE r.rolname = current_user",
-            &[&REPLICATION_GRANTING_ROLES],
-        )
-        .await
-        .map_err(query_err("read role attributes"))?;
-    let (attribute, membership): (bool, bool) = (row.get(0), row.get(1));
-    if !attribute && !membership {
-        return Err(RelayError::from(Definite::Precondition(format!(
-            "role {:?} cannot open a replication connection on {}: {} (docs/security.md for the \
-             least-privilege role, docs/platforms.md for the service)",
-            pg.user,
-            platform.name(),
-            platform.replication_grant(&quote_ident(&pg.user))
-        ))));
-    }
-    if !attribute {
-        tracing::info!(
-            user = %pg.user, platform = platform.name(),
-            "{REPLICATION_BY_MEMBERSHIP}: the role replicates through membership in a \
-             replication role (no REPLICATION attribute); the server decides"
-        );
-    }
+    crate::replication_role::check(client, cfg, platform).await?;
 
     let mut partitioned = false;
     let mut outbox_oids = std::collections::HashMap::new();
@@ -260,116 +228,6 @@ pub(crate) async fn preflight(
     slot.outbox_not_null = outbox_not_null;
     slot.outbox_generated = outbox_generated;
     Ok(slot)
-}
-
-/// Logical decoding on a standby (PostgreSQL 16+): what it needs from the standby and, when
-/// `postgres.primary_host` is set, from its primary. Returns whether the server is a standby,
-/// and the connection to the primary. Without `hot_standby_feedback` the primary removes catalog
-/// rows the slot still needs, and PostgreSQL invalidates the slot (`rows_removed`); without a
-/// physical slot (`primary_slot_name`) the feedback holds only while the standby is connected.
-async fn check_standby(
-    client: &Client,
-    cfg: &Config,
-    version: i32,
-) -> Result<(bool, Option<Client>), RelayError> {
-    let pg = &cfg.postgres;
-    let row = client
-        .query_one(
-            "SELECT pg_is_in_recovery(), current_setting('hot_standby_feedback'), \
-                    current_setting('primary_slot_name')",
-            &[],
-        )
-        .await
-        .map_err(query_err("read the standby settings"))?;
-    let (standby, feedback, physical): (bool, String, String) =
-        (row.get(0), row.get(1), row.get(2));
-    if !standby {
-        return Ok((false, None));
-    }
-    if version < 160_000 {
-        return Err(RelayError::from(Definite::Precondition(format!(
-            "{}:{} is a standby running PostgreSQL {}, and logical decoding on a standby needs \
-             PostgreSQL 16 or later: point postgres.host at the primary",
-            pg.host,
-            pg.port,
-            version / 10_000
-        ))));
-    }
-    if feedback != "on" {
-        return Err(RelayError::from(Definite::Precondition(format!(
-            "{}:{} is a standby with hot_standby_feedback = {feedback}: without it the primary \
-             removes catalog rows the slot still needs and PostgreSQL invalidates the slot \
-             (rows_removed). On the standby run ALTER SYSTEM SET hot_standby_feedback = on; \
-             SELECT pg_reload_conf(); and set primary_slot_name to a physical slot on the \
-             primary (docs/platforms.md, \"Logical decoding on a standby\")",
-            pg.host, pg.port
-        ))));
-    }
-    if physical.is_empty() {
-        tracing::warn!(
-            "{STANDBY_WITHOUT_PHYSICAL_SLOT}: {}:{} is a standby without primary_slot_name: \
-             hot_standby_feedback protects the slot's catalog rows only while the standby is \
-             connected to the primary; set primary_slot_name to a physical slot on the primary",
-            pg.host,
-            pg.port
-        );
-    }
-    let Some(primary) = crate::pg::connect_primary(cfg).await else {
-        return Ok((true, None));
-    };
-    let primary = primary?;
-    let row = primary
-        .query_one(
-            "SELECT pg_is_in_recovery(), current_setting('wal_level'), \
-                    EXISTS (SELECT 1 FROM pg_replication_slots \
-                             WHERE slot_name = $1 AND slot_type = 'logical')",
-            &[&pg.slot],
-        )
-        .await
-        .map_err(query_err("read the primary's settings"))?;
-    let (in_recovery, wal_level, same_name): (bool, String, bool) =
-        (row.get(0), row.get(1), row.get(2));
-    let at = format!(
-        "{}:{}",
-        pg.primary_host.as_deref().unwrap_or_default(),
-        pg.primary_port.unwrap_or(pg.port)
-    );
-    if in_recovery {
-        return Err(RelayError::from(Definite::Precondition(format!(
-            "postgres.primary_host {at} is itself a standby: point it at the primary"
-        ))));
-    }
-    if wal_level != "logical" {
-        return Err(RelayError::from(Definite::Precondition(format!(
-            "the primary {at} has wal_level = {wal_level}, and decoding on its standby needs \
-             logical on both (a standby's logical slots are invalidated, \
-             wal_level_insufficient): set wal_level = logical on the primary and restart it"
-        ))));
-    }
-    if same_name {
-        return Err(RelayError::from(Definite::Precondition(format!(
-            "the primary {at} also has a logical slot named {:?}: a standby and its primary \
-             share the system identifier, so the two slots would share one checkpoint key \
-             (<system id>/<database>/<slot>) and each relay would read the other's position; \
-             give the standby's slot another name (postgres.slot)",
-            pg.slot
-        ))));
-    }
-    Ok((true, Some(primary)))
-}
-
-/// The managed service, told by which of its roles exist (relay_core::platform).
-async fn detect_platform(client: &Client) -> Result<Platform, RelayError> {
-    let roles: Vec<String> = client
-        .query_one(
-            "SELECT coalesce(array_agg(rolname::text), '{}') FROM pg_roles \
-              WHERE rolname = ANY($1)",
-            &[&MARKER_ROLES],
-        )
-        .await
-        .map_err(query_err("read the server's roles"))?
-        .get(0);
-    Ok(Platform::detect(roles.iter().map(String::as_str)))
 }
 
 async fn ensure_slot(

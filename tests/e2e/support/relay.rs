@@ -84,6 +84,16 @@ impl Relay {
         }
     }
 
+    /// Runs `outbox-relay status --config <this relay's config>` and returns its output.
+    pub fn status(&self) -> std::process::Output {
+        Command::new(binary())
+            .args(["status", "--config"])
+            .arg(&self.config)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run outbox-relay status")
+    }
+
     /// Runs a one-shot subcommand to completion and returns (status, log text).
     pub fn once(
         name: &str,

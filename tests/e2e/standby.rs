@@ -1,0 +1,323 @@
+//! Logical decoding on a standby (PostgreSQL 16+), on 16 and 18: the relay's `[postgres]`
+//! points at a standby, `primary_host` at its primary, and the publication is created on the
+//! primary (docs/platforms.md, "Logical decoding on a standby").
+
+use std::time::Duration;
+
+use tokio_postgres::Client;
+
+use crate::support::{
+    TestDb, check,
+    cluster::{PgCluster, pg_bin},
+    connect, eventually, http, kafka,
+    relay::Relay,
+    writer,
+};
+
+/// A primary and a streaming standby of it (physical slot `standby_phys`,
+/// `hot_standby_feedback` at its default, off: a command-line setting would outrank the ALTER
+/// SYSTEM the refusal advises), a test database with its publication created on the primary
+/// and replicated, and a relay config pointing at the standby with `primary_host`.
+struct Pair {
+    primary: PgCluster,
+    standby: PgCluster,
+    db: TestDb,
+    /// `postgres` on the primary and on the standby.
+    admin: Client,
+    sb: Client,
+    /// The test database on the standby.
+    on_standby: String,
+    cfg: String,
+}
+
+async fn pair(major: u32, ports: (u16, u16), hint: &str, extra: &str) -> Pair {
+    let primary = PgCluster::start_with(Some(pg_bin(major)), ports.0, "");
+    let admin = connect(&format!("{} dbname=postgres", primary.base())).await;
+    admin
+        .batch_execute("SELECT pg_create_physical_replication_slot('standby_phys')")
+        .await
+        .unwrap();
+    primary.stop("fast");
+    let standby = PgCluster::clone_standby(&primary, ports.1, "-c primary_slot_name=standby_phys");
+    primary.restart();
+    let admin = connect(&format!("{} dbname=postgres", primary.base())).await;
+    let db = TestDb::new_on(&primary.base(), primary.port, &format!("{hint}{major}")).await;
+    db.client
+        .batch_execute(&format!(
+            "CREATE PUBLICATION {} FOR TABLE outbox WITH (publish = 'insert')",
+            db.name
+        ))
+        .await
+        .unwrap();
+    let cfg = db
+        .relay_config(&format!(
+            "{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 500\n\n\
+             [monitor]\npoll_interval_ms = 250\n{extra}",
+            db.outbox_section()
+        ))
+        .replace(
+            &format!("port = {}", primary.port),
+            &format!(
+                "port = {}\nprimary_host = \"127.0.0.1\"\nprimary_port = {}",
+                standby.port, primary.port
+            ),
+        );
+    let on_standby = format!("{} dbname={}", standby.base(), db.name);
+    eventually(
+        "the database on the standby",
+        Duration::from_secs(30),
+        || {
+            let on_standby = on_standby.clone();
+            async move {
+                tokio_postgres::connect(&on_standby, tokio_postgres::NoTls)
+                    .await
+                    .ok()
+                    .map(|_| ())
+            }
+        },
+    )
+    .await;
+    let sb = connect(&format!("{} dbname=postgres", standby.base())).await;
+    Pair {
+        primary,
+        standby,
+        db,
+        admin,
+        sb,
+        on_standby,
+        cfg,
+    }
+}
+
+impl Pair {
+    async fn feedback(&self, on: bool) {
+        let set = format!(
+            "ALTER SYSTEM SET hot_standby_feedback = {}",
+            if on { "on" } else { "off" }
+        );
+        for sql in [set.as_str(), "SELECT pg_reload_conf()"] {
+            self.sb.batch_execute(sql).await.unwrap();
+        }
+    }
+}
+
+/// The preflight refuses a standby without hot_standby_feedback with the settings to change,
+/// and a slot name the primary also uses (one checkpoint key for two slots); then `setup`
+/// creates the slot on the standby promptly (the relay asks the primary for a
+/// running-transactions record), the heartbeat is written on the primary and confirmed through
+/// the standby's slot, events written on the primary arrive through a kill -9 of the relay, and
+/// after the standby is promoted the relay goes on from its slot.
+async fn relays_from_a_standby(major: u32, ports: (u16, u16)) {
+    let p = pair(
+        major,
+        ports,
+        "standby",
+        "\n[http]\nlisten = \"127.0.0.1:0\"\n\n[heartbeat]\ninterval_ms = 300\n",
+    )
+    .await;
+    let (db, cfg) = (&p.db, &p.cfg);
+
+    let (exit, log) = Relay::once(&db.name, cfg, &["setup"], &[]);
+    assert_eq!(exit.code(), Some(3), "{log}");
+    assert!(
+        log.contains("is a standby with hot_standby_feedback = off")
+            && log.contains("primary_slot_name"),
+        "{log}"
+    );
+    p.feedback(true).await;
+
+    // A logical slot of the same name on the primary: refused (one checkpoint key for both).
+    db.client
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&db.name],
+        )
+        .await
+        .unwrap();
+    let (exit, log) = Relay::once(&db.name, cfg, &["setup"], &[]);
+    assert_eq!(exit.code(), Some(3), "{log}");
+    assert!(
+        log.contains("also has a logical slot named") && log.contains("checkpoint key"),
+        "{log}"
+    );
+    db.client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&db.name])
+        .await
+        .unwrap();
+
+    // Slot creation on a standby waits for a running-transactions record from the primary,
+    // which an idle primary writes every 15 s at best: the relay asks for one.
+    let started = std::time::Instant::now();
+    let (exit, log) = Relay::once(&db.name, cfg, &["setup"], &[]);
+    assert_eq!(exit.code(), Some(0), "{log}");
+    let took = started.elapsed();
+    check::note(&format!(
+        "pg{major}_standby_setup: slot created on the standby in {} ms",
+        took.as_millis()
+    ));
+    assert!(took < Duration::from_secs(10), "setup took {took:?}");
+
+    let mut written = Vec::new();
+    let mut relay = Relay::streaming(&db.name, cfg).await;
+    // The heartbeat goes to the primary and is confirmed through the standby's slot.
+    let addr = http::relay_addr(&relay).await;
+    eventually(
+        "a heartbeat written on the primary and confirmed",
+        Duration::from_secs(30),
+        || async {
+            let m = http::scrape(addr).await;
+            let ok = m.value("outbox_relay_heartbeats_total", &[("result", "ok")])?;
+            let age = m.value("outbox_relay_heartbeat_age_seconds", &[])?;
+            (ok >= 2.0 && age < 5.0).then_some(())
+        },
+    )
+    .await;
+    let log = relay.log_text();
+    assert!(!log.contains("heartbeat_skipped"), "{log}");
+    for i in 0..40 {
+        written.push(
+            writer::insert_event(&db.client, "order", &format!("s{}", i % 3), i)
+                .await
+                .unwrap(),
+        );
+        if i == 20 {
+            relay.kill9();
+            relay = Relay::streaming(&db.name, cfg).await;
+        }
+    }
+    let got = kafka::consume(vec![db.topic("order")], Duration::from_secs(60), 40).await;
+    let f = check::check(
+        &format!("pg{major}_standby_kill9"),
+        |t| db.topic(t),
+        &written,
+        &got,
+    );
+    assert_eq!((f.lost, f.order_violations), (0, 0), "{f:?}");
+
+    // Promotion: the standby becomes the primary, and the relay goes on from the same slot.
+    p.standby.promote();
+    let promoted = connect(&p.on_standby).await;
+    for i in 0..10 {
+        written.push(
+            writer::insert_event(&promoted, "order", &format!("p{i}"), 0)
+                .await
+                .unwrap(),
+        );
+    }
+    let got = kafka::consume(vec![db.topic("order")], Duration::from_secs(60), 50).await;
+    let f = check::check(
+        &format!("pg{major}_standby_promoted"),
+        |t| db.topic(t),
+        &written,
+        &got,
+    );
+    let log = relay.log_text();
+    assert_eq!((f.lost, f.order_violations), (0, 0), "{f:?}\n{log}");
+    assert!(relay.terminate(Duration::from_secs(30)).success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg16_relays_from_a_standby_through_kill9_and_promotion() {
+    relays_from_a_standby(16, (25487, 25488)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg18_relays_from_a_standby_through_kill9_and_promotion() {
+    relays_from_a_standby(18, (25489, 25490)).await;
+}
+
+/// A recovery conflict on the standby: hot_standby_feedback turned off while the relay
+/// streams, then the primary removes catalog rows the slot needs (a dropped table, VACUUM
+/// pg_class); the standby's replay of that invalidates the slot, and the relay stops (exit 3)
+/// naming the cause (`rows_removed` on 17+; 16 does not say which, `unknown_on_standby`) and
+/// the setting.
+async fn stops_on_a_recovery_conflict(major: u32, ports: (u16, u16)) {
+    let p = pair(major, ports, "conflict", "").await;
+    let (db, cfg) = (&p.db, &p.cfg);
+    p.feedback(true).await;
+    let mut relay = Relay::streaming(&db.name, cfg).await;
+    writer::insert_event(&db.client, "order", "c", 0)
+        .await
+        .unwrap();
+    let got = kafka::consume(vec![db.topic("order")], Duration::from_secs(30), 1).await;
+    assert_eq!(got.len(), 1, "the relay streams from the standby");
+
+    // Feedback off, and the primary's physical slot no longer holds catalog rows.
+    p.feedback(false).await;
+    eventually(
+        "the feedback xmin released",
+        Duration::from_secs(30),
+        || async {
+            let row = p
+                .admin
+                .query_one(
+                    "SELECT xmin IS NULL AND catalog_xmin IS NULL FROM pg_replication_slots \
+                      WHERE slot_name = 'standby_phys'",
+                    &[],
+                )
+                .await
+                .unwrap();
+            row.get::<_, bool>(0).then_some(())
+        },
+    )
+    .await;
+    let mut invalidated = false;
+    for _ in 0..30 {
+        // One statement each: VACUUM refuses the implicit transaction of a multi-statement
+        // query.
+        for sql in [
+            "CREATE TABLE conflict_test(x int, y text)",
+            "DROP TABLE conflict_test",
+            "VACUUM pg_class",
+            "INSERT INTO business(note) VALUES ('flush')",
+        ] {
+            db.client.batch_execute(sql).await.unwrap();
+        }
+        let status: Option<String> =
+            p.sb.query_opt(
+                "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1",
+                &[&db.name],
+            )
+            .await
+            .unwrap()
+            .and_then(|r| r.get(0));
+        if status.as_deref() == Some("lost") {
+            invalidated = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        invalidated,
+        "the standby never invalidated the slot:\n{}",
+        relay.log_text()
+    );
+    let exit = relay
+        .wait(Duration::from_secs(30))
+        .expect("the relay stops on the invalidated slot");
+    let log = relay.log_text();
+    assert_eq!(exit.code(), Some(3), "{log}");
+    let last = log.lines().last().unwrap_or_default();
+    let reason = if major >= 17 {
+        "rows_removed"
+    } else {
+        "unknown_on_standby"
+    };
+    assert!(
+        last.contains(&format!("reason {reason}"))
+            && last.contains("hot_standby_feedback = on")
+            && last.contains("--recreate-slot"),
+        "{last}"
+    );
+    drop(p.primary);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg16_a_recovery_conflict_on_the_standby_stops_the_relay_naming_the_cause() {
+    stops_on_a_recovery_conflict(16, (25491, 25492)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg18_a_recovery_conflict_on_the_standby_stops_the_relay_naming_the_cause() {
+    stops_on_a_recovery_conflict(18, (25493, 25494)).await;
+}
