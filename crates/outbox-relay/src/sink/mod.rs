@@ -426,20 +426,25 @@ impl KafkaSink {
     /// `timeout`) until librdkafka served the report of every record handed to it: then the
     /// channel holds every report. This is librdkafka's own flush (`rd_kafka_flush`), which
     /// treats the linger as elapsed while it runs; rdkafka's `flush` wrapper instead polls in
-    /// 100 ms steps, which the producer's own polling thread turns into 100 ms waits.
-    pub(crate) async fn reports_served(&self, timeout: Duration) {
+    /// 100 ms steps, which the producer's own polling thread turns into 100 ms waits. Returns
+    /// whether every report was served (false: `timeout` ran out, Kafka may be away).
+    pub(crate) async fn reports_served(&self, timeout: Duration) -> bool {
         let producers = self.producers.clone();
         let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        let _ = tokio::task::spawn_blocking(move || {
-            for producer in producers {
+        tokio::task::spawn_blocking(move || {
+            producers.iter().all(|producer| {
                 // SAFETY: the handle is the producer's own and stays valid while `producer`
                 // (an `Arc` moved into this closure) lives; librdkafka's flush is thread-safe
                 // and only serves delivery reports, which the context sends on a channel. The
                 // producer that is not active has nothing queued: its flush returns at once.
-                unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), ms) };
-            }
+                let left = unsafe {
+                    rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), ms)
+                };
+                left == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+            })
         })
-        .await;
+        .await
+        .unwrap_or(false)
     }
 
     /// With transactions: the topic whose partition the transaction coordinator refused

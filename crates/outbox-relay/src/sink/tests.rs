@@ -124,7 +124,7 @@ async fn a_record_held_by_the_kick_goes_out_on_the_earlier_report() {
     let origin = origins();
     // Connected, the partition's leader known: one record sent by a full flush.
     sink.send(&record("t", "k"), origin(0)).await.unwrap();
-    sink.reports_served(Duration::from_secs(10)).await;
+    assert!(sink.reports_served(Duration::from_secs(10)).await);
     assert!(reports.recv().await.unwrap().outcome.is_ok());
     // A batch of three, kicked at once (nothing earlier is in flight).
     for seq in 0..3 {
@@ -198,4 +198,36 @@ async fn the_next_transaction_starts_after_the_committing_ones_records_are_ackno
     }
     assert_eq!(seen, [0, 1, 2], "every report before the next transaction");
     sink.commit_settled(running.ended().await).unwrap();
+}
+
+/// Two transactional producers, Kafka away longer than the commit's flush may wait: the next
+/// transaction must not start on the other producer while this one's records are still queued
+/// (once Kafka was back, the next one's records could reach a partition first: the fenced e2e
+/// `kafka_down_longer_than_wal_sender_timeout...` saw 3 events reordered that way). The
+/// commit fails instead (the pipeline aborts it and restarts from the last confirmed LSN).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_records_are_not_all_acknowledged_does_not_start_the_next_transaction() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("t", 1, 1).unwrap();
+    mock.create_topic("cp", 1, 1).unwrap();
+    let cfg = kafka_config(&mock.bootstrap_servers(), "transactional_id = \"away\"\n");
+    let (sink, _reports) = KafkaSink::new(&cfg).unwrap();
+    sink.fence_and_begin(Duration::from_secs(30)).await.unwrap();
+    mock.broker_down(1).unwrap();
+    let origin = origins();
+    for seq in 0..3 {
+        sink.send(&record("t", "k"), origin(seq)).await.unwrap();
+    }
+    let started = sink.commit_start(Duration::from_millis(500)).await;
+    let Err(e) = started else {
+        panic!("the commit started with records unacknowledged");
+    };
+    assert!(e.to_string().contains("not acknowledged"), "{e}");
+    assert_eq!(sink.unreported(), 3);
+    assert_eq!(
+        sink.active.load(Ordering::Relaxed) % 2,
+        0,
+        "the next transaction began on the other producer"
+    );
+    mock.broker_up(1).unwrap();
 }

@@ -83,7 +83,18 @@ impl KafkaSink {
             "a commit runs on its own producer"
         );
         let started = Instant::now();
-        self.reports_served(timeout).await;
+        // Not all in (Kafka away longer than `timeout`): the next transaction must not start,
+        // or its records could reach a partition before this one's still queued (seen as
+        // reordered events when Kafka came back). Ending here aborts this transaction and
+        // restarts from the last confirmed LSN, as a single producer's timed-out commit does.
+        if !self.reports_served(timeout).await && self.unreported() > 0 {
+            return Err(Transient::KafkaTransaction(format!(
+                "{} records of the transaction were not acknowledged within {} ms",
+                self.unreported(),
+                timeout.as_millis()
+            ))
+            .into());
+        }
         let flushed = started.elapsed();
         let producer =
             self.producers[self.active.load(Ordering::Relaxed) % self.producers.len()].clone();
