@@ -1,18 +1,47 @@
 #!/usr/bin/env python3
 """Module dependency graph of one crate's src/ and its import cycles.
 
-An edge a -> b means a file of module `a` names `crate::b` (in a `use crate::...` statement,
-nested braces included, or inline as `crate::b::...`). Comments (//, //!, ///, /* */) and
-string literals are stripped first, so doc links do not count. A directory module (config/)
-is one node. Edges found only inside `#[cfg(test)]` modules are reported separately.
+Every module is a node, inside folders too (`pipeline::state`; a folder's mod.rs is the folder's
+own node, `pipeline`). An edge a -> b means a file of module `a` names module `b` or an item of
+it: in a `use` statement (nested braces included) or inline, by a `crate::`, `super::` or
+`self::` path or by the name of one of its child modules. A module's references to its own
+descendants are not edges (a parent declares its children); a child's references to its
+parent are. Comments (//, //!, ///, /* */) and string literals are stripped first, so doc links
+do not count. Edges found only inside `#[cfg(test)]` modules are reported separately.
 
 usage: modcycles.py <crate>/src   (exit 1 when non-test code has a cycle; scripts/test.sh runs it)
+       modcycles.py --self-test   (the checker finds a cycle it must find)
 """
 
 import re
 import sys
 from pathlib import Path
 
+
+def self_test():
+    """The checker finds what it must: a cycle between two files of a folder through `super::`
+    and one through a brace group; none for a parent using its child."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d) / "src"
+        (root / "pipe").mkdir(parents=True)
+        (root / "lib.rs").write_text("mod pipe;\n")
+        (root / "pipe" / "mod.rs").write_text("mod a;\nmod b;\nuse a::A;\n")
+        (root / "pipe" / "a.rs").write_text("use super::{b::{B}};\npub struct A;\n")
+        (root / "pipe" / "b.rs").write_text("// super::a::A in a comment is no edge\npub fn f() -> super::a::A { todo!() }\n")
+        out = subprocess.run([sys.executable, __file__, str(root)], capture_output=True, text=True)
+        assert out.returncode == 1 and "pipe::a -> pipe::b -> pipe::a" in out.stdout, out.stdout
+        (root / "pipe" / "b.rs").write_text("pub struct B;\n")
+        out = subprocess.run([sys.executable, __file__, str(root)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout
+    print("modcycles self-test: ok")
+
+
+if sys.argv[1] == "--self-test":
+    self_test()
+    sys.exit(0)
 src = Path(sys.argv[1])
 
 
@@ -73,23 +102,6 @@ def split_top(s: str):
     return [x.strip() for x in out if x.strip()]
 
 
-def refs(code: str):
-    found = set()
-    # `use crate::{a, b::{c, d}, e as f};`
-    for m in re.finditer(r"\buse\s+crate::\{", code):
-        i, depth = m.end(), 1
-        j = i
-        while depth:
-            depth += {"{": 1, "}": -1}.get(code[j], 0)
-            j += 1
-        for item in split_top(code[i : j - 1]):
-            found.add(re.match(r"\w+", item).group(0))
-    # `crate::a::...`, `use crate::a;`, `crate::a` in any expression or type
-    for m in re.finditer(r"\bcrate::(\w+)", code):
-        found.add(m.group(1))
-    return found
-
-
 def split_tests(code: str):
     """(non-test code, code of `#[cfg(test)] mod ... { }` blocks)."""
     tests = ""
@@ -105,19 +117,90 @@ def split_tests(code: str):
         code = code[: m.start()] + code[j:]
 
 
-files = [p for p in src.rglob("*.rs") if p.name not in ("lib.rs", "main.rs")]
-modules = {module_of(p) for p in files}
-edges, test_edges = {m: set() for m in modules}, {m: set() for m in modules}
-for p in files:
-    a = module_of(p)
-    code, tests = split_tests(strip(p.read_text()))
-    for b in refs(code):
-        if b in modules and b != a:
-            edges[a].add(b)
-    for b in refs(tests):
-        if b in modules and b != a and b not in edges[a]:
-            test_edges[a].add(b)
+def module_path(p: Path):
+    """src/a/b.rs -> (a, b); src/a/mod.rs -> (a,); src/a.rs -> (a,)."""
+    parts = list(p.relative_to(src).with_suffix("").parts)
+    if parts[-1] == "mod":
+        parts.pop()
+    return tuple(parts)
 
+
+def use_paths(code: str):
+    """Every path a `use` statement names, brace groups expanded: `use a::{b, c::{d}}` gives
+    a::b and a::c::d (`self` in a group names the group's own path)."""
+    out = []
+
+    def expand(prefix, tree):
+        tree = tree.strip()
+        m = re.match(r"((?:\w+\s*::\s*)*)\{(.*)\}$", tree, re.S)
+        if m:
+            head = [x for x in re.split(r"\s*::\s*", m.group(1).strip()) if x]
+            for item in split_top(m.group(2)):
+                expand(prefix + head, item)
+            return
+        segs = [x for x in re.split(r"\s*::\s*", re.sub(r"\s+as\s+\w+$", "", tree)) if x]
+        if segs == ["self"]:
+            out.append(prefix)
+        elif segs and segs != ["*"]:
+            out.append(prefix + [x for x in segs if x != "*"])
+        else:
+            out.append(prefix)
+
+    for m in re.finditer(r"\buse\s+([^;]+);", code):
+        expand([], m.group(1))
+    return out
+
+
+def inline_paths(code: str):
+    """`crate::a::b`, `super::a`, `self::a` and `child::a` paths anywhere in the code."""
+    return [m.group(0).replace(" ", "").split("::") for m in re.finditer(r"\b\w+(?:\s*::\s*\w+)+", code)]
+
+
+def resolve(own, segs, modules):
+    """The module a path names (its longest known prefix), from module `own`; None if it
+    leaves the crate."""
+    if not segs:
+        return None
+    if segs[0] == "crate":
+        base, rest = (), segs[1:]
+    elif segs[0] in ("super", "self"):
+        base = own
+        rest = list(segs)
+        while rest and rest[0] in ("super", "self"):
+            if rest.pop(0) == "super":
+                base = base[:-1]
+    elif own + (segs[0],) in modules:
+        base, rest = own, segs
+    else:
+        return None
+    best = base
+    for i in range(1, len(rest) + 1):
+        cand = base + tuple(rest[:i])
+        if cand in modules:
+            best = cand
+        else:
+            break
+    return best or None
+
+
+files = [p for p in src.rglob("*.rs") if p.name not in ("lib.rs", "main.rs")]
+modules = {module_path(p) for p in files}
+name = "::".join
+edges = {name(m): set() for m in modules}
+test_edges = {name(m): set() for m in modules}
+for p in files:
+    own = module_path(p)
+    code, tests = split_tests(strip(p.read_text()))
+    for part, graph in ((code, edges), (tests, test_edges)):
+        for segs in use_paths(part) + inline_paths(part):
+            t = resolve(own, segs, modules)
+            # A module's own items and its descendants are not imports of another module.
+            if t is None or t[: len(own)] == own:
+                continue
+            graph[name(own)].add(name(t))
+for a in test_edges:
+    test_edges[a] -= edges[a]
+modules = set(edges)
 
 def cycles(graph):
     """Every elementary cycle, each once, starting at its smallest module."""
@@ -139,11 +222,22 @@ def cycles(graph):
 print("edges (non-test code):")
 for a in sorted(edges):
     extra = f"   [tests only: {', '.join(sorted(test_edges[a]))}]" if test_edges[a] else ""
-    print(f"  {a:12} -> {', '.join(sorted(edges[a])) or '-'}{extra}")
+    print(f"  {a:24} -> {', '.join(sorted(edges[a])) or '-'}{extra}")
+
+# The same graph with every folder as one node (crate-level layering).
+top = {}
+for a, bs in edges.items():
+    top.setdefault(a.split("::")[0], set()).update(b.split("::")[0] for b in bs)
+for a in top:
+    top[a].discard(a)
 
 cs = cycles(edges)
+coarse = [c for c in cycles(top) if c not in cs]
 print(f"\ncycles in non-test code: {len(cs)}")
 for c in cs:
+    print("  " + " -> ".join(c))
+print(f"cycles between top-level modules (a folder as one node): {len(coarse)}")
+for c in coarse:
     print("  " + " -> ".join(c))
 
 both = {m: edges[m] | test_edges[m] for m in modules}
@@ -152,4 +246,4 @@ print(f"\nadditional cycles when #[cfg(test)] code counts: {len(extra)}")
 for c in extra:
     print("  " + " -> ".join(c))
 
-sys.exit(1 if cs else 0)
+sys.exit(1 if cs or coarse else 0)

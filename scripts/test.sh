@@ -26,6 +26,7 @@ echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== module structure (no import cycle in the binary's crate)"
+python3 scripts/modcycles.py --self-test
 python3 scripts/modcycles.py crates/outbox-relay/src | sed -n '/^cycles/,$p'
 
 if [ -x scripts/check-deploy.sh ]; then

@@ -166,7 +166,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run { config } => {
                 let cfg = load(config)?;
-                let prom = match outbox_relay::metrics::install() {
+                let prom = match outbox_relay::metrics::install(outbox_relay::alert::LABELS) {
                     Ok(h) => Some(h),
                     Err(e) => {
                         tracing::error!(error = %e, "{METRICS_DISABLED}: cannot install the Prometheus recorder");

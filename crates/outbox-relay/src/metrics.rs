@@ -173,10 +173,11 @@ const ACK_BUCKETS: &[f64] = &[
 
 /// Installs the global Prometheus recorder (no listener: `http.rs` serves it), describes every
 /// metric and zeroes the known series. Call once, before any task records anything.
-pub fn install() -> Result<PrometheusHandle, BuildError> {
+/// `alerts`: the label values of the alert series ([`AlertLabels`]).
+pub fn install(alerts: AlertLabels) -> Result<PrometheusHandle, BuildError> {
     let handle = builder()?.install_recorder()?;
     describe();
-    init();
+    init(alerts);
     Ok(handle)
 }
 
@@ -186,8 +187,16 @@ pub(crate) fn builder() -> Result<PrometheusBuilder, BuildError> {
         .set_buckets_for_metric(Matcher::Full(COMMIT_TO_ACK_SECONDS.into()), ACK_BUCKETS)
 }
 
+/// The label values of [`ALERT_LEVEL`] and [`ALERTS_FIRED`]: the alert kinds and severities,
+/// which the alert module defines (this module names metrics and imports nothing of the crate).
+#[derive(Debug, Clone, Copy)]
+pub struct AlertLabels {
+    pub kinds: &'static [&'static str],
+    pub severities: &'static [&'static str],
+}
+
 /// Gives every series with known labels a value, so it is scraped before it first changes.
-pub fn init() {
+pub fn init(alerts: AlertLabels) {
     // Produced events and bytes are labelled by topic: their series appear with the first event.
     for c in [
         DELIVERY_ERRORS,
@@ -220,10 +229,10 @@ pub fn init() {
     for op in OUTBOX_CHANGE_OPS {
         metrics::counter!(OUTBOX_CHANGES_IGNORED, "op" => *op).increment(0);
     }
-    for alert in crate::alert::AlertKind::ALL {
-        metrics::gauge!(ALERT_LEVEL, "alert" => alert.as_str()).set(0.0);
-        for severity in crate::alert::Severity::ALL {
-            metrics::counter!(ALERTS_FIRED, "alert" => alert.as_str(), "severity" => severity.as_str())
+    for alert in alerts.kinds {
+        metrics::gauge!(ALERT_LEVEL, "alert" => *alert).set(0.0);
+        for severity in alerts.severities {
+            metrics::counter!(ALERTS_FIRED, "alert" => *alert, "severity" => *severity)
                 .increment(0);
         }
     }
@@ -520,7 +529,7 @@ mod tests {
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
             describe();
-            init();
+            init(crate::alert::LABELS);
             metrics::histogram!(COMMIT_TO_ACK_SECONDS).record(0.2);
             for g in ALL.iter().filter(|n| !n.ends_with("_total")) {
                 metrics::gauge!(*g).set(1.0);

@@ -48,7 +48,7 @@ impl AlertKind {
     ];
 
     /// The `alert` label value and the name in logs and notifications.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             AlertKind::RetainedWal => "retained_wal",
             AlertKind::TimeLag => "time_lag",
@@ -63,6 +63,24 @@ impl AlertKind {
         self as usize
     }
 }
+
+/// The label values of the alert series, for [`crate::metrics::install`].
+pub const LABELS: crate::metrics::AlertLabels = crate::metrics::AlertLabels {
+    kinds: &KIND_NAMES,
+    severities: &SEVERITY_NAMES,
+};
+
+const KIND_NAMES: [&str; ALERTS] = {
+    let mut out = [""; ALERTS];
+    let mut i = 0;
+    while i < ALERTS {
+        out[i] = AlertKind::ALL[i].as_str();
+        i += 1;
+    }
+    out
+};
+
+const SEVERITY_NAMES: [&str; 2] = [Severity::Warning.as_str(), Severity::Critical.as_str()];
 
 impl fmt::Display for AlertKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -79,7 +97,7 @@ pub enum Severity {
 impl Severity {
     pub const ALL: [Severity; 2] = [Severity::Warning, Severity::Critical];
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Severity::Warning => "warning",
             Severity::Critical => "critical",

@@ -21,7 +21,7 @@ use relay_core::{
     timeline::{History, follow},
 };
 
-use super::state::State;
+use super::state::{Primer, State};
 use crate::{
     carry::Carry,
     checkpoint::{Identity, prepare_topic, read_latest, slot_start},
@@ -167,15 +167,6 @@ pub(super) async fn write(
         });
     }
     Ok(Some(covered))
-}
-
-/// The last checkpoint put into a Kafka transaction ([`write`]), to open the next one with.
-pub(super) struct Primer {
-    topic: String,
-    key: String,
-    value: Vec<u8>,
-    /// Already sent in the open transaction.
-    primed: bool,
 }
 
 /// Before the first record of a Kafka transaction: puts a copy of the previous checkpoint into

@@ -1,23 +1,21 @@
 //! One replication event through the pipeline: a transaction's boundaries into the progress
-//! rule and the skip, each change counted in its transaction's change index and either skipped
+//! rule and the skip; each row change decoded and, through the publish step it shares with
+//! logical messages (`publish`), counted in its transaction's change index and either skipped
 //! (Kafka holds it) or routed and handed to Kafka under the poison policy.
 
 use pgwire_replication::ReplicationEvent;
 use relay_core::{
-    Lsn,
-    checkpoint::Fingerprint,
-    deadletter::{self, Refusal},
+    Lsn, deadletter,
     decode::Decoded,
-    route::{Position, Record, debezium::OpInvalidBehavior},
-    skip::Verdict,
+    route::{Position, debezium::OpInvalidBehavior},
 };
 use tokio::sync::mpsc;
 
 use super::{
     message::on_message,
-    poison::{dead_letter_for, dead_lettered, produce, produce_alone},
-    state::{State, confirm, contradicted, handed_over},
-    txn::commit,
+    poison::{dead_lettered, produce},
+    publish::{publish, published, skipped_change},
+    state::{State, confirm, contradicted},
 };
 use crate::{
     config::{Config, PoisonPolicy},
@@ -228,78 +226,4 @@ fn skipped(st: &mut State<'_>, decoded: &Decoded) -> Result<bool, RelayError> {
         Decoded::OtherInsert(fp) => skipped_change(st, None, fp),
         _ => Ok(false),
     }
-}
-
-/// [`skipped`] for one change: `routed` names the `[[outbox]]` table or `message:<prefix>` it
-/// is routed by (`None`: a change without a record, which counts in the index only).
-pub(super) fn skipped_change(
-    st: &mut State<'_>,
-    routed: Option<&str>,
-    fingerprint: &Fingerprint,
-) -> Result<bool, RelayError> {
-    let index = st.change_index;
-    let verdict = st
-        .skip
-        .change(index, routed, || fingerprint.render())
-        .map_err(|e| contradicted(st, e))?;
-    st.change_index += 1;
-    if verdict == Verdict::Publish {
-        return Ok(false);
-    }
-    st.skipped += 1;
-    metrics::counter!(crate::metrics::SKIPPED_CHANGES).increment(1);
-    if routed.is_some() {
-        handed_over(st);
-    }
-    Ok(true)
-}
-
-/// Hands the record of a change routed by `routed` (an `[[outbox]]` table or
-/// `message:<prefix>`) to Kafka (alone if Kafka refused it in a batch before, its dead-letter
-/// record if refused alone), then [`published`].
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn publish(
-    cfg: &Config,
-    sink: &KafkaSink,
-    client: &impl Session,
-    st: &mut State<'_>,
-    reports: &mut mpsc::UnboundedReceiver<Delivered>,
-    rec: Record,
-    routed: &str,
-    pos: Position,
-    index: u64,
-    fingerprint: Fingerprint,
-) -> Result<(), RelayError> {
-    match st.refusals.get(pos.commit_lsn, pos.seq).cloned() {
-        None => produce(sink, st, rec, pos, routed).await?,
-        Some(Refusal::Suspect(_)) => produce_alone(sink, st, reports, rec, pos, routed).await?,
-        Some(Refusal::Confirmed(reason)) => {
-            let dlq = dead_letter_for(st, &rec, routed, &reason, pos);
-            produce(sink, st, dlq, pos, routed).await?;
-        }
-    }
-    published(cfg, sink, client, st, reports, pos, index, fingerprint).await
-}
-
-/// A change got its record: the trail names it in the next checkpoint, and a Kafka transaction
-/// that reached `kafka.max_transaction_records` is committed now (a source transaction split
-/// across Kafka transactions; the change index keeps the skip exact).
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn published(
-    cfg: &Config,
-    sink: &KafkaSink,
-    client: &impl Session,
-    st: &mut State<'_>,
-    reports: &mut mpsc::UnboundedReceiver<Delivered>,
-    pos: Position,
-    index: u64,
-    fingerprint: Fingerprint,
-) -> Result<(), RelayError> {
-    if st.checkpoints.is_some() {
-        st.trail.published(pos.commit_lsn, index, fingerprint);
-    }
-    if st.transactional && st.progress.kafka_txn_records() >= cfg.kafka.max_transaction_records {
-        commit(cfg, sink, client, st, reports).await?;
-    }
-    Ok(())
 }

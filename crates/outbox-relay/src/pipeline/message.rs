@@ -16,8 +16,8 @@ use relay_core::{
 use tokio::sync::mpsc;
 
 use super::{
-    event::{publish, published, skipped_change},
     poison::{dead_lettered, produce},
+    publish::{publish, published, skipped_change},
     state::{State, confirm, now_unix_us},
 };
 use crate::{

@@ -23,6 +23,7 @@ mod drain;
 mod event;
 mod message;
 mod poison;
+mod publish;
 mod state;
 mod trickle;
 mod txn;
@@ -400,7 +401,7 @@ async fn run_loop(
 
 /// Waits until the running Kafka commit ended (never, if none runs: the branch is disabled
 /// then anyway).
-async fn running_commit(committing: &mut Option<txn::Committing>) -> crate::sink::CommitEnded {
+async fn running_commit(committing: &mut Option<state::Committing>) -> crate::sink::CommitEnded {
     match committing {
         Some(c) => c.commit.ended().await,
         None => std::future::pending().await,

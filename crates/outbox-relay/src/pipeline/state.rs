@@ -4,7 +4,7 @@
 //!
 //! Invariant: [`confirm`] hands PostgreSQL only [`Progress::take_confirmation`].
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use relay_core::{
     Lsn,
@@ -16,7 +16,7 @@ use relay_core::{
     skip::Skip,
 };
 
-use super::{ack_metrics::AckMetrics, txn::Committing};
+use super::ack_metrics::AckMetrics;
 use crate::{
     checkpoint::Identity,
     config::{Config, PoisonPolicy},
@@ -24,7 +24,7 @@ use crate::{
     events::CHECKPOINT_SKIP_DONE,
     failover::Memory,
     metrics as m,
-    sink::Origin,
+    sink::{Origin, RunningCommit},
     source::Session,
 };
 
@@ -65,12 +65,30 @@ pub(super) struct State<'a> {
     pub(super) last_checkpoint: Lsn,
     /// With transactions: the last checkpoint put into a Kafka transaction, repeated as the
     /// first record of the next one that carries records ([`super::checkpoints::prime`]).
-    pub(super) primer: Option<super::checkpoints::Primer>,
+    pub(super) primer: Option<Primer>,
     /// Handles of the acknowledgement metrics.
     pub(super) acks: AckMetrics,
     /// A Kafka commit sent and not answered yet (two producers: the next transaction fills
     /// meanwhile).
     pub(super) committing: Option<Committing>,
+}
+
+/// A commit sent and not yet answered ([`crate::sink::KafkaSink::commit_start`]).
+pub(super) struct Committing {
+    pub(super) commit: RunningCommit,
+    pub(super) covered: Option<Lsn>,
+    pub(super) started: Instant,
+    pub(super) handed: Duration,
+    pub(super) flushed: Duration,
+}
+
+/// The last checkpoint put into a Kafka transaction ([`super::checkpoints::write`]), to open the next one with.
+pub(super) struct Primer {
+    pub(super) topic: String,
+    pub(super) key: String,
+    pub(super) value: Vec<u8>,
+    /// Already sent in the open transaction.
+    pub(super) primed: bool,
 }
 
 /// Counts one more record of the open transaction in the tracker and the failover memory;

@@ -9,14 +9,14 @@ use tokio::sync::mpsc;
 use super::{
     checkpoints,
     delivery::delivered,
-    state::{State, confirm},
+    state::{Committing, State, confirm},
 };
 use crate::{
     config::Config,
     error::{RelayError, Transient},
     events::{KAFKA_TRANSACTION_ABORT_FAILED, KAFKA_TRANSACTION_ABORTED, KAFKA_TRANSACTION_ENDED},
     metrics as m,
-    sink::{CommitEnded, Delivered, KafkaSink, RunningCommit},
+    sink::{CommitEnded, Delivered, KafkaSink},
     source::Session,
 };
 
@@ -109,15 +109,6 @@ pub(super) async fn settle_running(
     let ended_as = running.commit.ended().await;
     let running = st.committing.take().expect("awaited just now");
     settle(sink, client, st, reports, running, ended_as).await
-}
-
-/// A commit sent and not yet answered ([`KafkaSink::commit_start`]).
-pub(super) struct Committing {
-    pub(super) commit: RunningCommit,
-    covered: Option<Lsn>,
-    started: Instant,
-    handed: Duration,
-    flushed: Duration,
 }
 
 /// The running commit ended (`ended`, from [`RunningCommit::ended`]): on success its records
