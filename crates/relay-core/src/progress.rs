@@ -18,6 +18,8 @@
 //!   ([`Progress::with_checkpoints`]): confirmation is further capped at the covered LSN of the
 //!   last checkpoint committed in Kafka (or verified by the skip after a start), so a restart
 //!   can always tell from Kafka alone what it holds.
+//! - **A checkpoint names only what a start may skip** ([`Progress::checkpoint_to_write`]): none
+//!   before the skip after a start is verified, and none covering an open transaction.
 //! - **Read only within the in-flight limits** ([`Progress::can_read`]): records and payload
 //!   bytes handed to Kafka and not acknowledged stay below the configured bounds.
 
@@ -55,6 +57,15 @@ pub struct Progress {
     checkpointed: Option<Lsn>,
     exactly_once: bool,
     kafka_txn_records: u64,
+    /// Checkpoints are written on this connection ([`with_checkpoints`](Self::with_checkpoints)).
+    checkpoints: bool,
+    /// The skip's end was handed to the rule ([`release_skip`](Self::release_skip)).
+    skip_released: bool,
+    /// Without Kafka transactions: the covered LSN of the last checkpoint written.
+    last_written: Lsn,
+    /// After a failed delivery: what was confirmable then, never exceeded again (a skip
+    /// released or a checkpoint committed later lifts no cap).
+    frozen: Option<Lsn>,
 }
 
 impl Progress {
@@ -75,6 +86,10 @@ impl Progress {
             checkpointed: None,
             exactly_once: false,
             kafka_txn_records: 0,
+            checkpoints: false,
+            skip_released: false,
+            last_written: start,
+            frozen: None,
         }
     }
 
@@ -84,6 +99,7 @@ impl Progress {
     pub fn with_checkpoints(mut self, exactly_once: bool) -> Self {
         self.checkpointed = Some(self.confirmed);
         self.exactly_once = exactly_once;
+        self.checkpoints = true;
         self
     }
 
@@ -188,6 +204,9 @@ impl Progress {
 
     /// A delivery failed: nothing more is ever confirmed on this connection.
     pub fn fail(&mut self) {
+        if self.frozen.is_none() {
+            self.frozen = Some(self.confirmable());
+        }
         self.tracker.fail();
     }
 
@@ -237,10 +256,10 @@ impl Progress {
             .into_iter()
             .flatten()
             .fold(self.tracker.watermark(), Lsn::min);
-        match self.checkpointed {
-            Some(c) => w.min(c),
-            None => w,
-        }
+        [self.checkpointed, self.frozen]
+            .into_iter()
+            .flatten()
+            .fold(w, Lsn::min)
     }
 
     /// The LSN to confirm if it moved since the last call; it is then the confirmed LSN.
@@ -278,5 +297,8 @@ impl Progress {
     }
 }
 
+mod gate;
 #[cfg(test)]
 mod tests;
+
+pub use gate::CheckpointAt;

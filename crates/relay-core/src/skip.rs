@@ -54,6 +54,18 @@ enum InTxn {
     Publish,
 }
 
+/// Where the skip stands, for the progress rule's gates ([`crate::progress::Progress`]): a
+/// plain value, so that the rule is tested without a checkpoint to skip by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SkipStatus {
+    /// [`Skip::is_verified`].
+    pub verified: bool,
+    /// [`Skip::is_done`].
+    pub done: bool,
+    /// [`Skip::covered`].
+    pub covered: Lsn,
+}
+
 /// The skip of one connection.
 #[derive(Debug, Clone)]
 pub struct Skip {
@@ -111,6 +123,15 @@ impl Skip {
 
     pub fn covered(&self) -> Lsn {
         self.covered
+    }
+
+    /// [`SkipStatus`] now.
+    pub fn status(&self) -> SkipStatus {
+        SkipStatus {
+            verified: self.met,
+            done: self.done,
+            covered: self.covered,
+        }
     }
 
     /// A transaction committed at `commit_lsn` begins.

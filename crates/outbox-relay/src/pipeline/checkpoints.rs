@@ -2,10 +2,9 @@
 //! which sets up the skip; then the checkpoint that ends every Kafka transaction, and, without
 //! transactions, the one written after the acknowledgements it describes.
 //!
-//! Invariant: a checkpoint is written only once the skip is verified
-//! ([`relay_core::skip::Skip::is_verified`]): before that, the acknowledged prefix includes
-//! skipped changes that a changed history may not have, and a checkpoint covering them would
-//! hide the change from the next start.
+//! When a checkpoint may be written, and what it covers, is the progress rule's
+//! ([`relay_core::progress::Progress::checkpoint_to_write`]: never before the skip is
+//! verified); this module writes it.
 //!
 //! With transactions, a Kafka transaction that carries records opens with a copy of the
 //! previous checkpoint ([`prime`]), so that the checkpoint partition is already part of the
@@ -17,6 +16,7 @@
 use relay_core::{
     Lsn,
     checkpoint::{ChangeRef, Trail},
+    progress::CheckpointAt,
     skip::Skip,
     timeline::{History, follow},
 };
@@ -135,7 +135,9 @@ pub(super) async fn start(
 }
 
 /// Puts the checkpoint covering `covered` into the open Kafka transaction (or, without
-/// transactions, sends it). `None`: no checkpoint now (none configured, skip not verified).
+/// transactions, sends it); the progress rule decided that one is due
+/// ([`relay_core::progress::Progress::checkpoint_to_write`]). `None`: no checkpoints on this
+/// connection.
 pub(super) async fn write(
     cfg: &Config,
     sink: &KafkaSink,
@@ -145,9 +147,6 @@ pub(super) async fn write(
     let Some(id) = st.checkpoints.as_ref() else {
         return Ok(None);
     };
-    if !st.skip.is_verified() {
-        return Ok(None);
-    }
     let last = if st.transactional {
         st.trail.latest()
     } else {
@@ -193,13 +192,15 @@ pub(super) async fn write_acknowledged(cfg: &Config, sink: &KafkaSink, st: &mut 
             "{CHECKPOINT_WRITE_FAILED}: more events are sent again after a PostgreSQL crash"
         );
     }
-    let covered = st.progress.checkpoint_position();
-    if covered <= st.last_checkpoint {
+    let Some(covered) = st
+        .progress
+        .checkpoint_to_write(st.skip.status(), CheckpointAt::Acknowledged)
+    else {
         return false;
-    }
+    };
     match write(cfg, sink, st, covered).await {
         Ok(Some(c)) => {
-            st.last_checkpoint = c;
+            st.progress.checkpoint_written(c);
             metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => "written").increment(1);
             true
         }

@@ -46,7 +46,7 @@ pub(super) async fn drain(
             }
         }
     }
-    if st.progress.kafka_commit_pending() || st.committing.is_some() {
+    if st.progress.kafka_commit_pending() || st.progress.kafka_committing() {
         // Commit what was acknowledged, within the shutdown timeout; if that fails it stays
         // unconfirmed and is sent again. A commit still running is waited for first, the
         // last one too.

@@ -102,9 +102,9 @@ pub(super) async fn on_message(
         // checkpoint trail do not see: after a slot rewind it may be dead-lettered again.
         RoutedMessage::Poison(p) => {
             let dlq = dead_letter_or_halt(st, &p, pos)?;
-            st.progress.begin(lsn, pos.commit_time_unix_us)?;
+            st.progress.begin_alone(lsn, pos.commit_time_unix_us)?;
             produce(sink, st, dlq, pos, &p.routed).await?;
-            st.progress.commit(lsn, lsn)?;
+            st.progress.end_alone(lsn)?;
             confirm(client, st);
         }
     }

@@ -151,12 +151,10 @@ pub(crate) async fn stream(
         transactional,
         exactly_once,
         skip: begun.skip,
-        skip_released: false,
         skipped: 0,
         change_index: 0,
         checkpoints: begun.checkpoints,
         trail: begun.trail,
-        last_checkpoint: begun.start,
         acks: AckMetrics::new(),
         primer: None,
         committing: None,
@@ -259,7 +257,7 @@ async fn run_loop(
             }
             // A quiet commit waits for the running one to settle (the branch below) rather
             // than blocking the loop on it.
-            _ = sleep_until_some(quiet_commit_at), if quiet_commit_at.is_some() && st.committing.is_none() => {
+            _ = sleep_until_some(quiet_commit_at), if quiet_commit_at.is_some() && !st.progress.kafka_committing() => {
                 (last_commit, quiet_commit_at) = (Some(Instant::now()), None);
                 if st.progress.kafka_commit_pending()
                     && !commit_unless(cfg, sink, client, st, reports, shutdown, paused, release_after).await?
@@ -289,10 +287,7 @@ async fn run_loop(
                         if checkpoints::write_acknowledged(cfg, sink, st).await {
                             last_checkpoint = Some(Instant::now());
                         }
-                    } else if st.progress.checkpoint_due() && !st.progress.kafka_commit_pending()
-                        && st.committing.is_none()
-                        && st.skip.is_verified()
-                    {
+                    } else if st.progress.idle_checkpoint_due(st.skip.status()) {
                         // Exactly-once and idle: a checkpoint-only transaction lets the
                         // stream's progress be confirmed.
                         last_checkpoint = Some(Instant::now());
@@ -380,7 +375,7 @@ async fn run_loop(
                     match last_commit.map(|t| t + commit_gap).filter(|at| *at > Instant::now()) {
                         Some(at) => quiet_commit_at = Some(at.into()),
                         // Once the running commit settled.
-                        None if st.committing.is_some() => {
+                        None if st.progress.kafka_committing() => {
                             quiet_commit_at = Some(tokio::time::Instant::now());
                         }
                         None => {

@@ -92,7 +92,10 @@ pub(super) async fn published(
     if st.checkpoints.is_some() {
         st.trail.published(pos.commit_lsn, index, fingerprint);
     }
-    if st.transactional && st.progress.kafka_txn_records() >= cfg.kafka.max_transaction_records {
+    if st
+        .progress
+        .kafka_transaction_full(cfg.kafka.max_transaction_records)
+    {
         commit(cfg, sink, client, st, reports).await?;
     }
     Ok(())

@@ -52,8 +52,6 @@ pub(super) struct State<'a> {
     pub(super) exactly_once: bool,
     /// What Kafka already holds after the start ([`relay_core::skip`]).
     pub(super) skip: Skip,
-    /// The skip's end was handed to the progress rule.
-    pub(super) skip_released: bool,
     pub(super) skipped: u64,
     /// The change index of the next change of the open transaction.
     pub(super) change_index: u64,
@@ -61,8 +59,6 @@ pub(super) struct State<'a> {
     /// trail's last change.
     pub(super) checkpoints: Option<Identity>,
     pub(super) trail: Trail,
-    /// Outside transactions: the covered LSN of the last checkpoint written.
-    pub(super) last_checkpoint: Lsn,
     /// With transactions: the last checkpoint put into a Kafka transaction, repeated as the
     /// first record of the next one that carries records ([`super::checkpoints::prime`]).
     pub(super) primer: Option<Primer>,
@@ -124,11 +120,9 @@ pub(super) fn contradicted(st: &State<'_>, e: relay_core::skip::HistoryChanged) 
 
 /// Hands the watermark to the replication client, which sends it with its next status update.
 pub(super) fn confirm(client: &impl Session, st: &mut State<'_>) {
-    if !st.skip_released && st.skip.is_done() {
-        st.skip_released = true;
-        st.progress.skip_done(st.skip.covered());
+    if let Some(covered) = st.progress.release_skip(st.skip.status()) {
         tracing::info!(
-            skipped = st.skipped, covered = %st.skip.covered(),
+            skipped = st.skipped, covered = %covered,
             "{CHECKPOINT_SKIP_DONE}: every later change is published"
         );
     }

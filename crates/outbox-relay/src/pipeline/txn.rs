@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use relay_core::Lsn;
+use relay_core::{Lsn, progress::CheckpointAt};
 use tokio::sync::mpsc;
 
 use super::{
@@ -42,8 +42,12 @@ pub(super) async fn commit(
         while let Ok(d) = reports.try_recv() {
             delivered(sink, st, reports, d).await?;
         }
-        let position = st.progress.checkpoint_position_handed();
-        covered = checkpoints::write(cfg, sink, st, position).await?;
+        if let Some(position) = st
+            .progress
+            .checkpoint_to_write(st.skip.status(), CheckpointAt::KafkaCommit)
+        {
+            covered = checkpoints::write(cfg, sink, st, position).await?;
+        }
     }
     let handed = started.elapsed();
     let timeout = transaction_timeout(cfg);

@@ -1,9 +1,12 @@
 //! The progress rule under random interleavings of begin / record / commit / keepalive / ack /
-//! Kafka commit / failed delivery, checked against a model of what Kafka holds.
+//! Kafka commit / failed delivery / skip progress / checkpoints, checked against a model of what
+//! Kafka holds: in every mode (at-least-once with and without checkpoints, Kafka transactions,
+//! exactly-once with its checkpoint cap and idle checkpoints).
 
 use proptest::prelude::*;
 
 use super::*;
+use crate::skip::SkipStatus;
 
 const LIMITS: Limits = Limits {
     records: 1_000,
@@ -26,6 +29,17 @@ enum Op {
     /// The commit sent by `KafkaCommitStart` succeeded.
     KafkaCommitSettle,
     Fail,
+    /// The skip after the start met the checkpoint's change (verified).
+    SkipVerified,
+    /// The skip is over (after it was verified).
+    SkipDone,
+    /// The loop's tick: an idle checkpoint-only Kafka transaction if the rule says one is due
+    /// (exactly-once), committed at once.
+    IdleTick,
+    /// Without transactions: the checkpoint of the acknowledged prefix, if the rule allows one.
+    AckCheckpoint,
+    /// A record outside any transaction (a non-transactional message's dead-letter record).
+    Alone,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -39,6 +53,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::KafkaCommitStart),
         1 => Just(Op::KafkaCommitSettle),
         1 => prop::bool::weighted(0.1).prop_map(|f| if f { Op::Fail } else { Op::Keepalive }),
+        1 => Just(Op::SkipVerified),
+        1 => Just(Op::SkipDone),
+        1 => Just(Op::IdleTick),
+        1 => Just(Op::AckCheckpoint),
+        1 => Just(Op::Alone),
     ]
 }
 
@@ -66,7 +85,29 @@ struct Model {
     ktxn: usize,
     /// The Kafka transaction whose commit runs.
     committing: Option<usize>,
+    /// Records handed to the open Kafka transaction.
+    ktxn_records: u64,
+    /// The covered LSN of the checkpoint in the transaction whose commit runs.
+    committing_checkpoint: Option<Lsn>,
+    /// The highest covered LSN of a committed checkpoint (or of the verified start).
+    checkpoint_cover: Lsn,
+    /// Without transactions: the last checkpoint written.
+    last_written: Option<Lsn>,
 }
+
+/// How the relay runs: Kafka transactions or not; checkpoints (and exactly-once) or not.
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    transactional: bool,
+    checkpoints: bool,
+    exactly_once: bool,
+}
+
+const AT_LEAST_ONCE: Mode = Mode {
+    transactional: false,
+    checkpoints: false,
+    exactly_once: false,
+};
 
 impl Model {
     /// The highest LSN that is safe to confirm: below the commit LSN of the first transaction
@@ -83,13 +124,32 @@ impl Model {
     }
 }
 
-fn run(ops: &[Op], transactional: bool) -> Result<(), TestCaseError> {
+fn run(ops: &[Op], mode: Mode) -> Result<(), TestCaseError> {
+    let transactional = mode.transactional;
     let start = Lsn(1_000);
     let mut p = Progress::new(start, LIMITS, transactional);
+    // The checkpoint found at the start covers the slot's start: the skip has nothing to skip
+    // but must still be verified and over before anything is confirmed.
+    let mut skip = if mode.checkpoints {
+        p = p.with_checkpoints(mode.exactly_once);
+        SkipStatus {
+            verified: false,
+            done: false,
+            covered: start,
+        }
+    } else {
+        SkipStatus {
+            verified: true,
+            done: true,
+            covered: Lsn::ZERO,
+        }
+    };
     let mut m = Model {
         lsn: start.0,
+        checkpoint_cover: start,
         ..Default::default()
     };
+    let mut released = false;
     let mut last_confirmed = start;
     let mut confirmed_at_failure = None;
     for op in ops {
@@ -103,6 +163,7 @@ fn run(ops: &[Op], transactional: bool) -> Result<(), TestCaseError> {
             Op::Record if m.open => {
                 let tx = p.record().unwrap();
                 p.handed(10);
+                m.ktxn_records += 1;
                 m.recs.push(Rec {
                     tx,
                     txn: m.txns.len() - 1,
@@ -119,6 +180,23 @@ fn run(ops: &[Op], transactional: bool) -> Result<(), TestCaseError> {
                 m.lsn = e.0;
                 m.open = false;
             }
+            Op::Alone if !m.open => {
+                m.lsn += 1;
+                let lsn = Lsn(m.lsn);
+                p.begin_alone(lsn, 0).unwrap();
+                let tx = p.record().unwrap();
+                p.handed(10);
+                p.end_alone(lsn).unwrap();
+                m.ktxn_records += 1;
+                m.txns.push((lsn, Some(lsn)));
+                m.recs.push(Rec {
+                    tx,
+                    txn: m.txns.len() - 1,
+                    acked: false,
+                    committed: false,
+                    ktxn: m.ktxn,
+                });
+            }
             Op::Keepalive if !m.open => {
                 m.lsn += 1;
                 p.keepalive(Lsn(m.lsn));
@@ -131,19 +209,20 @@ fn run(ops: &[Op], transactional: bool) -> Result<(), TestCaseError> {
                 }
             }
             Op::KafkaCommitStart if transactional && !m.failed && m.committing.is_none() => {
-                let h = p.checkpoint_position_handed();
-                if let Some((commit, None)) = m.txns.last() {
-                    prop_assert!(h < *commit, "covers the open transaction {commit}: {h}");
-                }
+                let h = kafka_checkpoint(&p, skip, &m, mode)?;
                 // The commit flushes the open transaction's records first.
                 for r in m.recs.iter_mut().filter(|r| !r.acked && r.ktxn == m.ktxn) {
                     p.ack(r.tx, 10).unwrap();
                     r.acked = true;
                 }
-                prop_assert!(p.checkpoint_position() >= h, "the flush acknowledged {h}");
+                if let Some(h) = h {
+                    prop_assert!(p.checkpoint_position() >= h, "the flush acknowledged {h}");
+                }
                 p.kafka_commit_started();
                 m.committing = Some(m.ktxn);
+                m.committing_checkpoint = h;
                 m.ktxn += 1;
+                m.ktxn_records = 0;
             }
             Op::KafkaCommitSettle if !m.failed && m.committing.is_some() => {
                 let k = m.committing.take();
@@ -151,28 +230,58 @@ fn run(ops: &[Op], transactional: bool) -> Result<(), TestCaseError> {
                 for r in m.recs.iter_mut().filter(|r| Some(r.ktxn) == k) {
                     r.committed = true;
                 }
+                if let Some(c) = m.committing_checkpoint.take() {
+                    p.checkpoint_committed(c);
+                    m.checkpoint_cover = m.checkpoint_cover.max(c);
+                }
             }
             Op::KafkaCommit if !m.failed && m.committing.is_none() => {
-                // The checkpoint ending the transaction is written before its acks: it covers
-                // every closed source transaction, never an open one, and exactly what the acks
-                // then make the acknowledged prefix.
-                let handed = transactional.then(|| p.checkpoint_position_handed());
-                if let (Some(h), Some((commit, None))) = (handed, m.txns.last()) {
-                    prop_assert!(h < *commit, "covers the open transaction {commit}: {h}");
-                }
-                for r in m.recs.iter_mut().filter(|r| !r.acked) {
-                    p.ack(r.tx, 10).unwrap();
-                    r.acked = true;
-                }
-                if let Some(h) = handed {
-                    prop_assert_eq!(p.checkpoint_position(), h);
-                }
-                p.kafka_committed();
-                for r in &mut m.recs {
-                    r.committed = true;
-                }
-                m.ktxn += 1;
+                kafka_commit(&mut p, skip, &mut m, mode)?;
             }
+            Op::IdleTick if !m.failed => {
+                if !p.idle_checkpoint_due(skip) {
+                    continue;
+                }
+                prop_assert!(mode.exactly_once && skip.verified);
+                prop_assert!(
+                    m.committing.is_none(),
+                    "an idle checkpoint while a commit runs"
+                );
+                prop_assert!(
+                    m.recs.iter().filter(|r| r.ktxn == m.ktxn).count() == 0,
+                    "an idle checkpoint in a transaction that holds records"
+                );
+                let before = p.checkpoint_position();
+                prop_assert!(before > m.checkpoint_cover, "due without progress");
+                kafka_commit(&mut p, skip, &mut m, mode)?;
+                prop_assert!(
+                    m.checkpoint_cover >= before,
+                    "the idle checkpoint covers the stream"
+                );
+            }
+            Op::AckCheckpoint => {
+                let Some(c) = p.checkpoint_to_write(skip, CheckpointAt::Acknowledged) else {
+                    continue;
+                };
+                prop_assert!(skip.verified, "a checkpoint before the skip was verified");
+                prop_assert!(
+                    !transactional,
+                    "an acknowledged checkpoint outside a commit"
+                );
+                prop_assert!(
+                    m.last_written.is_none_or(|l| c > l),
+                    "checkpoints move forward"
+                );
+                prop_assert!(
+                    c <= m.bound(false),
+                    "checkpoint {c} past what Kafka acknowledged ({})",
+                    m.bound(false)
+                );
+                p.checkpoint_written(c);
+                m.last_written = Some(c);
+            }
+            Op::SkipVerified => skip.verified = true,
+            Op::SkipDone if skip.verified => skip.done = true,
             Op::Fail => {
                 p.fail();
                 m.failed = true;
@@ -180,15 +289,46 @@ fn run(ops: &[Op], transactional: bool) -> Result<(), TestCaseError> {
             }
             _ => continue,
         }
+        // What the loop does after every event: release the skip, confirm.
+        if let Some(covered) = p.release_skip(skip) {
+            prop_assert!(!released && skip.done, "released twice or early");
+            prop_assert_eq!(covered, skip.covered);
+            released = true;
+        }
         if let Some(c) = p.take_confirmation() {
             prop_assert!(c > last_confirmed, "confirmations only move forward");
             last_confirmed = c;
         }
         let c = p.confirmable();
+        let bound = m.bound(transactional);
         prop_assert!(
-            c <= m.bound(transactional),
-            "confirmable {c} past what Kafka durably holds ({}) after {op:?}",
-            m.bound(transactional)
+            c <= bound,
+            "confirmable {c} past what Kafka durably holds ({bound}) after {op:?}"
+        );
+        // Before the skip is over nothing is confirmed, except, in exactly-once mode, what a
+        // checkpoint committed on this connection covers: an idle checkpoint may be written
+        // once the skip is verified (the stream met the checkpoint's change), and it covers
+        // only what Kafka holds.
+        if mode.checkpoints && !mode.exactly_once && !released {
+            prop_assert!(c <= start, "confirmable {c} before the skip was over");
+        }
+        if mode.exactly_once {
+            prop_assert!(
+                c <= m.checkpoint_cover,
+                "confirmable {c} past the last committed checkpoint ({})",
+                m.checkpoint_cover
+            );
+        }
+        if !skip.verified {
+            prop_assert_eq!(
+                p.checkpoint_to_write(skip, CheckpointAt::Acknowledged),
+                None
+            );
+            prop_assert_eq!(p.checkpoint_to_write(skip, CheckpointAt::KafkaCommit), None);
+        }
+        prop_assert_eq!(
+            p.kafka_transaction_full(3),
+            transactional && m.ktxn_records >= 3
         );
         if let Some(at) = confirmed_at_failure {
             prop_assert!(c <= at, "moved after a failed delivery");
@@ -196,19 +336,104 @@ fn run(ops: &[Op], transactional: bool) -> Result<(), TestCaseError> {
         prop_assert!(p.can_read() == (p.outstanding_records() < LIMITS.records));
     }
     // Liveness: once everything is acknowledged and committed, the last committed transaction
-    // is confirmable (unless a delivery failed).
+    // is confirmable (unless a delivery failed); in exactly-once mode once the skip is over and
+    // a checkpoint ends the last Kafka transaction.
     if !m.failed && !m.open {
         for r in m.recs.iter_mut().filter(|r| !r.acked) {
             p.ack(r.tx, 10).unwrap();
+            r.acked = true;
         }
         if m.committing.is_some() {
             p.kafka_commit_settled();
+            if let Some(c) = m.committing_checkpoint.take() {
+                p.checkpoint_committed(c);
+            }
         }
-        p.kafka_committed();
+        skip.verified = true;
+        skip.done = true;
+        p.release_skip(skip);
+        m.committing = None;
+        if transactional {
+            kafka_commit(&mut p, skip, &mut m, mode)?;
+        } else {
+            p.kafka_committed();
+        }
         if let Some((_, Some(end))) = m.txns.last() {
-            prop_assert!(p.confirmable() >= *end);
+            prop_assert!(p.confirmable() >= *end, "{} < {end}", p.confirmable());
         }
+        if mode.exactly_once && p.idle_checkpoint_due(skip) {
+            kafka_commit(&mut p, skip, &mut m, mode)?;
+        }
+        prop_assert!(
+            !p.idle_checkpoint_due(skip),
+            "still due after an idle checkpoint"
+        );
+        prop_assert_eq!(
+            p.confirmable(),
+            p.checkpoint_position(),
+            "everything confirmable"
+        );
     }
+    Ok(())
+}
+
+/// With transactions: the checkpoint the rule puts into the open Kafka transaction before its
+/// commit, checked: it covers no open source transaction, and none before the skip is verified.
+fn kafka_checkpoint(
+    p: &Progress,
+    skip: SkipStatus,
+    m: &Model,
+    mode: Mode,
+) -> Result<Option<Lsn>, TestCaseError> {
+    let h = p.checkpoint_to_write(skip, CheckpointAt::KafkaCommit);
+    prop_assert_eq!(h.is_some(), mode.checkpoints && skip.verified);
+    if let (Some(h), Some((commit, None))) = (h, m.txns.last()) {
+        prop_assert!(h < *commit, "covers the open transaction {commit}: {h}");
+    }
+    // Without checkpoints the handed position is still never past an open transaction.
+    let handed = p.checkpoint_position_handed();
+    if let Some((commit, None)) = m.txns.last() {
+        prop_assert!(
+            handed < *commit,
+            "covers the open transaction {commit}: {handed}"
+        );
+    }
+    Ok(h)
+}
+
+/// A Kafka commit that waits for its answer: every record acknowledged, the checkpoint (if
+/// any) committed with it.
+fn kafka_commit(
+    p: &mut Progress,
+    skip: SkipStatus,
+    m: &mut Model,
+    mode: Mode,
+) -> Result<(), TestCaseError> {
+    // The checkpoint ending the transaction is written before its acks: it covers every closed
+    // source transaction, never an open one, and exactly what the acks then make the
+    // acknowledged prefix.
+    let h = if mode.transactional {
+        kafka_checkpoint(p, skip, m, mode)?
+    } else {
+        None
+    };
+    for r in m.recs.iter_mut().filter(|r| !r.acked) {
+        p.ack(r.tx, 10).unwrap();
+        r.acked = true;
+    }
+    if let Some(h) = h {
+        prop_assert_eq!(p.checkpoint_position(), h);
+    }
+    p.kafka_committed();
+    for r in &mut m.recs {
+        r.committed = true;
+    }
+    if let Some(c) = h {
+        p.checkpoint_committed(c);
+        m.checkpoint_cover = m.checkpoint_cover.max(c);
+    }
+    m.ktxn += 1;
+    m.ktxn_records = 0;
     Ok(())
 }
 
@@ -217,14 +442,28 @@ proptest! {
 
     #[test]
     fn never_confirms_what_kafka_does_not_hold(ops in prop::collection::vec(op(), 0..120)) {
-        run(&ops, false)?;
+        run(&ops, AT_LEAST_ONCE)?;
     }
 
     #[test]
     fn with_kafka_transactions_never_confirms_an_uncommitted_record(
         ops in prop::collection::vec(op(), 0..120)
     ) {
-        run(&ops, true)?;
+        run(&ops, Mode { transactional: true, ..AT_LEAST_ONCE })?;
+    }
+
+    #[test]
+    fn at_least_once_checkpoints_follow_the_acknowledgements_after_a_verified_skip(
+        ops in prop::collection::vec(op(), 0..120)
+    ) {
+        run(&ops, Mode { checkpoints: true, ..AT_LEAST_ONCE })?;
+    }
+
+    #[test]
+    fn exactly_once_confirms_only_what_a_committed_checkpoint_covers(
+        ops in prop::collection::vec(op(), 0..120)
+    ) {
+        run(&ops, Mode { transactional: true, checkpoints: true, exactly_once: true })?;
     }
 }
 
