@@ -129,7 +129,7 @@ async fn ensure_topic(cfg: &Config) -> Result<(), RelayError> {
     let timeout = Duration::from_millis(cfg.kafka.connect_timeout_ms);
     let admin: AdminClient<Quiet> = client_config(&cfg.kafka)?
         .create_with_context(Quiet)
-        .map_err(|e| Definite::KafkaSetup(e.to_string()))?;
+        .map_err(Definite::kafka_setup_by)?;
     let opts = AdminOptions::new().request_timeout(Some(timeout));
     let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
     let created = admin
@@ -207,7 +207,7 @@ pub(crate) async fn read_latest(
     let limit = Duration::from_millis(cfg.kafka.connect_timeout_ms) + Duration::from_secs(70);
     tokio::task::spawn_blocking(move || read_blocking(c, &topic, &key, limit))
         .await
-        .map_err(|e| Transient::Checkpoint(e.to_string()))?
+        .map_err(Transient::checkpoint_by)?
 }
 
 /// The broker does not know the (new) topic or its partition yet.
@@ -230,11 +230,14 @@ fn read_blocking(
     limit: Duration,
 ) -> Result<Option<Checkpoint>, RelayError> {
     let failed = |what: &str, e: KafkaError| {
-        RelayError::from(Transient::Checkpoint(format!("{what} {topic}: {e}")))
+        RelayError::from(Transient::checkpoint_with(
+            format!("{what} {topic}: {e}"),
+            e,
+        ))
     };
     let consumer: BaseConsumer<Quiet> = c
         .create_with_context(Quiet)
-        .map_err(|e| Definite::KafkaSetup(e.to_string()))?;
+        .map_err(Definite::kafka_setup_by)?;
     // Right after the relay created the topic its partition may not be in the broker's metadata
     // yet (seen in CI under load: UnknownPartition): wait for it, briefly.
     let started = Instant::now();
@@ -258,7 +261,7 @@ fn read_blocking(
     let mut position = low;
     while position < high {
         if Instant::now() > deadline {
-            return Err(Transient::Checkpoint(format!(
+            return Err(Transient::checkpoint(format!(
                 "reading {topic} stopped at offset {position} of {high} for {limit:?}: a Kafka \
                  transaction there stays open"
             ))

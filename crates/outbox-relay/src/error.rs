@@ -12,6 +12,77 @@ use relay_core::{decode::DecodeError, watermark::FramingError};
 
 use crate::config::ConfigError;
 
+/// A client's error kept as the source of one of the relay's (librdkafka, pgwire-replication,
+/// a joined blocking task).
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Builds a variant `{ detail, source }`: from a message alone, or from the error that caused it
+/// (its text is the detail, the error itself the source).
+macro_rules! caused_by {
+    ($ty:ident :: $variant:ident, $text:ident, $by:ident, $with:ident) => {
+        impl $ty {
+            #[allow(dead_code)]
+            pub(crate) fn $text(detail: impl Into<String>) -> Self {
+                $ty::$variant {
+                    detail: detail.into(),
+                    source: None,
+                }
+            }
+
+            #[allow(dead_code)]
+            pub(crate) fn $by(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+                $ty::$variant {
+                    detail: source.to_string(),
+                    source: Some(Box::new(source)),
+                }
+            }
+
+            #[allow(dead_code)]
+            pub(crate) fn $with(
+                detail: impl Into<String>,
+                source: impl std::error::Error + Send + Sync + 'static,
+            ) -> Self {
+                $ty::$variant {
+                    detail: detail.into(),
+                    source: Some(Box::new(source)),
+                }
+            }
+        }
+    };
+}
+
+caused_by!(
+    Transient::Replication,
+    replication,
+    replication_by,
+    replication_with
+);
+caused_by!(Transient::ProducerFenced, fenced, fenced_by, fenced_with);
+caused_by!(
+    Transient::KafkaTransaction,
+    kafka_transaction,
+    kafka_transaction_by,
+    kafka_transaction_with
+);
+caused_by!(
+    Transient::Checkpoint,
+    checkpoint,
+    checkpoint_by,
+    checkpoint_with
+);
+caused_by!(
+    Definite::ReplicationRefused,
+    replication_refused,
+    replication_refused_by,
+    replication_refused_with
+);
+caused_by!(
+    Definite::KafkaSetup,
+    kafka_setup,
+    kafka_setup_by,
+    kafka_setup_with
+);
+
 /// An error of the relay: either kind, with the message the operator reads.
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
@@ -47,8 +118,12 @@ pub enum Transient {
     )]
     SlotBusy { slot: String, detail: String },
 
-    #[error("replication stream failed: {0}")]
-    Replication(String),
+    #[error("replication stream failed: {detail}")]
+    Replication {
+        detail: String,
+        #[source]
+        source: Option<BoxError>,
+    },
 
     /// Under `on_poison = "dead-letter"`: Kafka refused an event for good after it was sent;
     /// the pipeline restarts and sends it to the dead-letter topic in its place.
@@ -88,19 +163,28 @@ pub enum Transient {
 
     /// `kafka.transactional_id`: another instance acquired the slot and fenced this producer.
     #[error(
-        "another outbox-relay instance with the same kafka.transactional_id took over ({0}): \
+        "another outbox-relay instance with the same kafka.transactional_id took over ({}): \
          it holds the slot now, so this instance writes nothing more to Kafka; its unfinished \
-         Kafka transaction is aborted and nothing of it was confirmed. Waiting for the slot again"
+         Kafka transaction is aborted and nothing of it was confirmed. Waiting for the slot again",
+        detail
     )]
-    ProducerFenced(String),
+    ProducerFenced {
+        detail: String,
+        #[source]
+        source: Option<BoxError>,
+    },
 
     /// `kafka.transactional_id`: a Kafka transaction could not be started or committed.
     #[error(
-        "a Kafka transaction failed ({0}); nothing of it was confirmed and the relay restarts \
+        "a Kafka transaction failed ({detail}); nothing of it was confirmed and the relay restarts \
          from the last confirmed LSN. If it repeats, check that the principal may WRITE and \
          DESCRIBE the transactional id and that the brokers' transaction state log is healthy"
     )]
-    KafkaTransaction(String),
+    KafkaTransaction {
+        detail: String,
+        #[source]
+        source: Option<BoxError>,
+    },
 
     /// At-least-once mode: the stream does not continue what the checkpoint says; the relay
     /// starts again without skipping (never a loss; duplicates possible).
@@ -113,11 +197,15 @@ pub enum Transient {
 
     /// The checkpoint topic could not be read to its end.
     #[error(
-        "cannot read the checkpoint ({0}); nothing was streamed yet and the relay retries. If it \
+        "cannot read the checkpoint ({detail}); nothing was streamed yet and the relay retries. If it \
          repeats, check that the principal may READ and DESCRIBE kafka.checkpoint_topic \
          (docs/security.md)"
     )]
-    Checkpoint(String),
+    Checkpoint {
+        detail: String,
+        #[source]
+        source: Option<BoxError>,
+    },
 
     /// The slot monitor found the stream up and nothing moving for `alerts.stalled_secs`.
     #[error(
@@ -139,8 +227,12 @@ pub enum Definite {
     #[error("{0}")]
     Precondition(String),
 
-    #[error("replication stream refused: {0}")]
-    ReplicationRefused(String),
+    #[error("replication stream refused: {detail}")]
+    ReplicationRefused {
+        detail: String,
+        #[source]
+        source: Option<BoxError>,
+    },
 
     /// After a failover: the server at `target` does not have what this relay published.
     #[error(
@@ -191,8 +283,12 @@ pub enum Definite {
     #[error("the replication stream broke transaction framing: {0}")]
     Framing(#[source] FramingError),
 
-    #[error("cannot create the Kafka producer: {0}")]
-    KafkaSetup(String),
+    #[error("cannot create the Kafka producer: {detail}")]
+    KafkaSetup {
+        detail: String,
+        #[source]
+        source: Option<BoxError>,
+    },
 
     /// `kafka.transactional_id`: the brokers do not let the relay's principal use the id.
     #[error(
@@ -417,5 +513,40 @@ mod tests {
         let other =
             RelayError::from(Definite::Precondition("x".into())).refusing(change(None, false));
         assert_eq!(other.to_string(), "x");
+    }
+
+    /// The client's error that caused one of the relay's stays reachable through `source()`,
+    /// and the message reads as before (its text is the detail).
+    #[test]
+    fn errors_built_from_a_client_error_keep_it_as_their_source() {
+        use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+        use std::error::Error as _;
+
+        let kafka = KafkaError::MessageProduction(RDKafkaErrorCode::OperationTimedOut);
+        let text = kafka.to_string();
+        let e = RelayError::from(Transient::kafka_transaction_by(kafka));
+        assert!(
+            e.to_string()
+                .starts_with(&format!("a Kafka transaction failed ({text});"))
+        );
+        let source = e.source().expect("a source");
+        assert!(source.downcast_ref::<KafkaError>().is_some(), "{source:?}");
+
+        let setup = RelayError::from(Definite::kafka_setup_by(KafkaError::ClientCreation(
+            "bad".into(),
+        )));
+        assert!(
+            setup
+                .source()
+                .unwrap()
+                .downcast_ref::<KafkaError>()
+                .is_some()
+        );
+        // A message alone has no source.
+        assert!(
+            RelayError::from(Transient::replication("closed"))
+                .source()
+                .is_none()
+        );
     }
 }

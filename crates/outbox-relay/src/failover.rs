@@ -26,7 +26,7 @@ pub(crate) fn check_system(
     if let Some(expected) = expected
         && expected != system_id
     {
-        return Err(RelayError::from(Definite::ReplicationRefused(format!(
+        return Err(RelayError::from(Definite::replication_refused(format!(
             "{}:{} is PostgreSQL system {system_id}, but this relay streams from system \
              {expected}: a restored backup or another cluster answers at that address, and its \
              WAL positions name other transactions. Refusing to stream. If the cluster was \

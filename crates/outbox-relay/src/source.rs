@@ -171,7 +171,7 @@ async fn timeline_history(
         .await
         .map_err(|e| classify(e, cfg))?;
     relay_core::timeline::History::parse(timeline, &String::from_utf8_lossy(&file.content))
-        .map_err(|e| Definite::ReplicationRefused(e.to_string()).into())
+        .map_err(|e| Definite::replication_refused_by(e).into())
 }
 
 /// Sorts replication errors into "wait and retry" and "tell the operator".
@@ -204,10 +204,13 @@ pub(crate) fn classify_on(e: PgWireError, cfg: &Config, platform: Platform) -> R
             pg.user
         ))
         .into(),
-        "55000" => Definite::ReplicationRefused(format!(
-            "{text}; the slot can no longer be used (invalidated?); outbox-relay will not \
-             re-create it silently: see `outbox-relay setup --recreate-slot`"
-        ))
+        "55000" => Definite::replication_refused_with(
+            format!(
+                "{text}; the slot can no longer be used (invalidated?); outbox-relay will not \
+                 re-create it silently: see `outbox-relay setup --recreate-slot`"
+            ),
+            e,
+        )
         .into(),
         "42501" => Definite::Precondition(format!(
             "{text}: the server does not let role {:?} replicate: {} (docs/security.md, \
@@ -217,8 +220,8 @@ pub(crate) fn classify_on(e: PgWireError, cfg: &Config, platform: Platform) -> R
         ))
         .into(),
         _ if e.is_auth() || e.is_tls() || e.is_message_too_large() => {
-            RelayError::from(Definite::ReplicationRefused(text))
+            RelayError::from(Definite::replication_refused_by(e))
         }
-        _ => Transient::Replication(text).into(),
+        _ => Transient::replication_by(e).into(),
     }
 }

@@ -245,7 +245,7 @@ async fn identify(cfg: &Config) -> Result<(String, u32), RelayError> {
     client.abort();
     let id = id.map_err(|e| classify(e, cfg))?;
     if id.system_id.is_empty() {
-        return Err(Transient::Replication("IDENTIFY_SYSTEM returned no system id".into()).into());
+        return Err(Transient::replication("IDENTIFY_SYSTEM returned no system id").into());
     }
     Ok((id.system_id, id.timeline))
 }

@@ -32,13 +32,11 @@ pub(super) async fn read_all(cfg: &Config, topic: &str) -> Result<Vec<Entry>, Re
     let topic = topic.to_string();
     let timeout = Duration::from_millis(cfg.kafka.connect_timeout_ms);
     tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = c
-            .create()
-            .map_err(|e| Definite::KafkaSetup(e.to_string()))?;
+        let consumer: BaseConsumer = c.create().map_err(Definite::kafka_setup_by)?;
         read_blocking(&consumer, &topic, timeout)
     })
     .await
-    .map_err(|e| Transient::Checkpoint(e.to_string()))?
+    .map_err(Transient::checkpoint_by)?
 }
 
 fn read_blocking(
@@ -47,7 +45,7 @@ fn read_blocking(
     timeout: Duration,
 ) -> Result<Vec<Entry>, RelayError> {
     let failed = |what: &str, e: KafkaError| {
-        RelayError::from(Transient::Checkpoint(format!(
+        RelayError::from(Transient::checkpoint(format!(
             "{what} Connect's offsets topic {topic}: {e}"
         )))
     };
@@ -82,7 +80,7 @@ fn read_blocking(
         let mut position = low;
         while position < high {
             if Instant::now() > deadline {
-                return Err(Transient::Checkpoint(format!(
+                return Err(Transient::checkpoint(format!(
                     "reading Connect's offsets topic {topic} stopped at offset {position} of \
                      {high} of partition {p}: a Kafka transaction there stays open"
                 ))
@@ -117,9 +115,7 @@ fn read_blocking(
 pub(super) async fn write(cfg: &Config, key: &str, value: &[u8]) -> Result<(), RelayError> {
     let mut c = client_config(&cfg.kafka)?;
     c.set("acks", "all");
-    let producer: FutureProducer = c
-        .create()
-        .map_err(|e| Definite::KafkaSetup(e.to_string()))?;
+    let producer: FutureProducer = c.create().map_err(Definite::kafka_setup_by)?;
     let timeout = Duration::from_millis(cfg.kafka.connect_timeout_ms);
     producer
         .send(

@@ -85,7 +85,7 @@ pub(super) fn on_delivery(st: &mut State<'_>, d: Delivered) -> Result<(), RelayE
 }
 
 pub(super) fn producer_gone() -> RelayError {
-    RelayError::from(Definite::KafkaSetup(
-        "the producer's delivery reports stopped".into(),
+    RelayError::from(Definite::kafka_setup(
+        "the producer's delivery reports stopped",
     ))
 }

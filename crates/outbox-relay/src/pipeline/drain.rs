@@ -58,7 +58,7 @@ pub(super) async fn drain(
         };
         let committed = tokio::time::timeout_at(deadline, last).await;
         if let Err(e) = committed
-            .map_err(|_| RelayError::from(Transient::KafkaTransaction("shutdown timeout".into())))
+            .map_err(|_| RelayError::from(Transient::kafka_transaction("shutdown timeout")))
             .and_then(|r| r)
         {
             tracing::warn!(error = %e, "{SHUTDOWN_COMMIT_FAILED}: the last Kafka transaction's events stay unconfirmed and will be sent again");

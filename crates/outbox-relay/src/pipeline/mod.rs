@@ -273,8 +273,7 @@ async fn run_loop(
                 // connection would go unnoticed: the slot may already be another instance's.
                 // Stop now; dropping the producer purges what it still holds.
                 if !can_read && !client.is_running() {
-                    return Err(RelayError::from(Transient::Replication(
-                        "the replication connection closed while the relay waited for Kafka".into(),
+                    return Err(RelayError::from(Transient::replication("the replication connection closed while the relay waited for Kafka",
                     )));
                 }
                 if let Some(e) = paused.and_then(|(since, _)| release_due(since, release_after)) {
@@ -342,7 +341,7 @@ async fn run_loop(
                                 None => return Ok(()),
                             }
                         }
-                        Ok(None) => return Err(RelayError::from(Transient::Replication("the server closed the replication stream".into()))),
+                        Ok(None) => return Err(RelayError::from(Transient::replication("the server closed the replication stream"))),
                         Err(e) => return Err(classify(e, cfg)),
                     }
                     handled += 1;

@@ -202,7 +202,10 @@ pub(super) fn transaction_timeout(cfg: &Config) -> Duration {
 /// were not confirmed and are sent again after a restart. A fenced producer has nothing to
 /// abort: the instance that fenced it did.
 pub(super) async fn abort_open_transaction(cfg: &Config, sink: &KafkaSink, cause: &RelayError) {
-    if matches!(cause, RelayError::Transient(Transient::ProducerFenced(_))) {
+    if matches!(
+        cause,
+        RelayError::Transient(Transient::ProducerFenced { .. })
+    ) {
         return;
     }
     let limit = cfg.shutdown_timeout().min(Duration::from_secs(10));

@@ -261,7 +261,7 @@ impl KafkaSink {
             }
             let producer: ThreadedProducer<SinkContext> = c
                 .create_with_context(context.clone())
-                .map_err(|e| Definite::KafkaSetup(e.to_string()))?;
+                .map_err(Definite::kafka_setup_by)?;
             producers.push(Arc::new(producer));
         }
         Ok((
@@ -297,7 +297,7 @@ impl KafkaSink {
                 .map(|m| m.brokers().len())
         })
         .await
-        .map_err(|e| Definite::KafkaSetup(e.to_string()))?;
+        .map_err(Definite::kafka_setup_by)?;
         match res {
             Ok(n) if n > 0 => Ok(()),
             Ok(_) => Err(self.unreachable("the cluster reported no brokers".into())),
@@ -489,9 +489,7 @@ impl KafkaSink {
             .iter()
             .find_map(|p| p.client().fatal_error())
             .map(|(code, reason)| match code {
-                c if is_fenced(c) => {
-                    Transient::ProducerFenced(format!("{code:?}: {reason}")).into()
-                }
+                c if is_fenced(c) => Transient::fenced(format!("{code:?}: {reason}")).into(),
                 _ => Transient::Delivery {
                     topic: "*".into(),
                     code: format!("{code:?}: {reason}"),
@@ -542,7 +540,7 @@ fn security_properties(cfg: &KafkaConfig, c: &mut ClientConfig) -> Result<(), Re
 pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
     let code = e.rdkafka_error_code();
     if code.is_some_and(is_fenced) {
-        return RelayError::from(Transient::ProducerFenced(format!("{e}")));
+        return RelayError::from(Transient::fenced_by(e.clone()));
     }
     let hint = match code {
         Some(RDKafkaErrorCode::MessageSizeTooLarge)

@@ -88,7 +88,7 @@ impl KafkaSink {
         // reordered events when Kafka came back). Ending here aborts this transaction and
         // restarts from the last confirmed LSN, as a single producer's timed-out commit does.
         if !self.reports_served(timeout).await && self.unreported() > 0 {
-            return Err(Transient::KafkaTransaction(format!(
+            return Err(Transient::kafka_transaction(format!(
                 "{} records of the transaction were not acknowledged within {} ms",
                 self.unreported(),
                 timeout.as_millis()
@@ -148,9 +148,9 @@ impl KafkaSink {
         joined: Result<rdkafka::error::KafkaResult<()>, tokio::task::JoinError>,
     ) -> Result<(), RelayError> {
         joined
-            .map_err(|e| Transient::KafkaTransaction(e.to_string()))?
+            .map_err(Transient::kafka_transaction_by)?
             .map_err(|e| match e.rdkafka_error_code() {
-                Some(c) if is_fenced(c) => Transient::ProducerFenced(e.to_string()).into(),
+                Some(c) if is_fenced(c) => Transient::fenced_by(e).into(),
                 Some(
                     RDKafkaErrorCode::TransactionalIdAuthorizationFailed
                     | RDKafkaErrorCode::ClusterAuthorizationFailed,
@@ -159,7 +159,7 @@ impl KafkaSink {
                     detail: e.to_string(),
                 }
                 .into(),
-                _ => RelayError::from(Transient::KafkaTransaction(e.to_string())),
+                _ => RelayError::from(Transient::kafka_transaction_by(e)),
             })
     }
 }
