@@ -1,13 +1,15 @@
 //! Graceful stop: read nothing more, wait (bounded by `relay.shutdown_timeout_ms`) for
 //! in-flight acknowledgements, commit and confirm what Kafka holds.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::sync::mpsc;
 
 use super::{
     checkpoints::write_acknowledged,
-    delivery::on_delivery,
+    delivery::delivered,
     state::{State, confirm},
     txn::{commit, settle_running},
 };
@@ -29,14 +31,14 @@ pub(super) async fn drain(
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
     interval: Duration,
 ) -> Result<(), RelayError> {
-    let deadline = tokio::time::Instant::now() + cfg.shutdown_timeout();
+    let deadline = Instant::now() + cfg.shutdown_timeout();
     tracing::info!(
         in_flight = st.progress.outstanding_records(),
         "{SHUTDOWN_DRAINING}"
     );
     while st.progress.outstanding_records() > 0 {
         tokio::select! {
-            Some(d) = reports.recv() => on_delivery(st, d)?,
+            Some(d) = reports.recv() => delivered(sink, st, reports, d).await?,
             _ = tokio::time::sleep_until(deadline) => {
                 tracing::warn!(
                     in_flight = st.progress.outstanding_records(),

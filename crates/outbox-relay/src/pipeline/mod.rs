@@ -31,7 +31,9 @@ mod txn;
 #[cfg(test)]
 mod tests;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::FutureExt as _;
 use relay_core::{
@@ -219,7 +221,7 @@ async fn run_loop(
     // brokers a round of transaction markers.
     let commit_gap = Duration::from_millis(cfg.kafka.commit_min_interval_ms);
     let mut last_commit: Option<Instant> = None;
-    let mut quiet_commit_at: Option<tokio::time::Instant> = None;
+    let mut quiet_commit_at: Option<Instant> = None;
     // Events handled since the stream last went quiet.
     let mut since_quiet = 0u32;
     let mut trickle = trickle::Trickle::default();
@@ -372,10 +374,10 @@ async fn run_loop(
                 // the commit runs, the next events pile up and go into the next transaction.
                 if quiet && st.progress.kafka_commit_pending() && quiet_commit_at.is_none() {
                     match last_commit.map(|t| t + commit_gap).filter(|at| *at > Instant::now()) {
-                        Some(at) => quiet_commit_at = Some(at.into()),
+                        Some(at) => quiet_commit_at = Some(at),
                         // Once the running commit settled.
                         None if st.progress.kafka_committing() => {
-                            quiet_commit_at = Some(tokio::time::Instant::now());
+                            quiet_commit_at = Some(Instant::now());
                         }
                         None => {
                             last_commit = Some(Instant::now());
@@ -403,7 +405,7 @@ async fn running_commit(committing: &mut Option<state::Committing>) -> crate::si
 }
 
 /// Waits until `at` (never, if `None`: the branch is disabled then anyway).
-async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+async fn sleep_until_some(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,

@@ -4,7 +4,9 @@
 //!
 //! Invariant: [`confirm`] hands PostgreSQL only [`Progress::take_confirmation`].
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 use relay_core::{
     Lsn,

@@ -37,6 +37,7 @@ use crate::{
     source::Session,
 };
 
+mod drain;
 mod refused;
 
 /// A replication session that plays `events`, then stays quiet; it records what the loop
@@ -222,7 +223,6 @@ impl Run {
         until: impl Fn(Lsn) -> bool,
         mut meanwhile: impl FnMut(Lsn),
     ) -> Result<(), RelayError> {
-        let exactly_once = checkpoints.is_some();
         let transactional = self.cfg.kafka.transactional_id.is_some();
         if transactional {
             self.sink
@@ -231,36 +231,7 @@ impl Run {
                 .unwrap();
         }
         let (mut refusals, mut published) = (Refusals::default(), Lsn::ZERO);
-        let limits = Limits {
-            records: 100,
-            bytes: 1 << 20,
-        };
-        let mut progress = Progress::new(Lsn::ZERO, limits, transactional);
-        if exactly_once {
-            progress = progress.with_checkpoints(true);
-        }
-        let mut st = State {
-            progress,
-            decoder: Decoder::new(&self.cfg.outbox, false),
-            messages: relay_core::route::MessageRoutes::new(&self.cfg.message, false),
-            txn: None,
-            policy: self.cfg.relay.on_poison,
-            dead_letter_topic: self.cfg.relay.dead_letter_topic.clone(),
-            only_source: super::state::only_source(&self.cfg),
-            refusals: &mut refusals,
-            published: &mut published,
-            memory: None,
-            transactional,
-            exactly_once,
-            skip: Skip::none(),
-            skipped: 0,
-            change_index: 0,
-            checkpoints,
-            trail: Trail::new(None),
-            acks: super::ack_metrics::AckMetrics::new(),
-            primer: None,
-            committing: None,
-        };
+        let mut st = state(&self.cfg, &mut refusals, &mut published, checkpoints);
         let mut session = Scripted {
             events: std::mem::take(&mut self.script),
             applied: self.applied.clone(),
@@ -285,6 +256,48 @@ impl Run {
             r = run_loop(&self.cfg, &self.sink, &mut session, &mut st, &mut self.reports, &mut shutdown) => r,
             _ = watcher => unreachable!(),
         }
+    }
+}
+
+/// The pipeline's state as `run_pipeline` builds it after a start without a checkpoint
+/// (`checkpoints`: exactly-once, under this identity).
+fn state<'a>(
+    cfg: &Config,
+    refusals: &'a mut Refusals,
+    published: &'a mut Lsn,
+    checkpoints: Option<Identity>,
+) -> State<'a> {
+    let exactly_once = checkpoints.is_some();
+    let transactional = cfg.kafka.transactional_id.is_some();
+    let limits = Limits {
+        records: 100,
+        bytes: 1 << 20,
+    };
+    let mut progress = Progress::new(Lsn::ZERO, limits, transactional);
+    if exactly_once {
+        progress = progress.with_checkpoints(true);
+    }
+    State {
+        progress,
+        decoder: Decoder::new(&cfg.outbox, false),
+        messages: relay_core::route::MessageRoutes::new(&cfg.message, false),
+        txn: None,
+        policy: cfg.relay.on_poison,
+        dead_letter_topic: cfg.relay.dead_letter_topic.clone(),
+        only_source: super::state::only_source(cfg),
+        refusals,
+        published,
+        memory: None,
+        transactional,
+        exactly_once,
+        skip: Skip::none(),
+        skipped: 0,
+        change_index: 0,
+        checkpoints,
+        trail: Trail::new(None),
+        acks: super::ack_metrics::AckMetrics::new(),
+        primer: None,
+        committing: None,
     }
 }
 

@@ -1,7 +1,9 @@
 //! Kafka transactions (`kafka.transactional_id`): commit, then confirm what they covered;
 //! abort the open one when the pipeline ends on an error.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use relay_core::{Lsn, progress::CheckpointAt};
 use tokio::sync::mpsc;
