@@ -32,7 +32,7 @@ use crate::{
         CHECKPOINT_WRITE_FAILED,
     },
     metrics as m,
-    sink::KafkaSink,
+    sink::Sink,
 };
 
 /// What the start found.
@@ -140,7 +140,7 @@ pub(super) async fn start(
 /// connection.
 pub(super) async fn write(
     cfg: &Config,
-    sink: &KafkaSink,
+    sink: &impl Sink,
     st: &mut State<'_>,
     covered: Lsn,
 ) -> Result<Option<Lsn>, RelayError> {
@@ -171,7 +171,7 @@ pub(super) async fn write(
 /// Before the first record of a Kafka transaction: puts a copy of the previous checkpoint into
 /// it (module comment). Nothing before the first checkpoint of this connection: the skip may
 /// not be verified yet.
-pub(super) async fn prime(sink: &KafkaSink, st: &mut State<'_>) -> Result<(), RelayError> {
+pub(super) async fn prime(sink: &impl Sink, st: &mut State<'_>) -> Result<(), RelayError> {
     let Some(p) = st.primer.as_mut().filter(|p| !p.primed) else {
         return Ok(());
     };
@@ -184,7 +184,7 @@ pub(super) async fn prime(sink: &KafkaSink, st: &mut State<'_>) -> Result<(), Re
 /// Without transactions (the caller calls it at most once per status interval): a checkpoint
 /// for the acknowledged prefix, if it moved. A failure is warned about and changes nothing
 /// else. `true`: one was handed to the producer.
-pub(super) async fn write_acknowledged(cfg: &Config, sink: &KafkaSink, st: &mut State<'_>) -> bool {
+pub(super) async fn write_acknowledged(cfg: &Config, sink: &impl Sink, st: &mut State<'_>) -> bool {
     if let Some(e) = sink.checkpoint_failure() {
         metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => "failed").increment(1);
         tracing::warn!(

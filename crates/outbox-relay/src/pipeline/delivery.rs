@@ -11,7 +11,7 @@ use crate::{
     config::PoisonPolicy,
     error::{Definite, RefusedChange, RelayError, Transient},
     metrics as m,
-    sink::{Delivered, KafkaSink, delivery_error},
+    sink::{Delivered, Sink, delivery_error},
 };
 
 /// One delivery report. With transactions a failed transaction purges every record it held:
@@ -19,7 +19,7 @@ use crate::{
 /// the coordinator refused) may come later. It is looked for among the rest before the
 /// pipeline stops, so that the poison policy acts on the record at fault.
 pub(super) async fn delivered(
-    sink: &KafkaSink,
+    sink: &impl Sink,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
     d: Delivered,

@@ -17,7 +17,7 @@ use crate::{
     config::Config,
     error::{RelayError, Transient},
     events::{SHUTDOWN_COMMIT_FAILED, SHUTDOWN_DRAINING, SHUTDOWN_TIMEOUT},
-    sink::{Delivered, KafkaSink},
+    sink::{Delivered, Sink},
     source::Session,
 };
 
@@ -25,7 +25,7 @@ use crate::{
 /// the final status update left before closing.
 pub(super) async fn drain(
     cfg: &Config,
-    sink: &KafkaSink,
+    sink: &impl Sink,
     client: &mut impl Session,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,

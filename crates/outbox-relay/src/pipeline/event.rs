@@ -21,13 +21,13 @@ use crate::{
     config::{Config, PoisonPolicy},
     error::{Definite, RelayError},
     events::{OUTBOX_DELETE_IGNORED, OUTBOX_TABLE_RENAMED, OUTBOX_UPDATE_IGNORED},
-    sink::{Delivered, KafkaSink},
+    sink::{Delivered, Sink},
     source::{PG_EPOCH_UNIX_US, Session},
 };
 
 pub(super) async fn on_event(
     cfg: &Config,
-    sink: &KafkaSink,
+    sink: &impl Sink,
     client: &impl Session,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,

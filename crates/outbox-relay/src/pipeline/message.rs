@@ -25,14 +25,14 @@ use crate::{
     error::{Definite, RelayError},
     events::LOGICAL_MESSAGE_IGNORED,
     metrics as m,
-    sink::{Delivered, KafkaSink},
+    sink::{Delivered, Sink},
     source::Session,
 };
 
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn on_message(
     cfg: &Config,
-    sink: &KafkaSink,
+    sink: &impl Sink,
     client: &impl Session,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,

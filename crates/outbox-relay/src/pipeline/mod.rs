@@ -48,7 +48,7 @@ use crate::{
     error::{Definite, RelayError, Transient},
     events::{KAFKA_PRODUCER_FENCED_OTHERS, SHUTDOWN_COMPLETE, STREAMING_STARTED},
     setup::SlotInfo,
-    sink::{Delivered, KafkaSink},
+    sink::{Delivered, Sink},
     source::{Session, classify, close, open, replication_config, status_interval},
     stop::unless_stopped,
 };
@@ -67,7 +67,7 @@ use crate::carry::Carry;
 pub(crate) async fn stream(
     cfg: &Config,
     slot: &SlotInfo,
-    sink: &KafkaSink,
+    sink: &impl Sink,
     mut reports: mpsc::UnboundedReceiver<Delivered>,
     shutdown: &mut watch::Receiver<bool>,
     carry: &mut Carry,
@@ -205,7 +205,7 @@ pub(crate) async fn stream(
 
 async fn run_loop(
     cfg: &Config,
-    sink: &KafkaSink,
+    sink: &impl Sink,
     client: &mut impl Session,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
@@ -418,7 +418,7 @@ async fn sleep_until_some(at: Option<Instant>) {
 #[allow(clippy::too_many_arguments)]
 async fn commit_unless(
     cfg: &Config,
-    sink: &KafkaSink,
+    sink: &impl Sink,
     client: &impl Session,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,

@@ -18,7 +18,7 @@ use crate::{
     error::{Definite, RefusedChange, RelayError, Transient},
     events::EVENT_DEAD_LETTERED,
     metrics as m,
-    sink::{Delivered, KafkaSink, delivery_error},
+    sink::{Delivered, Sink, delivery_error},
 };
 
 /// Largest value kept in a dead-letter record (Kafka's default limit is about 1 MB).
@@ -29,7 +29,7 @@ pub(super) const MAX_DEAD_LETTER_VALUE: usize = 900_000;
 /// refuses at once (larger than `message.max.bytes`, say) is replaced by its dead-letter
 /// record; under `halt` the refusal names the change.
 pub(super) async fn produce(
-    sink: &KafkaSink,
+    sink: &impl Sink,
     st: &mut State<'_>,
     rec: Record,
     pos: Position,
@@ -61,7 +61,7 @@ pub(super) async fn produce(
 /// sends it, and waits for its report. Accepted: it was innocent. Refused again: it goes to the
 /// dead-letter topic in its place (same position, same transaction).
 pub(super) async fn produce_alone(
-    sink: &KafkaSink,
+    sink: &impl Sink,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
     rec: Record,

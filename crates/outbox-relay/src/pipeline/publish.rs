@@ -20,7 +20,7 @@ use super::{
 use crate::{
     config::Config,
     error::RelayError,
-    sink::{Delivered, KafkaSink},
+    sink::{Delivered, Sink},
     source::Session,
 };
 
@@ -54,7 +54,7 @@ pub(super) fn skipped_change(
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn publish(
     cfg: &Config,
-    sink: &KafkaSink,
+    sink: &impl Sink,
     client: &impl Session,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
@@ -81,7 +81,7 @@ pub(super) async fn publish(
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn published(
     cfg: &Config,
-    sink: &KafkaSink,
+    sink: &impl Sink,
     client: &impl Session,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,

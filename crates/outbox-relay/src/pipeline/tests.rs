@@ -38,6 +38,8 @@ use crate::{
 };
 
 mod drain;
+mod memory;
+mod paused;
 mod refused;
 
 /// A replication session that plays `events`, then stays quiet; it records what the loop
@@ -100,9 +102,14 @@ fn outbox_columns() -> Vec<(&'static str, u32)> {
 }
 
 fn outbox_row(id: &str) -> ReplicationEvent {
+    outbox_row_of(id, "a1")
+}
+
+/// An outbox row of aggregate `aggregate` (the record's key).
+fn outbox_row_of(id: &str, aggregate: &str) -> ReplicationEvent {
     xlog(insert(
         100,
-        &[id, "order", "a1", "T", "{}"].map(|v| Some(v.as_bytes())),
+        &[id, "order", aggregate, "T", "{}"].map(|v| Some(v.as_bytes())),
     ))
 }
 
@@ -270,8 +277,8 @@ fn state<'a>(
     let exactly_once = checkpoints.is_some();
     let transactional = cfg.kafka.transactional_id.is_some();
     let limits = Limits {
-        records: 100,
-        bytes: 1 << 20,
+        records: cfg.relay.max_in_flight_records,
+        bytes: cfg.relay.max_in_flight_bytes,
     };
     let mut progress = Progress::new(Lsn::ZERO, limits, transactional);
     if exactly_once {

@@ -18,7 +18,7 @@ use crate::{
     error::{RelayError, Transient},
     events::{KAFKA_TRANSACTION_ABORT_FAILED, KAFKA_TRANSACTION_ABORTED, KAFKA_TRANSACTION_ENDED},
     metrics as m,
-    sink::{CommitEnded, Delivered, KafkaSink},
+    sink::{CommitEnded, Delivered, Sink},
     source::Session,
 };
 
@@ -28,7 +28,7 @@ use crate::{
 /// one commit at a time, in order.
 pub(super) async fn commit(
     cfg: &Config,
-    sink: &KafkaSink,
+    sink: &impl Sink,
     client: &impl Session,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
@@ -101,7 +101,7 @@ pub(super) async fn commit(
 
 /// Waits for the running commit, if any, and settles it.
 pub(super) async fn settle_running(
-    sink: &KafkaSink,
+    sink: &impl Sink,
     client: &impl Session,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
@@ -121,7 +121,7 @@ pub(super) async fn settle_running(
 /// may be confirmed; on failure the pipeline ends (and aborts the transaction that filled
 /// meanwhile).
 pub(super) async fn settle(
-    sink: &KafkaSink,
+    sink: &impl Sink,
     client: &impl Session,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
@@ -145,7 +145,7 @@ pub(super) async fn settle(
 /// A commit's end, either way: logged and counted; on success what it covered is confirmed.
 #[allow(clippy::too_many_arguments)]
 async fn ended(
-    sink: &KafkaSink,
+    sink: &impl Sink,
     client: &impl Session,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
@@ -203,7 +203,7 @@ pub(super) fn transaction_timeout(cfg: &Config) -> Duration {
 /// `transaction.timeout.ms` (after a definite error nobody else would end it). Its records
 /// were not confirmed and are sent again after a restart. A fenced producer has nothing to
 /// abort: the instance that fenced it did.
-pub(super) async fn abort_open_transaction(cfg: &Config, sink: &KafkaSink, cause: &RelayError) {
+pub(super) async fn abort_open_transaction(cfg: &Config, sink: &impl Sink, cause: &RelayError) {
     if matches!(
         cause,
         RelayError::Transient(Transient::ProducerFenced { .. })

@@ -585,9 +585,12 @@ pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
 }
 
 mod kick;
+mod seam;
 #[cfg(test)]
 mod tests;
 mod transaction;
+
+pub(crate) use seam::Sink;
 
 use transaction::is_fenced;
 pub(crate) use transaction::{CommitEnded, RunningCommit, transactional_ids};

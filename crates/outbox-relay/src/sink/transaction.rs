@@ -98,16 +98,21 @@ impl KafkaSink {
         let flushed = started.elapsed();
         let producer =
             self.producers[self.active.load(Ordering::Relaxed) % self.producers.len()].clone();
-        let handle = tokio::task::spawn_blocking(move || producer.commit_transaction(timeout));
+        let id = self.transactional_id.clone();
+        let handle = tokio::spawn(async move {
+            let joined =
+                tokio::task::spawn_blocking(move || producer.commit_transaction(timeout)).await;
+            transaction_outcome(id.as_deref(), joined)
+        });
         self.active.fetch_add(1, Ordering::Relaxed);
         self.transaction(move |p| p.begin_transaction()).await?;
-        Ok((RunningCommit { handle }, flushed))
+        Ok((RunningCommit::new(handle), flushed))
     }
 
     /// How a commit sent by [`commit_start`](Self::commit_start) ended
     /// ([`RunningCommit::ended`]).
     pub(crate) fn commit_settled(&self, ended: CommitEnded) -> Result<(), RelayError> {
-        self.transaction_result(ended.0)
+        ended.into_result()
     }
 
     /// Aborts the open transaction: its records are purged and never visible to
@@ -138,45 +143,62 @@ impl KafkaSink {
     ) -> Result<(), RelayError> {
         let producer = self.producers[index % self.producers.len()].clone();
         let joined = tokio::task::spawn_blocking(move || call(&producer)).await;
-        self.transaction_result(joined)
-    }
-
-    /// A transaction call's outcome as the relay's error: fenced, refused for good, or
-    /// transient (outcome unknown: the pipeline restarts with new producers).
-    fn transaction_result(
-        &self,
-        joined: Result<rdkafka::error::KafkaResult<()>, tokio::task::JoinError>,
-    ) -> Result<(), RelayError> {
-        joined
-            .map_err(Transient::kafka_transaction_by)?
-            .map_err(|e| match e.rdkafka_error_code() {
-                Some(c) if is_fenced(c) => Transient::fenced_by(e).into(),
-                Some(
-                    RDKafkaErrorCode::TransactionalIdAuthorizationFailed
-                    | RDKafkaErrorCode::ClusterAuthorizationFailed,
-                ) => Definite::KafkaTransactionRefused {
-                    id: self.transactional_id.clone().unwrap_or_default(),
-                    detail: e.to_string(),
-                }
-                .into(),
-                _ => RelayError::from(Transient::kafka_transaction_by(e)),
-            })
+        transaction_outcome(self.transactional_id.as_deref(), joined)
     }
 }
 
-/// A Kafka commit running on a blocking thread ([`KafkaSink::commit_start`]).
+/// A transaction call's outcome as the relay's error: fenced, refused for good, or transient
+/// (outcome unknown: the pipeline restarts with new producers). `id`: the transactional id, for
+/// the refusal's message.
+fn transaction_outcome(
+    id: Option<&str>,
+    joined: Result<rdkafka::error::KafkaResult<()>, tokio::task::JoinError>,
+) -> Result<(), RelayError> {
+    joined
+        .map_err(Transient::kafka_transaction_by)?
+        .map_err(|e| match e.rdkafka_error_code() {
+            Some(c) if is_fenced(c) => Transient::fenced_by(e).into(),
+            Some(
+                RDKafkaErrorCode::TransactionalIdAuthorizationFailed
+                | RDKafkaErrorCode::ClusterAuthorizationFailed,
+            ) => Definite::KafkaTransactionRefused {
+                id: id.unwrap_or_default().to_string(),
+                detail: e.to_string(),
+            }
+            .into(),
+            _ => RelayError::from(Transient::kafka_transaction_by(e)),
+        })
+}
+
+/// A Kafka commit running on while the next transaction fills ([`KafkaSink::commit_start`]).
 pub(crate) struct RunningCommit {
-    handle: tokio::task::JoinHandle<rdkafka::error::KafkaResult<()>>,
+    handle: tokio::task::JoinHandle<Result<(), RelayError>>,
 }
 
 /// How a [`RunningCommit`] ended, for [`KafkaSink::commit_settled`].
-pub(crate) struct CommitEnded(Result<rdkafka::error::KafkaResult<()>, tokio::task::JoinError>);
+pub(crate) struct CommitEnded(Result<(), RelayError>);
+
+impl CommitEnded {
+    /// The commit's outcome.
+    pub(crate) fn into_result(self) -> Result<(), RelayError> {
+        self.0
+    }
+}
 
 impl RunningCommit {
+    /// A commit whose outcome `handle` yields.
+    pub(crate) fn new(handle: tokio::task::JoinHandle<Result<(), RelayError>>) -> Self {
+        Self { handle }
+    }
+
     /// Waits until the commit ended. Cancel-safe: dropped before that, it can be waited for
     /// again; once it returned, the commit must not be waited for again.
     pub(crate) async fn ended(&mut self) -> CommitEnded {
-        CommitEnded((&mut self.handle).await)
+        CommitEnded(
+            (&mut self.handle)
+                .await
+                .unwrap_or_else(|e| Err(Transient::kafka_transaction_by(e).into())),
+        )
     }
 }
 

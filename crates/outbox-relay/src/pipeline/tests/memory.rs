@@ -1,0 +1,230 @@
+//! An in-memory [`Sink`] for the loop tests on tokio's paused clock: it keeps every record
+//! handed to it and reports each one only when the test says so (in any order, as Kafka
+//! answers per partition), or at once in `auto_ack` mode. With transactions it keeps which
+//! Kafka transaction each record went to and commits after a scripted delay with a scripted
+//! outcome.
+//!
+//! It honours the seam's contract (crate::sink::Sink): one report per record handed,
+//! `commit_start` refuses to start the next transaction while a report is outstanding.
+
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use relay_core::route::Record;
+use tokio::sync::mpsc;
+
+use crate::{
+    error::{RelayError, Transient},
+    sink::{CommitEnded, Delivered, Origin, RunningCommit, Sink},
+};
+
+/// One record as the sink got it.
+#[derive(Debug, Clone)]
+pub(super) struct Sent {
+    pub(super) key: Vec<u8>,
+    pub(super) origin: Origin,
+    /// The Kafka transaction it went to (0 without transactions).
+    pub(super) kafka_txn: u64,
+}
+
+/// What happened, in order: records handed, commits started and ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Step {
+    Sent(u64),
+    CommitStarted(u64),
+    CommitEnded(u64, bool),
+}
+
+#[derive(Default)]
+struct Inner {
+    sent: Vec<Sent>,
+    /// Handed and not reported yet.
+    pending: Vec<(Origin, u64)>,
+    steps: Vec<Step>,
+    kafka_txn: u64,
+    /// Outcomes of the next commits (default: success).
+    commit_outcomes: VecDeque<bool>,
+}
+
+pub(super) struct MemorySink {
+    reports: mpsc::UnboundedSender<Delivered>,
+    inner: Arc<Mutex<Inner>>,
+    auto_ack: bool,
+    pipelined: bool,
+    commit_latency: Duration,
+}
+
+impl MemorySink {
+    /// `auto_ack`: every record is acknowledged as it is handed. `pipelined`: commits run on
+    /// while the next transaction fills (two producers), taking `commit_latency`.
+    pub(super) fn new(
+        auto_ack: bool,
+        pipelined: bool,
+        commit_latency: Duration,
+    ) -> (Self, mpsc::UnboundedReceiver<Delivered>) {
+        let (reports, rx) = mpsc::unbounded_channel();
+        let sink = Self {
+            reports,
+            inner: Arc::default(),
+            auto_ack,
+            pipelined,
+            commit_latency,
+        };
+        (sink, rx)
+    }
+
+    pub(super) fn sent(&self) -> Vec<Sent> {
+        self.inner.lock().unwrap().sent.clone()
+    }
+
+    pub(super) fn steps(&self) -> Vec<Step> {
+        self.inner.lock().unwrap().steps.clone()
+    }
+
+    /// Records handed and not reported yet.
+    pub(super) fn pending(&self) -> usize {
+        self.inner.lock().unwrap().pending.len()
+    }
+
+    /// The next commit fails (after its latency).
+    pub(super) fn fail_next_commit(&self) {
+        self.inner.lock().unwrap().commit_outcomes.push_back(false);
+    }
+
+    /// Reports the pending records `which` selects (by their position among the pending
+    /// ones): acknowledged, or refused with `refused`.
+    pub(super) fn report(
+        &self,
+        which: impl Fn(usize, &Origin) -> bool,
+        refused: Option<RDKafkaErrorCode>,
+    ) {
+        let mut inner = self.inner.lock().unwrap();
+        let pending = std::mem::take(&mut inner.pending);
+        for (i, (origin, txn)) in pending.into_iter().enumerate() {
+            if !which(i, &origin) {
+                inner.pending.push((origin, txn));
+                continue;
+            }
+            let outcome = match refused {
+                None => Ok(()),
+                Some(code) => Err(KafkaError::MessageProduction(code)),
+            };
+            let _ = self.reports.send(Delivered {
+                origin,
+                bytes: 10,
+                topic: "outbox.event.order".into(),
+                outcome,
+            });
+        }
+    }
+
+    pub(super) fn ack_all(&self) {
+        self.report(|_, _| true, None);
+    }
+
+    fn commit_outcome(&self) -> (u64, bool) {
+        let mut inner = self.inner.lock().unwrap();
+        let txn = inner.kafka_txn;
+        inner.steps.push(Step::CommitStarted(txn));
+        let ok = inner.commit_outcomes.pop_front().unwrap_or(true);
+        (txn, ok)
+    }
+
+    fn ended(inner: &Mutex<Inner>, txn: u64, ok: bool) -> Result<(), RelayError> {
+        inner.lock().unwrap().steps.push(Step::CommitEnded(txn, ok));
+        if ok {
+            Ok(())
+        } else {
+            Err(Transient::kafka_transaction("scripted commit failure").into())
+        }
+    }
+}
+
+impl Sink for MemorySink {
+    async fn send(&self, rec: &Record, origin: Origin) -> Result<(), RelayError> {
+        {
+            let mut inner = self.inner.lock().unwrap();
+            let txn = inner.kafka_txn;
+            inner.sent.push(Sent {
+                key: rec.key.to_vec(),
+                origin,
+                kafka_txn: txn,
+            });
+            inner.steps.push(Step::Sent(origin.seq));
+            inner.pending.push((origin, txn));
+        }
+        if self.auto_ack {
+            self.ack_all();
+        }
+        Ok(())
+    }
+    async fn send_checkpoint(&self, _: &str, _: &str, _: &[u8], _: bool) -> Result<(), RelayError> {
+        Ok(())
+    }
+    fn checkpoint_failure(&self) -> Option<String> {
+        None
+    }
+    fn kick(&self) {}
+    fn try_kick(&self) {}
+    async fn reports_served(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.pending() > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        true
+    }
+    fn attribute(&self, d: Delivered) -> Delivered {
+        d
+    }
+    fn in_flight(&self) -> i32 {
+        self.pending() as i32
+    }
+    fn fatal_error(&self) -> Option<RelayError> {
+        None
+    }
+    async fn fence_and_begin(&self, _: Duration) -> Result<(), RelayError> {
+        Ok(())
+    }
+    fn pipelines_commits(&self) -> bool {
+        self.pipelined
+    }
+    async fn commit_and_begin(&self, timeout: Duration) -> Result<Duration, RelayError> {
+        if !self.reports_served(timeout).await {
+            return Err(Transient::kafka_transaction("records not acknowledged").into());
+        }
+        let (txn, ok) = self.commit_outcome();
+        tokio::time::sleep(self.commit_latency).await;
+        Self::ended(&self.inner, txn, ok)?;
+        self.inner.lock().unwrap().kafka_txn += 1;
+        Ok(Duration::ZERO)
+    }
+    async fn commit_start(
+        &self,
+        timeout: Duration,
+    ) -> Result<(RunningCommit, Duration), RelayError> {
+        if !self.reports_served(timeout).await {
+            return Err(Transient::kafka_transaction("records not acknowledged").into());
+        }
+        let (txn, ok) = self.commit_outcome();
+        self.inner.lock().unwrap().kafka_txn += 1;
+        let (inner, latency) = (self.inner.clone(), self.commit_latency);
+        let handle = tokio::spawn(async move {
+            tokio::time::sleep(latency).await;
+            Self::ended(&inner, txn, ok)
+        });
+        Ok((RunningCommit::new(handle), Duration::ZERO))
+    }
+    fn commit_settled(&self, ended: CommitEnded) -> Result<(), RelayError> {
+        ended.into_result()
+    }
+    async fn abort(&self, _: Duration) -> Result<(), RelayError> {
+        Ok(())
+    }
+}
