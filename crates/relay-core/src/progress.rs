@@ -113,11 +113,6 @@ impl Progress {
         }
     }
 
-    /// Records handed to the open Kafka transaction (with transactions).
-    pub fn kafka_txn_records(&self) -> u64 {
-        self.kafka_txn_records
-    }
-
     /// A checkpoint covering `covered` is in Kafka (committed with its transaction, or found and
     /// verified by the skip after a start).
     pub fn checkpoint_committed(&mut self, covered: Lsn) {
