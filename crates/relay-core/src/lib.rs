@@ -5,6 +5,7 @@
 //!        ──route::Router──▶ Record { topic, key, value, headers } ──(Kafka, in the binary)
 //! Begin/Commit/keepalive/ack ──▶ watermark::AckTracker ──▶ the one LSN safe to confirm
 //!   + in-flight limits, Kafka commits ──progress::Progress──▶ may read? what to confirm?
+//!   + skip status, checkpoints written ──progress (gate)──▶ skip over? checkpoint now, covering what? commit now?
 //! checkpoint (last record of a Kafka txn) + stream ──skip::Skip──▶ skip or publish after a restart
 //! idle_replication_slot_timeout, slot idle for ──idle_timeout::hold_due──▶ hold the slot now?
 //! slot row (wal_status, invalidation_reason, standby?) ──invalidation──▶ why it was lost, what to do
