@@ -1,6 +1,7 @@
 //! `[alerts]` and `[alerts.webhook]`: thresholds of the built-in slot alerts and where their
 //! notifications are sent.
 
+use super::InvalidOption;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -217,7 +218,7 @@ impl WebhookConfig {
 }
 
 impl AlertsConfig {
-    pub(super) fn validate(&self) -> Result<(), String> {
+    pub(super) fn validate(&self) -> Result<(), InvalidOption> {
         for (key, v) in [
             (
                 "retained_wal_warning_ratio",
@@ -229,9 +230,12 @@ impl AlertsConfig {
             ),
         ] {
             if !(0.0..=1.0).contains(&v) {
-                return Err(format!(
-                    "alerts.{key} = {v}: use a fraction of max_slot_wal_keep_size between 0 \
+                return Err(InvalidOption::new(
+                    format!("alerts.{key}"),
+                    format!(
+                        "alerts.{key} = {v}: use a fraction of max_slot_wal_keep_size between 0 \
                      (off) and 1"
+                    ),
                 ));
             }
         }
@@ -258,9 +262,12 @@ impl AlertsConfig {
             ),
         ] {
             if warning > 0.0 && critical > 0.0 && warning > critical {
-                return Err(format!(
-                    "alerts.{what}: the warning threshold ({warning}) is above the critical one \
+                return Err(InvalidOption::new(
+                    format!("alerts.{what}"),
+                    format!(
+                        "alerts.{what}: the warning threshold ({warning}) is above the critical one \
                      ({critical})"
+                    ),
                 ));
             }
         }
@@ -268,23 +275,29 @@ impl AlertsConfig {
         if self.slot_forecast_warning_secs > 0
             && self.slot_forecast_critical_secs > self.slot_forecast_warning_secs
         {
-            return Err(format!(
-                "alerts.slot_forecast_*_secs: the critical threshold ({}) is above the warning \
+            return Err(InvalidOption::new(
+                "alerts.slot_forecast_critical_secs",
+                format!(
+                    "alerts.slot_forecast_*_secs: the critical threshold ({}) is above the warning \
                  one ({}); the forecast warns first, when more time is left",
-                self.slot_forecast_critical_secs, self.slot_forecast_warning_secs
+                    self.slot_forecast_critical_secs, self.slot_forecast_warning_secs
+                ),
             ));
         }
         if self.slot_forecast_window_secs == 0 {
-            return Err(
+            return Err(InvalidOption::new(
+                "alerts.slot_forecast_window_secs",
                 "alerts.slot_forecast_window_secs = 0: the WAL rate needs a window of \
-                 at least one second (default 300)"
-                    .into(),
-            );
+                 at least one second (default 300)",
+            ));
         }
         if let Some(url) = &self.webhook.url
             && let Err(e) = crate::http_client::Target::parse(url.expose())
         {
-            return Err(format!("alerts.webhook.url: {e}"));
+            return Err(InvalidOption::new(
+                "alerts.webhook.url",
+                format!("alerts.webhook.url: {e}"),
+            ));
         }
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! librdkafka properties, minus those that would break per-key order or durability and those
 //! that have a first-class option. TLS and SASL are in [`super::kafka_security`].
 
+use super::InvalidOption;
 use std::{collections::BTreeMap, path::PathBuf};
 
 use serde::Deserialize;
@@ -211,17 +212,21 @@ const FIRST_CLASS_KAFKA_PROPERTIES: &[(&str, &str)] = &[
 ];
 
 impl KafkaConfig {
-    pub(super) fn validate(&self) -> Result<(), String> {
+    pub(super) fn validate(&self) -> Result<(), InvalidOption> {
         for key in self.properties.keys() {
             if FORBIDDEN_KAFKA_PROPERTIES.contains(&key.as_str()) {
-                return Err(format!(
-                    "kafka.properties.{key:?} cannot be set: outbox-relay fixes it to keep \
+                return Err(InvalidOption::new(
+                    format!("kafka.properties.{key:?}"),
+                    format!(
+                        "kafka.properties.{key:?} cannot be set: outbox-relay fixes it to keep \
                      per-key order and durability (see docs/configuration.md)"
+                    ),
                 ));
             }
             if let Some((_, option)) = FIRST_CLASS_KAFKA_PROPERTIES.iter().find(|(p, _)| p == key) {
-                return Err(format!(
-                    "kafka.properties.{key:?}: use kafka.{option} instead"
+                return Err(InvalidOption::new(
+                    format!("kafka.properties.{key:?}"),
+                    format!("kafka.properties.{key:?}: use kafka.{option} instead"),
                 ));
             }
         }
@@ -229,46 +234,64 @@ impl KafkaConfig {
             self.compression.as_str(),
             "none" | "gzip" | "snappy" | "lz4"
         ) {
-            return Err(format!(
-                "kafka.compression = {:?}: use none, gzip, snappy or lz4",
-                self.compression
+            return Err(InvalidOption::new(
+                "kafka.compression",
+                format!(
+                    "kafka.compression = {:?}: use none, gzip, snappy or lz4",
+                    self.compression
+                ),
             ));
         }
         self.validate_security()?;
         if self.transactional_id.as_deref() == Some("") {
-            return Err(
+            return Err(InvalidOption::new(
+                "kafka.transactional_id",
                 "kafka.transactional_id is empty: set an id shared by the instances of \
-                 this slot, e.g. \"outbox-relay-<slot>\", or remove it"
-                    .into(),
-            );
+                 this slot, e.g. \"outbox-relay-<slot>\", or remove it",
+            ));
         }
         if !(10..=10_000).contains(&self.transaction_interval_ms) {
-            return Err(format!(
-                "kafka.transaction_interval_ms = {} is out of range: use 10..=10000 (below \
+            return Err(InvalidOption::new(
+                "kafka.transaction_interval_ms",
+                format!(
+                    "kafka.transaction_interval_ms = {} is out of range: use 10..=10000 (below \
                  Kafka's transaction.timeout.ms)",
-                self.transaction_interval_ms
+                    self.transaction_interval_ms
+                ),
             ));
         }
         if self.commit_min_interval_ms > self.transaction_interval_ms {
-            return Err(format!(
-                "kafka.commit_min_interval_ms = {} is above kafka.transaction_interval_ms = {}: \
+            return Err(InvalidOption::new(
+                "kafka.commit_min_interval_ms",
+                format!(
+                    "kafka.commit_min_interval_ms = {} is above kafka.transaction_interval_ms = {}: \
                  use at most the latter",
-                self.commit_min_interval_ms, self.transaction_interval_ms
+                    self.commit_min_interval_ms, self.transaction_interval_ms
+                ),
             ));
         }
         if !(1..=2).contains(&self.transaction_producers) {
-            return Err(format!(
-                "kafka.transaction_producers = {}: use 1 or 2",
-                self.transaction_producers
+            return Err(InvalidOption::new(
+                "kafka.transaction_producers",
+                format!(
+                    "kafka.transaction_producers = {}: use 1 or 2",
+                    self.transaction_producers
+                ),
             ));
         }
         if self.max_transaction_records == 0 {
-            return Err("kafka.max_transaction_records must be > 0".into());
+            return Err(InvalidOption::new(
+                "kafka.max_transaction_records",
+                "kafka.max_transaction_records must be > 0",
+            ));
         }
         if !relay_core::route::valid_topic(&self.checkpoint_topic) {
-            return Err(format!(
-                "kafka.checkpoint_topic = {:?} is not a valid Kafka topic name",
-                self.checkpoint_topic
+            return Err(InvalidOption::new(
+                "kafka.checkpoint_topic",
+                format!(
+                    "kafka.checkpoint_topic = {:?} is not a valid Kafka topic name",
+                    self.checkpoint_topic
+                ),
             ));
         }
         Ok(())

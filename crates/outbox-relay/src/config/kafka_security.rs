@@ -1,6 +1,7 @@
 //! TLS and SASL to Kafka: `kafka.security_protocol`, `kafka.sasl_*` and
 //! `kafka.ssl_ca_location`, and the check that they are set together sensibly.
 
+use super::InvalidOption;
 use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, de};
@@ -108,26 +109,38 @@ impl KafkaConfig {
         }
     }
 
-    pub(super) fn validate_security(&self) -> Result<(), String> {
+    pub(super) fn validate_security(&self) -> Result<(), InvalidOption> {
         let protocol = self.security_protocol;
         let named = format!("kafka.security_protocol = \"{}\"", protocol.as_librdkafka());
         if self.sasl_password.is_some() && self.sasl_password_file.is_some() {
-            return Err("set kafka.sasl_password or kafka.sasl_password_file, not both".into());
+            return Err(InvalidOption::new(
+                "kafka.sasl_password",
+                "set kafka.sasl_password or kafka.sasl_password_file, not both",
+            ));
         }
         if protocol.is_sasl() {
             if self.sasl_mechanism.is_none() {
-                return Err(format!(
-                    "{named} needs kafka.sasl_mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 \
+                return Err(InvalidOption::new(
+                    "kafka.sasl_mechanism",
+                    format!(
+                        "{named} needs kafka.sasl_mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 \
                      (the one the broker's listener enables)"
+                    ),
                 ));
             }
             if self.sasl_username.as_deref().is_none_or(str::is_empty) {
-                return Err(format!("{named} needs kafka.sasl_username"));
+                return Err(InvalidOption::new(
+                    "kafka.sasl_username",
+                    format!("{named} needs kafka.sasl_username"),
+                ));
             }
             if self.sasl_password.is_none() && self.sasl_password_file.is_none() {
-                return Err(format!(
-                    "{named} needs a password: set OUTBOX_RELAY__KAFKA__SASL_PASSWORD, \
+                return Err(InvalidOption::new(
+                    "kafka.sasl_password",
+                    format!(
+                        "{named} needs a password: set OUTBOX_RELAY__KAFKA__SASL_PASSWORD, \
                      kafka.sasl_password_file or kafka.sasl_password"
+                    ),
                 ));
             }
         } else {
@@ -149,19 +162,25 @@ impl KafkaConfig {
                 } else {
                     "\"sasl_ssl\" (or \"sasl_plaintext\" without TLS)"
                 };
-                return Err(format!(
-                    "{} only appl{} to SASL, but {named}: set kafka.security_protocol = \
+                return Err(InvalidOption::new(
+                    set[0],
+                    format!(
+                        "{} only appl{} to SASL, but {named}: set kafka.security_protocol = \
                      {suggestion}, or remove {}",
-                    set.join(", "),
-                    if set.len() == 1 { "ies" } else { "y" },
-                    if set.len() == 1 { "it" } else { "them" },
+                        set.join(", "),
+                        if set.len() == 1 { "ies" } else { "y" },
+                        if set.len() == 1 { "it" } else { "them" },
+                    ),
                 ));
             }
         }
         if self.ssl_ca_location.is_some() && !protocol.is_tls() {
-            return Err(format!(
-                "kafka.ssl_ca_location only applies to TLS, but {named}: set \
+            return Err(InvalidOption::new(
+                "kafka.ssl_ca_location",
+                format!(
+                    "kafka.ssl_ca_location only applies to TLS, but {named}: set \
                  kafka.security_protocol = \"ssl\" or \"sasl_ssl\", or remove it"
+                ),
             ));
         }
         Ok(())

@@ -120,7 +120,25 @@ pub enum ConfigError {
     )]
     BadEnvKey(String),
     #[error("invalid configuration: {0}")]
-    Invalid(String),
+    Invalid(#[from] InvalidOption),
+}
+
+/// A value the relay refuses: the option (as written in the file, `section.key`, with the
+/// index of an array entry) and the sentence that says why and what to use instead.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct InvalidOption {
+    pub option: String,
+    pub message: String,
+}
+
+impl InvalidOption {
+    pub(crate) fn new(option: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            option: option.into(),
+            message: message.into(),
+        }
+    }
 }
 
 impl Config {
@@ -135,50 +153,66 @@ impl Config {
     }
 
     /// The checks a deserializer cannot make; each message names the option.
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), InvalidOption> {
         self.postgres.validate()?;
         if self.outbox.is_empty() && self.message.is_empty() {
-            return Err(
-                "outbox: at least one [[outbox]] table or [[message]] prefix is required".into(),
-            );
+            return Err(InvalidOption::new(
+                "outbox",
+                "outbox: at least one [[outbox]] table or [[message]] prefix is required",
+            ));
         }
         let mut prefixes = std::collections::HashSet::new();
         for (i, m) in self.message.iter().enumerate() {
-            m.validate()
-                .map_err(|e| format!("message[{i}]: {}", e.to_string().replace("outbox ", "")))?;
+            m.validate().map_err(|e| {
+                InvalidOption::new(
+                    format!("message[{i}]"),
+                    format!("message[{i}]: {}", e.to_string().replace("outbox ", "")),
+                )
+            })?;
             if !prefixes.insert(m.prefix.as_str()) {
-                return Err(format!(
-                    "message[{i}].prefix = {:?}: the prefix is configured twice",
-                    m.prefix
+                return Err(InvalidOption::new(
+                    format!("message[{i}].prefix"),
+                    format!(
+                        "message[{i}].prefix = {:?}: the prefix is configured twice",
+                        m.prefix
+                    ),
                 ));
             }
             if m.prefix == self.heartbeat.prefix {
-                return Err(format!(
-                    "message[{i}].prefix = {:?} is heartbeat.prefix: heartbeats are never \
+                return Err(InvalidOption::new(
+                    format!("message[{i}].prefix"),
+                    format!(
+                        "message[{i}].prefix = {:?} is heartbeat.prefix: heartbeats are never \
                      published; choose another prefix for one of them",
-                    m.prefix
+                        m.prefix
+                    ),
                 ));
             }
         }
         let mut seen = std::collections::HashSet::new();
         for (i, t) in self.outbox.iter().enumerate() {
-            t.validate().map_err(|e| format!("outbox[{i}]: {e}"))?;
+            t.validate().map_err(|e| {
+                InvalidOption::new(format!("outbox[{i}]"), format!("outbox[{i}]: {e}"))
+            })?;
             if !seen.insert(t.qualified_name()) {
-                return Err(format!(
-                    "outbox[{i}].table = {:?}: the table is configured twice",
-                    t.table
+                return Err(InvalidOption::new(
+                    format!("outbox[{i}].table"),
+                    format!(
+                        "outbox[{i}].table = {:?}: the table is configured twice",
+                        t.table
+                    ),
                 ));
             }
         }
         self.kafka.validate()?;
         self.relay.validate()?;
         if self.relay.delivery == Delivery::ExactlyOnce && self.kafka.transactional_id.is_none() {
-            return Err(
+            return Err(InvalidOption::new(
+                "relay.delivery",
                 "relay.delivery = \"exactly-once\" requires kafka.transactional_id (the id \
                  shared by the instances of this slot, e.g. \"outbox-relay-<slot>\"): exactly-once \
-                 needs Kafka transactions"
-                    .into(),
-            );
+                 needs Kafka transactions",
+            ));
         }
         self.alerts.validate()?;
         self.monitor.validate()?;
@@ -222,6 +256,45 @@ mod test_support {
 mod tests {
     use super::test_support::load;
     use super::*;
+
+    /// A refused value is a typed error naming its option, not only a sentence mentioning it.
+    #[test]
+    fn validation_errors_name_the_option() {
+        let outbox = "[[outbox]]\ntable = \"public.outbox\"\n";
+        for (toml, option) in [
+            (
+                "[relay]\nmax_in_flight_bytes = 0\n",
+                "relay.max_in_flight_bytes",
+            ),
+            (
+                "[relay]\nmax_in_flight_records = 0\n",
+                "relay.max_in_flight_records",
+            ),
+            (
+                "[kafka]\ntransaction_producers = 3\n",
+                "kafka.transaction_producers",
+            ),
+            (
+                "[kafka]\nproperties = { acks = \"1\" }\n",
+                r#"kafka.properties."acks""#,
+            ),
+            ("[postgres]\nslot = \"Bad-Name\"\n", "postgres.slot"),
+            (
+                "[monitor]\npoll_interval_ms = 5\n",
+                "monitor.poll_interval_ms",
+            ),
+            ("[relay]\ndelivery = \"exactly-once\"\n", "relay.delivery"),
+            ("[[outbox]]\ntable = \"public.outbox\"\n", "outbox[1].table"),
+        ] {
+            match load(&format!("{outbox}{toml}"), &[]) {
+                Err(ConfigError::Invalid(e)) => {
+                    assert_eq!(e.option, option, "{toml:?}: {e}");
+                    assert!(e.to_string().contains(option), "{toml:?}: {e}");
+                }
+                other => panic!("{toml:?}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn empty_file_gives_debezium_compatible_defaults() {

@@ -2,6 +2,7 @@
 //! the heartbeat messages that prove end-to-end progress. Alert thresholds and their webhook
 //! are in [`super::alerts`].
 
+use super::InvalidOption;
 use std::net::SocketAddr;
 
 use serde::Deserialize;
@@ -68,11 +69,14 @@ fn default_outbox_stats_interval_ms() -> u64 {
 }
 
 impl MonitorConfig {
-    pub(super) fn validate(&self) -> Result<(), String> {
+    pub(super) fn validate(&self) -> Result<(), InvalidOption> {
         if self.poll_interval_ms < 100 {
-            return Err(format!(
-                "monitor.poll_interval_ms = {} is too short: use at least 100",
-                self.poll_interval_ms
+            return Err(InvalidOption::new(
+                "monitor.poll_interval_ms",
+                format!(
+                    "monitor.poll_interval_ms = {} is too short: use at least 100",
+                    self.poll_interval_ms
+                ),
             ));
         }
         Ok(())
@@ -115,15 +119,21 @@ fn default_heartbeat_prefix() -> String {
 }
 
 impl HeartbeatConfig {
-    pub(super) fn validate(&self) -> Result<(), String> {
+    pub(super) fn validate(&self) -> Result<(), InvalidOption> {
         if self.enabled && self.interval_ms < 100 {
-            return Err(format!(
-                "heartbeat.interval_ms = {} is too short: use at least 100",
-                self.interval_ms
+            return Err(InvalidOption::new(
+                "heartbeat.interval_ms",
+                format!(
+                    "heartbeat.interval_ms = {} is too short: use at least 100",
+                    self.interval_ms
+                ),
             ));
         }
         if self.prefix.is_empty() || self.prefix.len() > 200 {
-            return Err("heartbeat.prefix must be 1-200 characters".into());
+            return Err(InvalidOption::new(
+                "heartbeat.prefix",
+                "heartbeat.prefix must be 1-200 characters",
+            ));
         }
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! publication), and the identifier rule that keeps slot and publication names out of SQL
 //! injection's reach.
 
+use super::InvalidOption;
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -138,26 +139,32 @@ impl PostgresConfig {
         }
     }
 
-    pub(super) fn validate(&self) -> Result<(), String> {
+    pub(super) fn validate(&self) -> Result<(), InvalidOption> {
         for (key, name) in [
             ("postgres.slot", &self.slot),
             ("postgres.publication", &self.publication),
         ] {
             if !valid_identifier(name) {
-                return Err(format!(
-                    "{key} = {name:?}: use 1-63 characters of lower-case letters, digits and \
+                return Err(InvalidOption::new(
+                    key,
+                    format!(
+                        "{key} = {name:?}: use 1-63 characters of lower-case letters, digits and \
                      underscores, starting with a letter or underscore"
+                    ),
                 ));
             }
         }
         if self.sslmode == PgSslMode::VerifyFull && self.sslrootcert.is_none() {
-            return Err(
-                "postgres.sslmode = \"verify-full\" needs postgres.sslrootcert (the CA file)"
-                    .into(),
-            );
+            return Err(InvalidOption::new(
+                "postgres.sslrootcert",
+                "postgres.sslmode = \"verify-full\" needs postgres.sslrootcert (the CA file)",
+            ));
         }
         if self.password.is_some() && self.password_file.is_some() {
-            return Err("set postgres.password or postgres.password_file, not both".into());
+            return Err(InvalidOption::new(
+                "postgres.password",
+                "set postgres.password or postgres.password_file, not both",
+            ));
         }
         Ok(())
     }

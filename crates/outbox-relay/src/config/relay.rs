@@ -2,6 +2,7 @@
 //! restart backoff, read coalescing, what to do with rows that cannot be delivered, and the
 //! state file of the failover checks.
 
+use super::InvalidOption;
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -164,23 +165,37 @@ pub enum Delivery {
 }
 
 impl RelayConfig {
-    pub(super) fn validate(&self) -> Result<(), String> {
+    pub(super) fn validate(&self) -> Result<(), InvalidOption> {
         if !relay_core::route::valid_topic(&self.dead_letter_topic) {
-            return Err(format!(
-                "relay.dead_letter_topic = {:?} is not a valid Kafka topic name",
-                self.dead_letter_topic
+            return Err(InvalidOption::new(
+                "relay.dead_letter_topic",
+                format!(
+                    "relay.dead_letter_topic = {:?} is not a valid Kafka topic name",
+                    self.dead_letter_topic
+                ),
             ));
         }
-        if self.max_in_flight_records == 0 || self.max_in_flight_bytes == 0 {
-            return Err(
-                "relay.max_in_flight_records and relay.max_in_flight_bytes must be > 0".into(),
-            );
+        for (option, value) in [
+            ("relay.max_in_flight_records", self.max_in_flight_records),
+            ("relay.max_in_flight_bytes", self.max_in_flight_bytes),
+        ] {
+            if value == 0 {
+                return Err(InvalidOption::new(
+                    option,
+                    format!(
+                        "{option} = 0: it must be > 0 (the relay could never hand Kafka a record)"
+                    ),
+                ));
+            }
         }
         if self.read_coalesce_us > 100_000 {
-            return Err(format!(
-                "relay.read_coalesce_us = {} adds that much latency to every quiet moment; use \
+            return Err(InvalidOption::new(
+                "relay.read_coalesce_us",
+                format!(
+                    "relay.read_coalesce_us = {} adds that much latency to every quiet moment; use \
                  at most 100000 (0 turns coalescing off)",
-                self.read_coalesce_us
+                    self.read_coalesce_us
+                ),
             ));
         }
         Ok(())
