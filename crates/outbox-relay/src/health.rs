@@ -1,9 +1,10 @@
 //! Where the pipeline, the slot monitor, the heartbeat and the HTTP endpoint meet.
 //!
 //! Invariant: the relay is *ready* exactly when the replication stream is open and no built-in
-//! alert is critical. The stream flag is process-global because the pipeline sets it where it
-//! opens and closes the stream ([`set_streaming`]); everything else lives in [`Shared`], which
-//! `run` creates and hands to each task. Locks are held only to copy values in or out.
+//! alert is critical. Everything lives in one [`Shared`] value per relay run, which `run`
+//! creates and hands to each task (the pipeline, the monitor, the heartbeat, the slot keeper,
+//! the HTTP endpoint): no process globals, so that one process can serve several pipelines.
+//! Locks are held only to copy values in or out.
 
 use std::{
     collections::VecDeque,
@@ -21,65 +22,6 @@ use crate::{
     metrics as m,
 };
 
-static STREAMING: AtomicBool = AtomicBool::new(false);
-
-/// Called by the pipeline when the replication stream opens (`true`) and closes (`false`).
-pub(crate) fn set_streaming(on: bool) {
-    STREAMING.store(on, Ordering::SeqCst);
-    metrics::gauge!(m::STREAMING).set(if on { 1.0 } else { 0.0 });
-}
-
-pub(crate) fn streaming() -> bool {
-    STREAMING.load(Ordering::SeqCst)
-}
-
-static RECEIVED: AtomicU64 = AtomicU64::new(0);
-static ACKED: AtomicU64 = AtomicU64::new(0);
-
-/// Called by the pipeline about once a second while it streams: the records received and handed
-/// to Kafka, and those Kafka acknowledged, in this attempt. The monitor's stall rule watches
-/// them move (keepalives do not count: they arrive while the pipeline waits for Kafka).
-pub(crate) fn pipeline_progress(received: u64, acked: u64) {
-    RECEIVED.store(received, Ordering::Relaxed);
-    ACKED.store(acked, Ordering::Relaxed);
-}
-
-/// The last [`pipeline_progress`]: (records received, records acknowledged).
-pub(crate) fn pipeline_markers() -> (u64, u64) {
-    (
-        RECEIVED.load(Ordering::Relaxed),
-        ACKED.load(Ordering::Relaxed),
-    )
-}
-
-static PASSIVE: AtomicBool = AtomicBool::new(false);
-
-/// Called by the supervisor after each attempt: `true` when it ended because another instance
-/// holds the slot (this one is the passive instance of an active/passive group), `false` when
-/// any other reason ended it. Streaming again clears it too.
-pub(crate) fn set_passive(on: bool) {
-    PASSIVE.store(on, Ordering::SeqCst);
-}
-
-fn passive() -> bool {
-    PASSIVE.load(Ordering::SeqCst) && !streaming()
-}
-
-static WAL_AT_RISK: AtomicBool = AtomicBool::new(false);
-
-/// Called by the monitor after each poll: the slot's `wal_status` left `reserved`/`extended`
-/// (PostgreSQL may invalidate it at its next checkpoint, which then waits for a walsender that
-/// the relay keeps blocked).
-pub(crate) fn set_wal_at_risk(on: bool) {
-    WAL_AT_RISK.store(on, Ordering::SeqCst);
-}
-
-/// See [`set_wal_at_risk`]: the pipeline releases its replication connection while it waits
-/// for Kafka.
-pub(crate) fn wal_at_risk() -> bool {
-    WAL_AT_RISK.load(Ordering::SeqCst)
-}
-
 /// Heartbeats kept while waiting for their confirmation.
 const MAX_PENDING_HEARTBEATS: usize = 10_000;
 
@@ -95,11 +37,73 @@ pub(crate) struct Shared {
     /// Held by the supervisor while a pipeline attempt holds (or opens) the replication
     /// session; the slot keeper holds the slot only while it is free.
     pub(crate) slot_lease: tokio::sync::Mutex<()>,
+    /// The replication stream is open ([`set_streaming`](Self::set_streaming)).
+    streaming: AtomicBool,
+    /// The pipeline's records received and acknowledged in this attempt
+    /// ([`pipeline_progress`](Self::pipeline_progress)).
+    received: AtomicU64,
+    acked: AtomicU64,
+    /// The last attempt ended because another instance holds the slot.
+    passive: AtomicBool,
+    /// The slot's `wal_status` left `reserved`/`extended` ([`set_wal_at_risk`](Self::set_wal_at_risk)).
+    wal_at_risk: AtomicBool,
 }
 
 impl Shared {
     pub(crate) fn new() -> Self {
         Self::default()
+    }
+
+    /// Called by the pipeline when the replication stream opens (`true`) and closes (`false`).
+    pub(crate) fn set_streaming(&self, on: bool) {
+        self.streaming.store(on, Ordering::SeqCst);
+        metrics::gauge!(m::STREAMING).set(if on { 1.0 } else { 0.0 });
+    }
+
+    pub(crate) fn streaming(&self) -> bool {
+        self.streaming.load(Ordering::SeqCst)
+    }
+
+    /// Called by the pipeline about once a second while it streams: the records received and
+    /// handed to Kafka, and those Kafka acknowledged, in this attempt. The monitor's stall rule
+    /// watches them move (keepalives do not count: they arrive while the pipeline waits for
+    /// Kafka).
+    pub(crate) fn pipeline_progress(&self, received: u64, acked: u64) {
+        self.received.store(received, Ordering::Relaxed);
+        self.acked.store(acked, Ordering::Relaxed);
+    }
+
+    /// The last [`pipeline_progress`](Self::pipeline_progress): (records received, records
+    /// acknowledged).
+    pub(crate) fn pipeline_markers(&self) -> (u64, u64) {
+        (
+            self.received.load(Ordering::Relaxed),
+            self.acked.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Called by the supervisor after each attempt: `true` when it ended because another
+    /// instance holds the slot (this one is the passive instance of an active/passive group),
+    /// `false` when any other reason ended it. Streaming again clears it too.
+    pub(crate) fn set_passive(&self, on: bool) {
+        self.passive.store(on, Ordering::SeqCst);
+    }
+
+    fn passive(&self) -> bool {
+        self.passive.load(Ordering::SeqCst) && !self.streaming()
+    }
+
+    /// Called by the monitor after each poll: the slot's `wal_status` left
+    /// `reserved`/`extended` (PostgreSQL may invalidate it at its next checkpoint, which then
+    /// waits for a walsender that the relay keeps blocked).
+    pub(crate) fn set_wal_at_risk(&self, on: bool) {
+        self.wal_at_risk.store(on, Ordering::SeqCst);
+    }
+
+    /// See [`set_wal_at_risk`](Self::set_wal_at_risk): the pipeline releases its replication
+    /// connection while it waits for Kafka.
+    pub(crate) fn wal_at_risk(&self) -> bool {
+        self.wal_at_risk.load(Ordering::SeqCst)
     }
 
     /// Restarts the current pipeline attempt, if one runs (no permit is kept for a later one).
@@ -121,7 +125,7 @@ impl Shared {
     /// its job too, so it counts as ready (critical alerts still make it unready).
     pub(crate) fn readiness(&self, passive_ok: bool) -> Result<(), Vec<String>> {
         let mut reasons = Vec::new();
-        if !(streaming() || (passive_ok && passive())) {
+        if !(self.streaming() || (passive_ok && self.passive())) {
             reasons.push(
                 "not streaming: the replication stream is not open (see the relay log for \
                  pipeline_restart)"
@@ -197,7 +201,7 @@ mod tests {
     #[test]
     fn readiness_lists_every_reason() {
         let s = Shared::new();
-        set_streaming(false);
+        s.set_streaming(false);
         s.set_alerts(vec![
             Active {
                 kind: AlertKind::TimeLag,
@@ -221,7 +225,7 @@ mod tests {
         assert!(reasons[0].starts_with("not streaming"));
         assert_eq!(reasons[1], "critical alert time_lag: old");
         // A passive instance: not streaming is its role with `role=any`, not with plain /readyz.
-        set_passive(true);
+        s.set_passive(true);
         assert_eq!(s.readiness(false).unwrap_err().len(), 2);
         assert_eq!(
             s.readiness(true).unwrap_err(),
@@ -229,7 +233,7 @@ mod tests {
         );
         s.set_alerts(vec![]);
         assert_eq!(s.readiness(true), Ok(()));
-        set_passive(false);
+        s.set_passive(false);
         assert!(s.readiness(true).is_err(), "not passive, not streaming");
     }
 }

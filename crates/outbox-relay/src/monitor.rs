@@ -154,7 +154,7 @@ impl Monitor {
     /// publication that stops listing an outbox table stops the relay: its events would
     /// silently never arrive.
     async fn check_publication(&mut self) {
-        if !crate::health::streaming() {
+        if !self.shared.streaming() {
             return;
         }
         let Some((client, _)) = self.conn.as_ref() else {
@@ -199,9 +199,10 @@ impl Monitor {
         }
         set(m::SLOT_PRESENT, if snap.slot.is_some() { 1.0 } else { 0.0 });
         let mut time_lag = None;
-        crate::health::set_wal_at_risk(snap.slot.as_ref().is_some_and(|s| {
-            matches!(s.wal_status, Some(WalStatus::Unreserved | WalStatus::Lost))
-        }));
+        self.shared
+            .set_wal_at_risk(snap.slot.as_ref().is_some_and(|s| {
+                matches!(s.wal_status, Some(WalStatus::Unreserved | WalStatus::Lost))
+            }));
         if let Some(s) = &snap.slot {
             set(m::SLOT_ACTIVE, if s.active { 1.0 } else { 0.0 });
             for status in m::WAL_STATUSES {
@@ -263,8 +264,8 @@ impl Monitor {
         let trend = self.trends.observe(
             &self.cfg.alerts,
             snap,
-            crate::health::streaming(),
-            crate::health::pipeline_markers(),
+            self.shared.streaming(),
+            self.shared.pipeline_markers(),
             now,
         );
         set(

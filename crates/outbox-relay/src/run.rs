@@ -22,7 +22,7 @@ use crate::{
     config::Config,
     error::{RelayError, Transient},
     events::{PIPELINE_RESTART, PIPELINE_RESTART_REPEATED, SETUP_OK, SHUTDOWN_COMPLETE},
-    health::{self, Shared},
+    health::Shared,
     heartbeat, http, metrics as m,
     monitor::MonitorTask,
     pipeline,
@@ -97,7 +97,7 @@ pub async fn run(
         r = supervise(&cfg, shutdown, &shared) => r,
         Some(e) = fatal_rx.recv() => Err(e),
     };
-    health::set_streaming(false);
+    shared.set_streaming(false);
     let _ = stop_tx.send(true);
     // The monitor's last notifications (a lost slot, say) go out before the process exits.
     if let Ok(Some(webhook)) = monitor.await {
@@ -126,7 +126,7 @@ async fn supervise(
         let outcome = tokio::select! {
             r = attempt(cfg, &mut shutdown, &mut carry, shared) => r,
             _ = shared.restart_requested() => {
-                health::set_streaming(false);
+                shared.set_streaming(false);
                 Err(Transient::Stalled { secs: cfg.alerts.stalled_secs }.into())
             }
         };
@@ -139,7 +139,7 @@ async fn supervise(
             return Ok(());
         }
         metrics::counter!(m::RESTARTS, "reason" => err.reason()).increment(1);
-        crate::health::set_passive(matches!(
+        shared.set_passive(matches!(
             err,
             RelayError::Transient(Transient::SlotBusy { .. })
         ));
@@ -202,7 +202,7 @@ async fn attempt(
     }
     // The replication session is the pipeline's from here on: the slot keeper stays away.
     let _lease = shared.slot_lease.lock().await;
-    pipeline::stream(cfg, &slot, &sink, reports, shutdown, carry).await
+    pipeline::stream(cfg, &slot, &sink, reports, shutdown, carry, shared).await
 }
 
 /// `outbox-relay setup`: checks everything, creates the publication and the slot if missing.

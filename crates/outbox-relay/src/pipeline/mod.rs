@@ -61,7 +61,7 @@ use self::{
     state::{State, confirm, remember, report_gauges},
     txn::{abort_open_transaction, commit, settle, transaction_timeout},
 };
-use crate::carry::Carry;
+use crate::{carry::Carry, health::Shared};
 
 /// Streams until shutdown (`Ok`) or a failure (`Err`, nothing confirmed past the failure).
 pub(crate) async fn stream(
@@ -71,6 +71,7 @@ pub(crate) async fn stream(
     mut reports: mpsc::UnboundedReceiver<Delivered>,
     shutdown: &mut watch::Receiver<bool>,
     carry: &mut Carry,
+    health: &Shared,
 ) -> Result<(), RelayError> {
     let interval = status_interval(cfg, slot.wal_sender_timeout);
     let pg = &cfg.postgres;
@@ -118,7 +119,7 @@ pub(crate) async fn stream(
             return Err(e);
         }
     };
-    crate::health::set_streaming(true);
+    health.set_streaming(true);
     metrics::gauge!(crate::metrics::OUTBOX_TABLES).set(cfg.outbox.len() as f64);
     metrics::gauge!(crate::metrics::MESSAGE_PREFIXES).set(cfg.message.len() as f64);
     tracing::info!(
@@ -160,6 +161,7 @@ pub(crate) async fn stream(
         acks: AckMetrics::new(),
         primer: None,
         committing: None,
+        health,
     };
     confirm(&client, &mut st);
     // A state file that cannot be written is found now, not after a failover.
@@ -179,7 +181,7 @@ pub(crate) async fn stream(
             ))
         })?;
     let result = run_loop(cfg, sink, &mut client, &mut st, &mut reports, shutdown).await;
-    crate::health::set_streaming(false);
+    health.set_streaming(false);
     remember(&mut st);
     match result {
         Ok(()) => {
@@ -278,7 +280,7 @@ async fn run_loop(
                     return Err(RelayError::from(Transient::replication("the replication connection closed while the relay waited for Kafka",
                     )));
                 }
-                if let Some(e) = paused.and_then(|(since, _)| release_due(since, release_after)) {
+                if let Some(e) = paused.and_then(|(since, _)| release_due(since, release_after, st.health)) {
                     return Err(e);
                 }
                 remember(st);
@@ -427,10 +429,11 @@ async fn commit_unless(
     release_after: Duration,
 ) -> Result<bool, RelayError> {
     let since = paused.map_or_else(Instant::now, |(t, _)| t);
+    let health = st.health;
     tokio::select! {
         r = commit(cfg, sink, client, st, reports) => r.map(|()| true),
         _ = shutdown.changed() => Ok(false),
-        e = release_when_due(since, release_after) => Err(e),
+        e = release_when_due(since, release_after, health) => Err(e),
     }
 }
 
@@ -438,9 +441,9 @@ async fn commit_unless(
 /// connection go, once the wait reached `release_after` (0: never on time alone) or the slot
 /// monitor saw `wal_status` leave reserved/extended (docs/architecture.md, "Backpressure and
 /// memory").
-fn release_due(since: Instant, release_after: Duration) -> Option<RelayError> {
+fn release_due(since: Instant, release_after: Duration, health: &Shared) -> Option<RelayError> {
     let waited = since.elapsed();
-    let at_risk = crate::health::wal_at_risk();
+    let at_risk = health.wal_at_risk();
     (at_risk || (!release_after.is_zero() && waited >= release_after)).then_some(RelayError::from(
         Transient::BackpressureReleased {
             waited_ms: waited.as_millis() as u64,
@@ -450,11 +453,11 @@ fn release_due(since: Instant, release_after: Duration) -> Option<RelayError> {
 }
 
 /// [`release_due`], checked every second, for a wait that blocks the loop (a Kafka commit).
-async fn release_when_due(since: Instant, release_after: Duration) -> RelayError {
+async fn release_when_due(since: Instant, release_after: Duration, health: &Shared) -> RelayError {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        if let Some(e) = release_due(since, release_after) {
+        if let Some(e) = release_due(since, release_after, health) {
             return e;
         }
     }

@@ -25,6 +25,7 @@ use crate::{
     error::RelayError,
     events::CHECKPOINT_SKIP_DONE,
     failover::Memory,
+    health::Shared,
     metrics as m,
     sink::{Origin, RunningCommit},
     source::Session,
@@ -69,6 +70,9 @@ pub(super) struct State<'a> {
     /// A Kafka commit sent and not answered yet (two producers: the next transaction fills
     /// meanwhile).
     pub(super) committing: Option<Committing>,
+    /// What the run's other tasks see of this pipeline (streaming, progress markers) and tell
+    /// it (the slot's WAL at risk): one per relay run, outliving the pipeline.
+    pub(super) health: &'a Shared,
 }
 
 /// A commit sent and not yet answered ([`crate::sink::KafkaSink::commit_start`]).
@@ -140,7 +144,8 @@ pub(super) fn report_gauges(st: &State<'_>) {
     metrics::gauge!(m::INFLIGHT_TRANSACTIONS).set(st.progress.pending_txns() as f64);
     metrics::gauge!(m::RECEIVED_LSN).set(st.progress.received().0 as f64);
     let acked = st.progress.acked();
-    crate::health::pipeline_progress(acked + st.progress.outstanding_records(), acked);
+    st.health
+        .pipeline_progress(acked + st.progress.outstanding_records(), acked);
     let lag = st
         .progress
         .oldest_pending_commit_time()

@@ -305,8 +305,12 @@ fn state<'a>(
         acks: super::ack_metrics::AckMetrics::new(),
         primer: None,
         committing: None,
+        health: HEALTH.get_or_init(crate::health::Shared::new),
     }
 }
+
+/// The loop tests' run-wide state (no other task reads it here).
+static HEALTH: std::sync::OnceLock<crate::health::Shared> = std::sync::OnceLock::new();
 
 /// A record's key and value.
 type KeyValue = (Option<Vec<u8>>, Option<Vec<u8>>);
