@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig, ReplicationEvent};
-use relay_core::platform::Platform;
+use relay_core::{Lsn, platform::Platform};
 
 use crate::{
     carry::Carry,
@@ -15,11 +16,79 @@ use crate::{
     failover::{Memory, check_system, check_timeline, recall},
 };
 
+/// One message of the replication stream as the pipeline reads it: pgwire-replication's
+/// event with the core's types (LSNs as `relay_core::Lsn`, commit times in Unix microseconds),
+/// converted here, at the edge, once.
+#[derive(Debug, Clone)]
+pub(crate) enum StreamEvent {
+    /// A transaction begins; it commits at `commit_lsn`.
+    Begin {
+        commit_lsn: Lsn,
+        commit_time_unix_us: i64,
+    },
+    /// A pgoutput message (relation, row change, ...); the stream reached `wal_end`.
+    Data { data: Bytes, wal_end: Lsn },
+    /// The transaction committed at `lsn` ends at `end_lsn`.
+    Commit { lsn: Lsn, end_lsn: Lsn },
+    /// The server's keepalive: the stream reached `wal_end`.
+    KeepAlive { wal_end: Lsn },
+    /// A logical message, decoded by pgwire-replication.
+    Message {
+        transactional: bool,
+        lsn: Lsn,
+        prefix: String,
+        content: Bytes,
+    },
+    /// The stream stopped at a requested LSN (the relay requests none).
+    StoppedAt,
+}
+
+impl From<ReplicationEvent> for StreamEvent {
+    fn from(ev: ReplicationEvent) -> Self {
+        let lsn = |l: pgwire_replication::Lsn| Lsn(l.as_u64());
+        match ev {
+            ReplicationEvent::Begin {
+                final_lsn,
+                commit_time_micros,
+                ..
+            } => StreamEvent::Begin {
+                commit_lsn: lsn(final_lsn),
+                commit_time_unix_us: commit_time_micros + PG_EPOCH_UNIX_US,
+            },
+            ReplicationEvent::XLogData { data, wal_end, .. } => StreamEvent::Data {
+                data,
+                wal_end: lsn(wal_end),
+            },
+            ReplicationEvent::Commit {
+                lsn: at, end_lsn, ..
+            } => StreamEvent::Commit {
+                lsn: lsn(at),
+                end_lsn: lsn(end_lsn),
+            },
+            ReplicationEvent::KeepAlive { wal_end, .. } => StreamEvent::KeepAlive {
+                wal_end: lsn(wal_end),
+            },
+            ReplicationEvent::Message {
+                transactional,
+                prefix,
+                content,
+                lsn: at,
+            } => StreamEvent::Message {
+                transactional,
+                lsn: lsn(at),
+                prefix,
+                content,
+            },
+            ReplicationEvent::StoppedAt { .. } => StreamEvent::StoppedAt,
+        }
+    }
+}
+
 /// What the pipeline's loop needs of a replication session: the seam that lets tests feed the
 /// loop without a server (`pipeline/tests.rs`).
 pub(crate) trait Session {
     /// The next event; `Ok(None)` when the server closed the stream.
-    async fn recv(&mut self) -> Result<Option<ReplicationEvent>, PgWireError>;
+    async fn recv(&mut self) -> Result<Option<StreamEvent>, PgWireError>;
     /// The LSN to confirm with the next status update.
     fn update_applied_lsn(&self, lsn: relay_core::Lsn);
     /// The LSN the last status update sent.
@@ -29,8 +98,8 @@ pub(crate) trait Session {
 }
 
 impl Session for ReplicationClient {
-    async fn recv(&mut self) -> Result<Option<ReplicationEvent>, PgWireError> {
-        ReplicationClient::recv(self).await
+    async fn recv(&mut self) -> Result<Option<StreamEvent>, PgWireError> {
+        Ok(ReplicationClient::recv(self).await?.map(StreamEvent::from))
     }
     fn update_applied_lsn(&self, lsn: relay_core::Lsn) {
         ReplicationClient::update_applied_lsn(self, pgwire_replication::Lsn::from_u64(lsn.0));

@@ -3,7 +3,6 @@
 //! logical messages (`publish`), counted in its transaction's change index and either skipped
 //! (Kafka holds it) or routed and handed to Kafka under the poison policy.
 
-use pgwire_replication::ReplicationEvent;
 use relay_core::{
     Lsn, deadletter,
     decode::Decoded,
@@ -22,7 +21,7 @@ use crate::{
     error::{Definite, RelayError},
     events::{OUTBOX_DELETE_IGNORED, OUTBOX_TABLE_RENAMED, OUTBOX_UPDATE_IGNORED},
     sink::{Delivered, Sink},
-    source::{PG_EPOCH_UNIX_US, Session},
+    source::{Session, StreamEvent},
 };
 
 pub(super) async fn on_event(
@@ -31,16 +30,13 @@ pub(super) async fn on_event(
     client: &impl Session,
     st: &mut State<'_>,
     reports: &mut mpsc::UnboundedReceiver<Delivered>,
-    ev: ReplicationEvent,
+    ev: StreamEvent,
 ) -> Result<(), RelayError> {
     match ev {
-        ReplicationEvent::Begin {
-            final_lsn,
-            commit_time_micros,
-            ..
+        StreamEvent::Begin {
+            commit_lsn,
+            commit_time_unix_us,
         } => {
-            let commit_lsn = Lsn(final_lsn.as_u64());
-            let commit_time_unix_us = commit_time_micros + PG_EPOCH_UNIX_US;
             st.skip.begin(commit_lsn).map_err(|e| contradicted(st, e))?;
             st.progress.begin(commit_lsn, commit_time_unix_us)?;
             st.change_index = 0;
@@ -50,8 +46,8 @@ pub(super) async fn on_event(
                 seq: 0,
             });
         }
-        ReplicationEvent::XLogData { data, wal_end, .. } => {
-            st.progress.saw(Lsn(wal_end.as_u64()));
+        StreamEvent::Data { data, wal_end } => {
+            st.progress.saw(wal_end);
             // Relation messages may come outside a transaction; they need no position.
             let pos = st.txn.unwrap_or(Position {
                 commit_lsn: Lsn::ZERO,
@@ -136,30 +132,28 @@ pub(super) async fn on_event(
                 Decoded::OtherInsert(_) | Decoded::Nothing => {}
             }
         }
-        ReplicationEvent::Commit { lsn, end_lsn, .. } => {
+        StreamEvent::Commit { lsn, end_lsn } => {
             st.skip.commit().map_err(|e| contradicted(st, e))?;
-            let end_lsn = Lsn(end_lsn.as_u64());
-            st.progress.commit(Lsn(lsn.as_u64()), end_lsn)?;
+            st.progress.commit(lsn, end_lsn)?;
             if st.checkpoints.is_some() {
                 st.trail.committed(end_lsn);
             }
             st.txn = None;
             confirm(client, st);
         }
-        ReplicationEvent::KeepAlive { wal_end, .. } => {
-            st.skip.keepalive(Lsn(wal_end.as_u64()));
-            st.progress.keepalive(Lsn(wal_end.as_u64()));
+        StreamEvent::KeepAlive { wal_end } => {
+            st.skip.keepalive(wal_end);
+            st.progress.keepalive(wal_end);
             confirm(client, st);
         }
-        ReplicationEvent::Message {
+        StreamEvent::Message {
             transactional,
+            lsn,
             prefix,
             content,
-            lsn,
         } => {
             // pgwire-replication decodes logical messages itself. A transactional one is a
             // change of its transaction: it counts in the change index.
-            let lsn = Lsn(lsn.as_u64());
             on_message(
                 cfg,
                 sink,
@@ -173,7 +167,7 @@ pub(super) async fn on_event(
             )
             .await?;
         }
-        ReplicationEvent::StoppedAt { .. } => {}
+        StreamEvent::StoppedAt => {}
     }
     Ok(())
 }

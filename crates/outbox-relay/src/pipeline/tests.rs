@@ -34,7 +34,7 @@ use crate::{
     config::Config,
     error::RelayError,
     sink::{Delivered, KafkaSink},
-    source::Session,
+    source::{Session, StreamEvent},
 };
 
 mod drain;
@@ -53,13 +53,13 @@ struct Scripted {
 }
 
 impl Session for Scripted {
-    async fn recv(&mut self) -> Result<Option<ReplicationEvent>, PgWireError> {
+    async fn recv(&mut self) -> Result<Option<StreamEvent>, PgWireError> {
         if self.pause_before == Some(self.played) {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         self.played += 1;
         match self.events.pop_front() {
-            Some(e) => Ok(Some(e)),
+            Some(e) => Ok(Some(e.into())),
             None => std::future::pending().await,
         }
     }
