@@ -179,18 +179,7 @@ fn run(ops: &[Op], mode: Mode) -> Result<(), TestCaseError> {
                 m.txns.push((Lsn(m.lsn), None));
                 m.open = true;
             }
-            Op::Record if m.open => {
-                let tx = p.record().unwrap();
-                p.handed(BYTES);
-                m.ktxn_records += 1;
-                m.recs.push(Rec {
-                    tx,
-                    txn: m.txns.len() - 1,
-                    acked: false,
-                    committed: false,
-                    ktxn: m.ktxn,
-                });
-            }
+            Op::Record if m.open => record(&mut p, &mut m),
             Op::Commit if m.open => {
                 let (commit, end) = m.txns.last_mut().unwrap();
                 let e = Lsn(commit.0 + 10);
@@ -204,19 +193,11 @@ fn run(ops: &[Op], mode: Mode) -> Result<(), TestCaseError> {
                 m.lsn += 1;
                 let lsn = Lsn(m.lsn);
                 p.begin_alone(lsn, m.lsn as i64).unwrap();
-                let tx = p.record().unwrap();
-                p.handed(BYTES);
+                m.txns.push((lsn, None));
+                record(&mut p, &mut m);
                 p.end_alone(lsn).unwrap();
+                m.txns.last_mut().unwrap().1 = Some(lsn);
                 m.received = m.lsn;
-                m.ktxn_records += 1;
-                m.txns.push((lsn, Some(lsn)));
-                m.recs.push(Rec {
-                    tx,
-                    txn: m.txns.len() - 1,
-                    acked: false,
-                    committed: false,
-                    ktxn: m.ktxn,
-                });
             }
             Op::Keepalive if !m.open => {
                 m.lsn += 1;
@@ -464,6 +445,20 @@ fn check_exact(p: &Progress, m: &Model, skip: SkipStatus, mode: Mode) -> Result<
         first.map(|f| m.txns[f].0.0 as i64)
     );
     Ok(())
+}
+
+/// One record of the model's last transaction, handed to Kafka.
+fn record(p: &mut Progress, m: &mut Model) {
+    let tx = p.record().unwrap();
+    p.handed(BYTES);
+    m.ktxn_records += 1;
+    m.recs.push(Rec {
+        tx,
+        txn: m.txns.len() - 1,
+        acked: false,
+        committed: false,
+        ktxn: m.ktxn,
+    });
 }
 
 /// With transactions: the checkpoint the rule puts into the open Kafka transaction before its
