@@ -402,6 +402,24 @@ mod tests {
         assert_eq!(t.entries(), 0);
     }
 
+    /// An acknowledgement for an id the tracker never gave out (one past its newest entry, or
+    /// of a transaction already confirmed) is a framing error, not a panic or a silent ack.
+    #[test]
+    fn an_ack_of_an_unknown_transaction_is_refused() {
+        let mut t = AckTracker::new(Lsn(0));
+        let a = t.begin(Lsn(10), 0).unwrap();
+        t.add_record().unwrap();
+        t.commit(Lsn(10), Lsn(11)).unwrap();
+        assert_eq!(t.ack(TxId(a.0 + 1)), Err(FramingError::UnexpectedAck));
+        t.ack(a).unwrap();
+        assert_eq!(
+            t.ack(a),
+            Err(FramingError::UnexpectedAck),
+            "already confirmed"
+        );
+        assert_eq!(t.watermark(), Lsn(11));
+    }
+
     #[test]
     fn out_of_order_acks_wait_for_the_head() {
         let mut t = AckTracker::new(Lsn(0));
