@@ -7,7 +7,7 @@
 //! verified); this module writes it.
 //!
 //! With transactions, a Kafka transaction that carries records opens with a copy of the
-//! previous checkpoint ([`prime`]), so that the checkpoint partition is already part of the
+//! previous checkpoint ([`Pipeline::prime`]), so that the checkpoint partition is already part of the
 //! transaction when the closing checkpoint is written: the commit then waits for one round
 //! trip less (no AddPartitionsToTxn on its critical path). The copy is safe because it never
 //! ends up last: the closing checkpoint follows it in the same transaction and partition, and
@@ -21,7 +21,7 @@ use relay_core::{
     timeline::{History, follow},
 };
 
-use super::state::{Primer, State};
+use super::state::{Pipeline, Primer, Start};
 use crate::{
     carry::Carry,
     checkpoint::{Identity, prepare_topic, read_latest, slot_start},
@@ -33,17 +33,8 @@ use crate::{
     },
     metrics as m,
     sink::Sink,
+    source::Session,
 };
-
-/// What the start found.
-pub(super) struct Start {
-    /// Where PostgreSQL streams from.
-    pub(super) start: Lsn,
-    pub(super) skip: Skip,
-    pub(super) trail: Trail,
-    /// `None`: no checkpoints on this connection (at-least-once, topic unusable).
-    pub(super) checkpoints: Option<Identity>,
-}
 
 /// After the slot is won and the producer fenced: reads the newest checkpoint of this slot.
 pub(super) async fn start(
@@ -134,80 +125,83 @@ pub(super) async fn start(
     })
 }
 
-/// Puts the checkpoint covering `covered` into the open Kafka transaction (or, without
-/// transactions, sends it); the progress rule decided that one is due
-/// ([`relay_core::progress::Progress::checkpoint_to_write`]). `None`: no checkpoints on this
-/// connection.
-pub(super) async fn write(
-    cfg: &Config,
-    sink: &impl Sink,
-    st: &mut State<'_>,
-    covered: Lsn,
-) -> Result<Option<Lsn>, RelayError> {
-    let Some(id) = st.checkpoints.as_ref() else {
-        return Ok(None);
-    };
-    let last = if st.transactional {
-        st.trail.latest()
-    } else {
-        st.trail.within(covered)
-    };
-    let c = id.at(covered, last);
-    let (key, value) = (c.key(), c.to_json());
-    sink.send_checkpoint(&cfg.kafka.checkpoint_topic, &key, &value, st.transactional)
-        .await?;
-    if st.transactional {
-        // The commit that follows opens the next transaction, which this one primes.
-        st.primer = Some(Primer {
-            topic: cfg.kafka.checkpoint_topic.clone(),
-            key,
-            value,
-            primed: false,
-        });
-    }
-    Ok(Some(covered))
-}
-
-/// Before the first record of a Kafka transaction: puts a copy of the previous checkpoint into
-/// it (module comment). Nothing before the first checkpoint of this connection: the skip may
-/// not be verified yet.
-pub(super) async fn prime(sink: &impl Sink, st: &mut State<'_>) -> Result<(), RelayError> {
-    let Some(p) = st.primer.as_mut().filter(|p| !p.primed) else {
-        return Ok(());
-    };
-    sink.send_checkpoint(&p.topic, &p.key, &p.value, true)
-        .await?;
-    p.primed = true;
-    Ok(())
-}
-
-/// Without transactions (the caller calls it at most once per status interval): a checkpoint
-/// for the acknowledged prefix, if it moved. A failure is warned about and changes nothing
-/// else. `true`: one was handed to the producer.
-pub(super) async fn write_acknowledged(cfg: &Config, sink: &impl Sink, st: &mut State<'_>) -> bool {
-    if let Some(e) = sink.checkpoint_failure() {
-        metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => "failed").increment(1);
-        tracing::warn!(
-            error = %e, topic = %cfg.kafka.checkpoint_topic,
-            "{CHECKPOINT_WRITE_FAILED}: more events are sent again after a PostgreSQL crash"
-        );
-    }
-    let Some(covered) = st
-        .progress
-        .checkpoint_to_write(st.skip.status(), CheckpointAt::Acknowledged)
-    else {
-        return false;
-    };
-    match write(cfg, sink, st, covered).await {
-        Ok(Some(c)) => {
-            st.progress.checkpoint_written(c);
-            metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => "written").increment(1);
-            true
+impl<S: Session, K: Sink> Pipeline<'_, S, K> {
+    /// Puts the checkpoint covering `covered` into the open Kafka transaction (or, without
+    /// transactions, sends it); the progress rule decided that one is due
+    /// ([`relay_core::progress::Progress::checkpoint_to_write`]). `None`: no checkpoints on
+    /// this connection.
+    pub(super) async fn write_checkpoint(
+        &mut self,
+        covered: Lsn,
+    ) -> Result<Option<Lsn>, RelayError> {
+        let Some(id) = self.checkpoints.as_ref() else {
+            return Ok(None);
+        };
+        let last = if self.transactional {
+            self.trail.latest()
+        } else {
+            self.trail.within(covered)
+        };
+        let c = id.at(covered, last);
+        let (key, value) = (c.key(), c.to_json());
+        let topic = &self.cfg.kafka.checkpoint_topic;
+        self.sink
+            .send_checkpoint(topic, &key, &value, self.transactional)
+            .await?;
+        if self.transactional {
+            // The commit that follows opens the next transaction, which this one primes.
+            self.primer = Some(Primer {
+                topic: topic.clone(),
+                key,
+                value,
+                primed: false,
+            });
         }
-        Ok(None) => false,
-        Err(e) => {
-            tracing::warn!(error = %e, "{CHECKPOINT_WRITE_FAILED}");
-            false
+        Ok(Some(covered))
+    }
+
+    /// Before the first record of a Kafka transaction: puts a copy of the previous checkpoint
+    /// into it (module comment). Nothing before the first checkpoint of this connection: the
+    /// skip may not be verified yet.
+    pub(super) async fn prime(&mut self) -> Result<(), RelayError> {
+        let Some(p) = self.primer.as_mut().filter(|p| !p.primed) else {
+            return Ok(());
+        };
+        self.sink
+            .send_checkpoint(&p.topic, &p.key, &p.value, true)
+            .await?;
+        p.primed = true;
+        Ok(())
+    }
+
+    /// Without transactions (the caller calls it at most once per status interval): a
+    /// checkpoint for the acknowledged prefix, if it moved. A failure is warned about and
+    /// changes nothing else. `true`: one was handed to the producer.
+    pub(super) async fn write_acknowledged(&mut self) -> bool {
+        if let Some(e) = self.sink.checkpoint_failure() {
+            metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => "failed").increment(1);
+            tracing::warn!(
+                error = %e, topic = %self.cfg.kafka.checkpoint_topic,
+                "{CHECKPOINT_WRITE_FAILED}: more events are sent again after a PostgreSQL crash"
+            );
+        }
+        let Some(covered) = self
+            .progress
+            .checkpoint_to_write(self.skip.status(), CheckpointAt::Acknowledged)
+        else {
+            return false;
+        };
+        match self.write_checkpoint(covered).await {
+            Ok(Some(c)) => {
+                self.progress.checkpoint_written(c);
+                metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => "written").increment(1);
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(error = %e, "{CHECKPOINT_WRITE_FAILED}");
+                false
+            }
         }
     }
 }

@@ -8,168 +8,159 @@ use relay_core::{
     decode::Decoded,
     route::{Position, debezium::OpInvalidBehavior},
 };
-use tokio::sync::mpsc;
 
-use super::{
-    message::on_message,
-    poison::{dead_lettered, produce},
-    publish::{publish, published, skipped_change},
-    state::{State, confirm, contradicted},
-};
+use super::{poison::dead_lettered, publish::Change, state::Pipeline};
 use crate::{
-    config::{Config, PoisonPolicy},
+    config::PoisonPolicy,
     error::{Definite, RelayError},
     events::{OUTBOX_DELETE_IGNORED, OUTBOX_TABLE_RENAMED, OUTBOX_UPDATE_IGNORED},
-    sink::{Delivered, Sink},
+    sink::Sink,
     source::{Session, StreamEvent},
 };
 
-pub(super) async fn on_event(
-    cfg: &Config,
-    sink: &impl Sink,
-    client: &impl Session,
-    st: &mut State<'_>,
-    reports: &mut mpsc::UnboundedReceiver<Delivered>,
-    ev: StreamEvent,
-) -> Result<(), RelayError> {
-    match ev {
-        StreamEvent::Begin {
-            commit_lsn,
-            commit_time_unix_us,
-        } => {
-            st.skip.begin(commit_lsn).map_err(|e| contradicted(st, e))?;
-            st.progress.begin(commit_lsn, commit_time_unix_us)?;
-            st.change_index = 0;
-            st.txn = Some(Position {
+impl<S: Session, K: Sink> Pipeline<'_, S, K> {
+    /// One replication event.
+    pub(super) async fn on_event(&mut self, ev: StreamEvent) -> Result<(), RelayError> {
+        match ev {
+            StreamEvent::Begin {
                 commit_lsn,
                 commit_time_unix_us,
-                seq: 0,
-            });
-        }
-        StreamEvent::Data { data, wal_end } => {
-            st.progress.saw(wal_end);
-            // Relation messages may come outside a transaction; they need no position.
-            let pos = st.txn.unwrap_or(Position {
-                commit_lsn: Lsn::ZERO,
-                commit_time_unix_us: 0,
-                seq: 0,
-            });
-            let decoded = st.decoder.decode(data, pos)?;
-            if let Decoded::LogicalMessage {
+            } => {
+                self.skip
+                    .begin(commit_lsn)
+                    .map_err(|e| self.contradicted(e))?;
+                self.progress.begin(commit_lsn, commit_time_unix_us)?;
+                self.change_index = 0;
+                self.txn = Some(Position {
+                    commit_lsn,
+                    commit_time_unix_us,
+                    seq: 0,
+                });
+            }
+            StreamEvent::Data { data, wal_end } => {
+                self.progress.saw(wal_end);
+                // Relation messages may come outside a transaction; they need no position.
+                let pos = self.txn.unwrap_or(Position {
+                    commit_lsn: Lsn::ZERO,
+                    commit_time_unix_us: 0,
+                    seq: 0,
+                });
+                let decoded = self.decoder.decode(data, pos)?;
+                self.on_decoded(decoded, pos).await?;
+            }
+            StreamEvent::Commit { lsn, end_lsn } => {
+                self.skip.commit().map_err(|e| self.contradicted(e))?;
+                self.progress.commit(lsn, end_lsn)?;
+                if self.checkpoints.is_some() {
+                    self.trail.committed(end_lsn);
+                }
+                self.txn = None;
+                self.confirm();
+            }
+            StreamEvent::KeepAlive { wal_end } => {
+                self.skip.keepalive(wal_end);
+                self.progress.keepalive(wal_end);
+                self.confirm();
+            }
+            StreamEvent::Message {
                 transactional,
                 lsn,
                 prefix,
                 content,
-            } = decoded
-            {
-                return on_message(
-                    cfg,
-                    sink,
-                    client,
-                    st,
-                    reports,
-                    transactional,
-                    lsn,
-                    prefix,
-                    content,
-                )
-                .await;
+            } => {
+                // pgwire-replication decodes logical messages itself. A transactional one is a
+                // change of its transaction: it counts in the change index.
+                self.on_message(transactional, lsn, prefix, content).await?;
             }
-            if skipped(st, &decoded)? {
-                return Ok(());
-            }
-            let index = st.change_index.wrapping_sub(1);
-            match decoded {
-                Decoded::Record {
-                    record: rec,
-                    routed,
-                    fingerprint,
-                } => {
-                    publish(
-                        cfg,
-                        sink,
-                        client,
-                        st,
-                        reports,
-                        rec,
-                        &routed,
-                        pos,
-                        index,
-                        fingerprint,
-                    )
-                    .await?;
-                }
-                // Handed to `on_message` above.
-                Decoded::LogicalMessage { .. } => {}
-                Decoded::Poison(p) => match st.policy {
-                    PoisonPolicy::Halt => {
-                        return Err(RelayError::from(Definite::Poison {
-                            table: p.table,
-                            reason: p.error.to_string(),
-                        }));
-                    }
-                    PoisonPolicy::DeadLetter => {
-                        dead_lettered(&p.error.to_string(), pos);
-                        let dlq = deadletter::from_poison(&p, pos, &st.dead_letter_topic);
-                        produce(sink, st, dlq, pos, &p.routed).await?;
-                        published(cfg, sink, client, st, reports, pos, index, p.fingerprint)
-                            .await?;
-                    }
-                },
-                Decoded::OutboxRenamed { configured, now } => {
-                    tracing::warn!(
-                        configured = %configured, now = %now,
-                        "{OUTBOX_TABLE_RENAMED}: the outbox table was renamed while in the \
-                         publication; its rows are still published with its [[outbox]] mapping \
-                         (matched by OID). Point [[outbox]] table at the new name"
-                    );
-                }
-                Decoded::OutboxModified {
-                    routed,
-                    delete,
-                    behavior,
-                } => modified(&routed, delete, behavior, pos)?,
-                Decoded::OtherInsert(_) | Decoded::Nothing => {}
-            }
+            StreamEvent::StoppedAt => {}
         }
-        StreamEvent::Commit { lsn, end_lsn } => {
-            st.skip.commit().map_err(|e| contradicted(st, e))?;
-            st.progress.commit(lsn, end_lsn)?;
-            if st.checkpoints.is_some() {
-                st.trail.committed(end_lsn);
-            }
-            st.txn = None;
-            confirm(client, st);
-        }
-        StreamEvent::KeepAlive { wal_end } => {
-            st.skip.keepalive(wal_end);
-            st.progress.keepalive(wal_end);
-            confirm(client, st);
-        }
-        StreamEvent::Message {
+        Ok(())
+    }
+
+    /// A decoded pgoutput message at `pos` (the open transaction's position, if any).
+    async fn on_decoded(&mut self, decoded: Decoded, pos: Position) -> Result<(), RelayError> {
+        if let Decoded::LogicalMessage {
             transactional,
             lsn,
             prefix,
             content,
-        } => {
-            // pgwire-replication decodes logical messages itself. A transactional one is a
-            // change of its transaction: it counts in the change index.
-            on_message(
-                cfg,
-                sink,
-                client,
-                st,
-                reports,
-                transactional,
-                lsn,
-                prefix,
-                content,
-            )
-            .await?;
+        } = decoded
+        {
+            return self.on_message(transactional, lsn, prefix, content).await;
         }
-        StreamEvent::StoppedAt => {}
+        if self.skipped(&decoded)? {
+            return Ok(());
+        }
+        let index = self.change_index.wrapping_sub(1);
+        match decoded {
+            Decoded::Record {
+                record: rec,
+                routed,
+                fingerprint,
+            } => {
+                let change = Change {
+                    routed: &routed,
+                    pos,
+                    index,
+                    fingerprint,
+                };
+                self.publish(rec, change).await?;
+            }
+            // Handed to `on_message` above.
+            Decoded::LogicalMessage { .. } => {}
+            Decoded::Poison(p) => match self.cfg.relay.on_poison {
+                PoisonPolicy::Halt => {
+                    return Err(RelayError::from(Definite::Poison {
+                        table: p.table,
+                        reason: p.error.to_string(),
+                    }));
+                }
+                PoisonPolicy::DeadLetter => {
+                    dead_lettered(&p.error.to_string(), pos);
+                    let dlq = deadletter::from_poison(&p, pos, &self.cfg.relay.dead_letter_topic);
+                    self.produce(dlq, pos, &p.routed).await?;
+                    let change = Change {
+                        routed: &p.routed,
+                        pos,
+                        index,
+                        fingerprint: p.fingerprint,
+                    };
+                    self.published(change).await?;
+                }
+            },
+            Decoded::OutboxRenamed { configured, now } => {
+                tracing::warn!(
+                    configured = %configured, now = %now,
+                    "{OUTBOX_TABLE_RENAMED}: the outbox table was renamed while in the \
+                     publication; its rows are still published with its [[outbox]] mapping \
+                     (matched by OID). Point [[outbox]] table at the new name"
+                );
+            }
+            Decoded::OutboxModified {
+                routed,
+                delete,
+                behavior,
+            } => modified(&routed, delete, behavior, pos)?,
+            Decoded::OtherInsert(_) | Decoded::Nothing => {}
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// Counts a change in the open transaction's change index and asks the skip about it.
+    /// `true`: Kafka holds it already (a routed change still takes its position in the
+    /// transaction).
+    fn skipped(&mut self, decoded: &Decoded) -> Result<bool, RelayError> {
+        match decoded {
+            Decoded::Record {
+                routed,
+                fingerprint,
+                ..
+            } => self.skipped_change(Some(routed), fingerprint),
+            Decoded::Poison(p) => self.skipped_change(Some(&p.routed), &p.fingerprint),
+            Decoded::OtherInsert(fp) => self.skipped_change(None, fp),
+            _ => Ok(false),
+        }
+    }
 }
 
 /// An UPDATE or DELETE of an outbox row: counted and logged, never published; an UPDATE stops
@@ -205,19 +196,4 @@ fn modified(
         }
     }
     Ok(())
-}
-
-/// Counts a change in the open transaction's change index and asks the skip about it. `true`:
-/// Kafka holds it already (a routed change still takes its position in the transaction).
-fn skipped(st: &mut State<'_>, decoded: &Decoded) -> Result<bool, RelayError> {
-    match decoded {
-        Decoded::Record {
-            routed,
-            fingerprint,
-            ..
-        } => skipped_change(st, Some(routed), fingerprint),
-        Decoded::Poison(p) => skipped_change(st, Some(&p.routed), &p.fingerprint),
-        Decoded::OtherInsert(fp) => skipped_change(st, None, fp),
-        _ => Ok(false),
-    }
 }

@@ -3,113 +3,137 @@
 //! dead-lettered in its place only if refused again. Nothing is skipped without a record.
 
 use relay_core::{
-    deadletter::{self},
+    deadletter,
     route::{Position, Record},
 };
-use tokio::sync::mpsc;
 
-use super::{
-    checkpoints,
-    delivery::{delivered, on_delivery, producer_gone},
-    state::{State, handed_over, next_record},
-};
+use super::{delivery::producer_gone, state::Pipeline};
 use crate::{
     config::PoisonPolicy,
     error::{Definite, RefusedChange, RelayError, Transient},
     events::EVENT_DEAD_LETTERED,
     metrics as m,
-    sink::{Delivered, Sink, delivery_error},
+    sink::{Sink, delivery_error},
+    source::Session,
 };
 
 /// Largest value kept in a dead-letter record (Kafka's default limit is about 1 MB).
 pub(super) const MAX_DEAD_LETTER_VALUE: usize = 900_000;
 
-/// Hands one record of the open transaction to Kafka; `routed` names its source (the
-/// `[[outbox]]` table or `message:<prefix>`). Under the dead-letter policy a record Kafka
-/// refuses at once (larger than `message.max.bytes`, say) is replaced by its dead-letter
-/// record; under `halt` the refusal names the change.
-pub(super) async fn produce(
-    sink: &impl Sink,
-    st: &mut State<'_>,
-    rec: Record,
-    pos: Position,
-    routed: &str,
-) -> Result<(), RelayError> {
-    checkpoints::prime(sink, st).await?;
-    let origin = next_record(st, pos)?;
-    let sent = match sink.send(&rec, origin).await {
-        Err(e @ RelayError::Definite(Definite::DeliveryRefused { .. }))
-            if st.policy == PoisonPolicy::DeadLetter && rec.topic != st.dead_letter_topic =>
-        {
-            let dlq = dead_letter_for(st, &rec, routed, &e.to_string(), pos);
-            sink.send(&dlq, origin)
-                .await
-                .map_err(|e| e.refusing(refused_at(routed, pos)))?;
-            dlq
-        }
-        other => {
-            other.map_err(|e| e.refusing(refused_at(routed, pos)))?;
-            rec
-        }
-    };
-    st.progress.handed(sent.bytes());
-    handed_over(st);
-    Ok(())
-}
+impl<S: Session, K: Sink> Pipeline<'_, S, K> {
+    /// Hands one record of the open transaction to Kafka; `routed` names its source (the
+    /// `[[outbox]]` table or `message:<prefix>`). Under the dead-letter policy a record Kafka
+    /// refuses at once (larger than `message.max.bytes`, say) is replaced by its dead-letter
+    /// record; under `halt` the refusal names the change.
+    pub(super) async fn produce(
+        &mut self,
+        rec: Record,
+        pos: Position,
+        routed: &str,
+    ) -> Result<(), RelayError> {
+        self.prime().await?;
+        let origin = self.next_record(pos)?;
+        let relay = &self.cfg.relay;
+        let sent = match self.sink.send(&rec, origin).await {
+            Err(e @ RelayError::Definite(Definite::DeliveryRefused { .. }))
+                if relay.on_poison == PoisonPolicy::DeadLetter
+                    && rec.topic != relay.dead_letter_topic =>
+            {
+                let dlq = self.dead_letter_for(&rec, routed, &e.to_string(), pos);
+                self.sink
+                    .send(&dlq, origin)
+                    .await
+                    .map_err(|e| e.refusing(refused_at(routed, pos)))?;
+                dlq
+            }
+            other => {
+                other.map_err(|e| e.refusing(refused_at(routed, pos)))?;
+                rec
+            }
+        };
+        self.progress.handed(sent.bytes());
+        self.handed_over();
+        Ok(())
+    }
 
-/// Sends a record Kafka refused in a batch on its own: waits until nothing else is in flight,
-/// sends it, and waits for its report. Accepted: it was innocent. Refused again: it goes to the
-/// dead-letter topic in its place (same position, same transaction).
-pub(super) async fn produce_alone(
-    sink: &impl Sink,
-    st: &mut State<'_>,
-    reports: &mut mpsc::UnboundedReceiver<Delivered>,
-    rec: Record,
-    pos: Position,
-    routed: &str,
-) -> Result<(), RelayError> {
-    while st.progress.outstanding_records() > 0 {
-        let d = reports.recv().await.ok_or_else(producer_gone)?;
-        delivered(sink, st, reports, d).await?;
-    }
-    checkpoints::prime(sink, st).await?;
-    let origin = next_record(st, pos)?;
-    sink.send(&rec, origin)
-        .await
-        .map_err(|e| e.refusing(refused_at(routed, pos)))?;
-    st.progress.handed(rec.bytes());
-    let d = sink.attribute(reports.recv().await.ok_or_else(producer_gone)?);
-    debug_assert_eq!(
-        (d.origin.commit_lsn, d.origin.seq),
-        (pos.commit_lsn, pos.seq)
-    );
-    match &d.outcome {
-        Ok(()) => {
-            st.refusals.clear(pos.commit_lsn, pos.seq);
-            on_delivery(st, d)?;
+    /// Sends a record Kafka refused in a batch on its own: waits until nothing else is in
+    /// flight, sends it, and waits for its report. Accepted: it was innocent. Refused again: it
+    /// goes to the dead-letter topic in its place (same position, same transaction).
+    pub(super) async fn produce_alone(
+        &mut self,
+        rec: Record,
+        pos: Position,
+        routed: &str,
+    ) -> Result<(), RelayError> {
+        while self.progress.outstanding_records() > 0 {
+            self.on_next_report().await?;
         }
-        Err(e)
-            if matches!(
-                delivery_error(e, &d.topic),
-                RelayError::Definite(Definite::DeliveryRefused { .. })
-            ) =>
-        {
-            // Refused again: it is poison. The gapless guarantee made the producer's error
-            // fatal, so the dead-letter record goes out after a restart, with a new producer,
-            // in the refused record's place.
-            let reason = e.to_string();
-            st.refusals.confirm(pos.commit_lsn, pos.seq, reason.clone());
-            st.progress.fail();
-            return Err(RelayError::from(Transient::DeadLetterPending {
-                commit_lsn: pos.commit_lsn,
-                seq: pos.seq,
-                reason,
-            }));
+        self.prime().await?;
+        let origin = self.next_record(pos)?;
+        self.sink
+            .send(&rec, origin)
+            .await
+            .map_err(|e| e.refusing(refused_at(routed, pos)))?;
+        self.progress.handed(rec.bytes());
+        let d = self
+            .reports
+            .next(self.sink)
+            .await
+            .ok_or_else(producer_gone)?;
+        debug_assert_eq!(
+            (d.origin.commit_lsn, d.origin.seq),
+            (pos.commit_lsn, pos.seq)
+        );
+        match &d.outcome {
+            Ok(()) => {
+                self.carry.refusals.clear(pos.commit_lsn, pos.seq);
+                self.on_delivery(d)?;
+            }
+            Err(e)
+                if matches!(
+                    delivery_error(e, &d.topic),
+                    RelayError::Definite(Definite::DeliveryRefused { .. })
+                ) =>
+            {
+                // Refused again: it is poison. The gapless guarantee made the producer's error
+                // fatal, so the dead-letter record goes out after a restart, with a new producer,
+                // in the refused record's place.
+                let reason = e.to_string();
+                self.carry
+                    .refusals
+                    .confirm(pos.commit_lsn, pos.seq, reason.clone());
+                self.progress.fail();
+                return Err(RelayError::from(Transient::DeadLetterPending {
+                    commit_lsn: pos.commit_lsn,
+                    seq: pos.seq,
+                    reason,
+                }));
+            }
+            Err(_) => self.on_delivery(d)?,
         }
-        Err(_) => on_delivery(st, d)?,
+        self.handed_over();
+        Ok(())
     }
-    handed_over(st);
-    Ok(())
+
+    /// The dead-letter record that replaces a record of `routed` Kafka refused, counted and
+    /// logged.
+    pub(super) fn dead_letter_for(
+        &self,
+        rec: &Record,
+        routed: &str,
+        reason: &str,
+        pos: Position,
+    ) -> Record {
+        dead_lettered(reason, pos);
+        deadletter::from_refused(
+            rec,
+            routed,
+            reason,
+            pos,
+            &self.cfg.relay.dead_letter_topic,
+            MAX_DEAD_LETTER_VALUE,
+        )
+    }
 }
 
 /// The change a record refused when it was handed to Kafka came from: `routed` (the
@@ -121,25 +145,6 @@ fn refused_at(routed: &str, pos: Position) -> RefusedChange {
         seq: pos.seq,
         in_batch: false,
     }
-}
-
-/// The dead-letter record that replaces a record of `routed` Kafka refused, counted and logged.
-pub(super) fn dead_letter_for(
-    st: &State<'_>,
-    rec: &Record,
-    routed: &str,
-    reason: &str,
-    pos: Position,
-) -> Record {
-    dead_lettered(reason, pos);
-    deadletter::from_refused(
-        rec,
-        routed,
-        reason,
-        pos,
-        &st.dead_letter_topic,
-        MAX_DEAD_LETTER_VALUE,
-    )
 }
 
 pub(super) fn dead_lettered(reason: &str, pos: Position) {

@@ -10,93 +10,80 @@ use relay_core::{
     route::{Position, Record},
     skip::Verdict,
 };
-use tokio::sync::mpsc;
 
-use super::{
-    poison::{dead_letter_for, produce, produce_alone},
-    state::{State, contradicted, handed_over},
-    txn::commit,
-};
-use crate::{
-    config::Config,
-    error::RelayError,
-    sink::{Delivered, Sink},
-    source::Session,
-};
+use super::state::Pipeline;
+use crate::{error::RelayError, sink::Sink, source::Session};
 
-/// One change of the open transaction for the skip (`pipeline::event` asks it for rows): `routed` names the `[[outbox]]` table or `message:<prefix>` it
-/// is routed by (`None`: a change without a record, which counts in the index only).
-pub(super) fn skipped_change(
-    st: &mut State<'_>,
-    routed: Option<&str>,
-    fingerprint: &Fingerprint,
-) -> Result<bool, RelayError> {
-    let index = st.change_index;
-    let verdict = st
-        .skip
-        .change(index, routed, || fingerprint.render())
-        .map_err(|e| contradicted(st, e))?;
-    st.change_index += 1;
-    if verdict == Verdict::Publish {
-        return Ok(false);
-    }
-    st.skipped += 1;
-    metrics::counter!(crate::metrics::SKIPPED_CHANGES).increment(1);
-    if routed.is_some() {
-        handed_over(st);
-    }
-    Ok(true)
+/// A change that has a record, and where it stands in its transaction.
+pub(super) struct Change<'r> {
+    /// Routed by this `[[outbox]]` table or `message:<prefix>`.
+    pub(super) routed: &'r str,
+    pub(super) pos: Position,
+    /// Its index among its transaction's changes.
+    pub(super) index: u64,
+    pub(super) fingerprint: Fingerprint,
 }
 
-/// Hands the record of a change routed by `routed` (an `[[outbox]]` table or
-/// `message:<prefix>`) to Kafka (alone if Kafka refused it in a batch before, its dead-letter
-/// record if refused alone), then [`published`].
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn publish(
-    cfg: &Config,
-    sink: &impl Sink,
-    client: &impl Session,
-    st: &mut State<'_>,
-    reports: &mut mpsc::UnboundedReceiver<Delivered>,
-    rec: Record,
-    routed: &str,
-    pos: Position,
-    index: u64,
-    fingerprint: Fingerprint,
-) -> Result<(), RelayError> {
-    match st.refusals.get(pos.commit_lsn, pos.seq).cloned() {
-        None => produce(sink, st, rec, pos, routed).await?,
-        Some(Refusal::Suspect(_)) => produce_alone(sink, st, reports, rec, pos, routed).await?,
-        Some(Refusal::Confirmed(reason)) => {
-            let dlq = dead_letter_for(st, &rec, routed, &reason, pos);
-            produce(sink, st, dlq, pos, routed).await?;
+impl<S: Session, K: Sink> Pipeline<'_, S, K> {
+    /// One change of the open transaction for the skip (`pipeline::event` asks it for rows):
+    /// `routed` names the `[[outbox]]` table or `message:<prefix>` it is routed by (`None`: a
+    /// change without a record, which counts in the index only). `true`: Kafka holds it
+    /// already (a routed change still takes its position in the transaction).
+    pub(super) fn skipped_change(
+        &mut self,
+        routed: Option<&str>,
+        fingerprint: &Fingerprint,
+    ) -> Result<bool, RelayError> {
+        let index = self.change_index;
+        let verdict = self
+            .skip
+            .change(index, routed, || fingerprint.render())
+            .map_err(|e| self.contradicted(e))?;
+        self.change_index += 1;
+        if verdict == Verdict::Publish {
+            return Ok(false);
         }
+        self.skipped += 1;
+        metrics::counter!(crate::metrics::SKIPPED_CHANGES).increment(1);
+        if routed.is_some() {
+            self.handed_over();
+        }
+        Ok(true)
     }
-    published(cfg, sink, client, st, reports, pos, index, fingerprint).await
-}
 
-/// A change got its record: the trail names it in the next checkpoint, and a Kafka transaction
-/// that reached `kafka.max_transaction_records` is committed now (a source transaction split
-/// across Kafka transactions; the change index keeps the skip exact).
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn published(
-    cfg: &Config,
-    sink: &impl Sink,
-    client: &impl Session,
-    st: &mut State<'_>,
-    reports: &mut mpsc::UnboundedReceiver<Delivered>,
-    pos: Position,
-    index: u64,
-    fingerprint: Fingerprint,
-) -> Result<(), RelayError> {
-    if st.checkpoints.is_some() {
-        st.trail.published(pos.commit_lsn, index, fingerprint);
+    /// Hands the record of `change` to Kafka (alone if Kafka refused it in a batch before, its
+    /// dead-letter record if refused alone), then [`published`](Self::published).
+    pub(super) async fn publish(
+        &mut self,
+        rec: Record,
+        change: Change<'_>,
+    ) -> Result<(), RelayError> {
+        let (pos, routed) = (change.pos, change.routed);
+        match self.carry.refusals.get(pos.commit_lsn, pos.seq).cloned() {
+            None => self.produce(rec, pos, routed).await?,
+            Some(Refusal::Suspect(_)) => self.produce_alone(rec, pos, routed).await?,
+            Some(Refusal::Confirmed(reason)) => {
+                let dlq = self.dead_letter_for(&rec, routed, &reason, pos);
+                self.produce(dlq, pos, routed).await?;
+            }
+        }
+        self.published(change).await
     }
-    if st
-        .progress
-        .kafka_transaction_full(cfg.kafka.max_transaction_records)
-    {
-        commit(cfg, sink, client, st, reports).await?;
+
+    /// A change got its record: the trail names it in the next checkpoint, and a Kafka
+    /// transaction that reached `kafka.max_transaction_records` is committed now (a source
+    /// transaction split across Kafka transactions; the change index keeps the skip exact).
+    pub(super) async fn published(&mut self, change: Change<'_>) -> Result<(), RelayError> {
+        if self.checkpoints.is_some() {
+            self.trail
+                .published(change.pos.commit_lsn, change.index, change.fingerprint);
+        }
+        if self
+            .progress
+            .kafka_transaction_full(self.cfg.kafka.max_transaction_records)
+        {
+            self.commit().await?;
+        }
+        Ok(())
     }
-    Ok(())
 }

@@ -1,8 +1,10 @@
-//! The pipeline's state for one connection: the progress rule (`relay_core::progress`, which
-//! decides what may be read and confirmed), the decoder, the open transaction's position and
-//! what the supervisor keeps across restarts.
+//! The pipeline of one replication connection, as one value: what it is wired to (config,
+//! session, sink, report channel, run-wide state), the progress rule (`relay_core::progress`,
+//! which decides what may be read, committed, checkpointed and confirmed), the decoder and the
+//! open transaction's position. Built once per connection by [`Pipeline::new`]; its methods
+//! (the loop's reactions, in the sibling modules) are the only code that changes it.
 //!
-//! Invariant: [`confirm`] hands PostgreSQL only [`Progress::take_confirmation`].
+//! Invariant: [`Pipeline::confirm`] hands PostgreSQL only [`Progress::take_confirmation`].
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -11,49 +13,61 @@ use tokio::time::Instant;
 use relay_core::{
     Lsn,
     checkpoint::Trail,
-    deadletter::Refusals,
     decode::Decoder,
-    progress::Progress,
+    progress::{Limits, Progress},
     route::{MessageRoutes, Position},
     skip::Skip,
 };
 
-use super::ack_metrics::AckMetrics;
+use super::{ack_metrics::AckMetrics, reports::Reports};
 use crate::{
+    carry::Carry,
     checkpoint::Identity,
-    config::{Config, PoisonPolicy},
+    config::{Config, Delivery},
     error::RelayError,
     events::CHECKPOINT_SKIP_DONE,
     failover::Memory,
     health::Shared,
     metrics as m,
-    sink::{Origin, RunningCommit},
+    sink::{Origin, RunningCommit, Sink},
     source::Session,
 };
 
-pub(super) struct State<'a> {
-    /// What may be read and confirmed ([`relay_core::progress`]).
+/// The pipeline of one replication connection. Lives from the moment the slot is won and the
+/// checkpoint read until the connection ends (a stop, an error); the supervisor builds the
+/// next one from what `carry` kept.
+pub(super) struct Pipeline<'a, S, K> {
+    /// The relay's configuration (the whole run).
+    pub(super) cfg: &'a Config,
+    /// Where records go (the whole run: one producer serves every connection).
+    pub(super) sink: &'a K,
+    /// The replication session (this connection only).
+    pub(super) client: S,
+    /// The sink's delivery reports, read only through [`Reports`] (the whole run).
+    pub(super) reports: &'a mut Reports,
+    /// What the supervisor keeps across connections: refused events, the last published
+    /// commit (the failover memory).
+    pub(super) carry: &'a mut Carry,
+    /// What the run's other tasks see of this pipeline (streaming, progress markers) and tell
+    /// it (the slot's WAL at risk): one per relay run, outliving the pipeline.
+    pub(super) health: &'a Shared,
+    /// What may be read and confirmed ([`relay_core::progress`]; this connection).
     pub(super) progress: Progress,
     pub(super) decoder: Decoder,
     /// The `[[message]]` sections, by prefix.
     pub(super) messages: MessageRoutes,
+    /// The open source transaction's position (between its begin and commit).
     pub(super) txn: Option<Position>,
-    pub(super) policy: PoisonPolicy,
-    pub(super) dead_letter_topic: String,
     /// The `[[outbox]]` table or `message:<prefix>` of every record, when there is one only
     /// ([`only_source`]).
     pub(super) only_source: Option<String>,
-    /// Events Kafka refused for good, kept by the supervisor across restarts.
-    pub(super) refusals: &'a mut Refusals,
-    /// [`crate::carry::Carry::published`].
-    pub(super) published: &'a mut Lsn,
-    /// Where [`crate::carry::Carry`]'s failover memory is kept across restarts (`relay.state_file`).
+    /// Where `carry`'s failover memory is kept across restarts (`relay.state_file`).
     pub(super) memory: Option<Memory>,
     /// `kafka.transactional_id` is set: records go out in Kafka transactions.
     pub(super) transactional: bool,
     /// `relay.delivery = "exactly-once"`: a contradicted checkpoint stops the relay.
     pub(super) exactly_once: bool,
-    /// What Kafka already holds after the start ([`relay_core::skip`]).
+    /// What Kafka already holds after the start ([`relay_core::skip`]; this connection).
     pub(super) skip: Skip,
     pub(super) skipped: u64,
     /// The change index of the next change of the open transaction.
@@ -63,28 +77,70 @@ pub(super) struct State<'a> {
     pub(super) checkpoints: Option<Identity>,
     pub(super) trail: Trail,
     /// With transactions: the last checkpoint put into a Kafka transaction, repeated as the
-    /// first record of the next one that carries records ([`super::checkpoints::prime`]).
+    /// first record of the next one that carries records ([`super::checkpoints`]).
     pub(super) primer: Option<Primer>,
     /// Handles of the acknowledgement metrics.
     pub(super) acks: AckMetrics,
     /// A Kafka commit sent and not answered yet (two producers: the next transaction fills
     /// meanwhile).
     pub(super) committing: Option<Committing>,
-    /// What the run's other tasks see of this pipeline (streaming, progress markers) and tell
-    /// it (the slot's WAL at risk): one per relay run, outliving the pipeline.
-    pub(super) health: &'a Shared,
+    /// The loop's timing: commits, checkpoints, quiet moments, back-pressure.
+    pub(super) pace: Pace,
+}
+
+/// What one connection starts from: its session, what the checkpoint said, the decoder for
+/// its slot's tables and the failover memory's file.
+pub(super) struct Connection<S> {
+    pub(super) client: S,
+    pub(super) start: Start,
+    pub(super) decoder: Decoder,
+    pub(super) memory: Option<Memory>,
+}
+
+/// What the start found.
+pub(super) struct Start {
+    /// Where PostgreSQL streams from.
+    pub(super) start: Lsn,
+    pub(super) skip: Skip,
+    pub(super) trail: Trail,
+    /// `None`: no checkpoints on this connection (at-least-once, topic unusable).
+    pub(super) checkpoints: Option<Identity>,
+}
+
+/// The loop's timing state (all on tokio's clock).
+pub(super) struct Pace {
+    /// With transactions, the last Kafka commit, and when the quiet stream commits next.
+    pub(super) last_commit: Option<Instant>,
+    pub(super) quiet_commit_at: Option<Instant>,
+    /// Events handled since the stream last went quiet.
+    pub(super) since_quiet: u32,
+    pub(super) trickle: super::trickle::Trickle,
+    /// Since when the in-flight limits keep the loop from reading, and the acknowledged count
+    /// then (progress restarts the clock).
+    pub(super) paused: Option<(Instant, u64)>,
+    /// The last checkpoint without records (idle progress) or outside transactions.
+    pub(super) last_checkpoint: Option<Instant>,
 }
 
 /// A commit sent and not yet answered ([`crate::sink::KafkaSink::commit_start`]).
 pub(super) struct Committing {
     pub(super) commit: RunningCommit,
+    pub(super) timing: CommitTiming,
+}
+
+/// What a Kafka commit covered and how long its steps took (logged when it ends).
+pub(super) struct CommitTiming {
+    /// The checkpoint it carries covers up to here.
     pub(super) covered: Option<Lsn>,
     pub(super) started: Instant,
+    /// Until the records and the checkpoint were handed over.
     pub(super) handed: Duration,
+    /// Until the producer's flush returned.
     pub(super) flushed: Duration,
 }
 
-/// The last checkpoint put into a Kafka transaction ([`super::checkpoints::write`]), to open the next one with.
+/// The last checkpoint put into a Kafka transaction ([`super::checkpoints`]), to open the next
+/// one with.
 pub(super) struct Primer {
     pub(super) topic: String,
     pub(super) key: String,
@@ -93,70 +149,141 @@ pub(super) struct Primer {
     pub(super) primed: bool,
 }
 
-/// Counts one more record of the open transaction in the tracker and the failover memory;
-/// what travels with it through the producer.
-pub(super) fn next_record(st: &mut State<'_>, pos: Position) -> Result<Origin, RelayError> {
-    let tx = st.progress.record()?;
-    *st.published = pos.commit_lsn;
-    Ok(Origin {
-        tx,
-        commit_lsn: pos.commit_lsn,
-        seq: pos.seq,
-        commit_time_unix_us: pos.commit_time_unix_us,
-    })
-}
-
-/// A record of the open source transaction is in Kafka's hands (its bytes counted with
-/// [`Progress::handed`]): the next one takes the next position.
-pub(super) fn handed_over(st: &mut State<'_>) {
-    if let Some(p) = st.txn.as_mut() {
-        p.seq += 1;
+impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
+    /// The one constructor: the relay's `stream` and the loop tests both build the pipeline
+    /// here.
+    pub(super) fn new(
+        cfg: &'a Config,
+        sink: &'a K,
+        reports: &'a mut Reports,
+        carry: &'a mut Carry,
+        health: &'a Shared,
+        conn: Connection<S>,
+    ) -> Self {
+        let limits = Limits {
+            records: cfg.relay.max_in_flight_records,
+            bytes: cfg.relay.max_in_flight_bytes,
+        };
+        let transactional = cfg.kafka.transactional_id.is_some();
+        let exactly_once = cfg.relay.delivery == Delivery::ExactlyOnce;
+        let Start {
+            start,
+            skip,
+            trail,
+            checkpoints,
+        } = conn.start;
+        let mut progress = Progress::new(start, limits, transactional);
+        if checkpoints.is_some() {
+            progress = progress.with_checkpoints(exactly_once);
+        }
+        Self {
+            cfg,
+            sink,
+            client: conn.client,
+            reports,
+            carry,
+            health,
+            progress,
+            decoder: conn.decoder,
+            messages: MessageRoutes::new(&cfg.message, cfg.relay.relay_headers),
+            txn: None,
+            only_source: only_source(cfg),
+            memory: conn.memory,
+            transactional,
+            exactly_once,
+            skip,
+            skipped: 0,
+            change_index: 0,
+            checkpoints,
+            trail,
+            primer: None,
+            acks: AckMetrics::new(),
+            committing: None,
+            pace: Pace {
+                last_commit: None,
+                quiet_commit_at: None,
+                since_quiet: 0,
+                trickle: super::trickle::Trickle::default(),
+                paused: None,
+                last_checkpoint: None,
+            },
+        }
     }
-}
 
-/// The stream contradicts the checkpoint: a definite stop in exactly-once mode; in
-/// at-least-once mode a restart that skips nothing.
-pub(super) fn contradicted(st: &State<'_>, e: relay_core::skip::HistoryChanged) -> RelayError {
-    if st.exactly_once {
-        crate::error::Definite::HistoryChanged(e).into()
-    } else {
-        crate::error::Transient::CheckpointContradicted(e).into()
+    /// Counts one more record of the open transaction in the tracker and the failover memory;
+    /// what travels with it through the producer.
+    pub(super) fn next_record(&mut self, pos: Position) -> Result<Origin, RelayError> {
+        let tx = self.progress.record()?;
+        self.carry.published = pos.commit_lsn;
+        Ok(Origin {
+            tx,
+            commit_lsn: pos.commit_lsn,
+            seq: pos.seq,
+            commit_time_unix_us: pos.commit_time_unix_us,
+        })
     }
-}
 
-/// Hands the watermark to the replication client, which sends it with its next status update.
-pub(super) fn confirm(client: &impl Session, st: &mut State<'_>) {
-    if let Some(covered) = st.progress.release_skip(st.skip.status()) {
-        tracing::info!(
-            skipped = st.skipped, covered = %covered,
-            "{CHECKPOINT_SKIP_DONE}: every later change is published"
-        );
+    /// A record of the open source transaction is in Kafka's hands (its bytes counted with
+    /// [`Progress::handed`]): the next one takes the next position.
+    pub(super) fn handed_over(&mut self) {
+        if let Some(p) = self.txn.as_mut() {
+            p.seq += 1;
+        }
     }
-    if let Some(w) = st.progress.take_confirmation() {
-        client.update_applied_lsn(w);
-        st.refusals.forget_below(w);
-        metrics::gauge!(m::CONFIRMED_LSN).set(w.0 as f64);
-    }
-}
 
-pub(super) fn report_gauges(st: &State<'_>) {
-    metrics::gauge!(m::INFLIGHT_EVENTS).set(st.progress.outstanding_records() as f64);
-    metrics::gauge!(m::INFLIGHT_TRANSACTIONS).set(st.progress.pending_txns() as f64);
-    metrics::gauge!(m::RECEIVED_LSN).set(st.progress.received().0 as f64);
-    let acked = st.progress.acked();
-    st.health
-        .pipeline_progress(acked + st.progress.outstanding_records(), acked);
-    let lag = st
-        .progress
-        .oldest_pending_commit_time()
-        .map_or(0.0, |t| (now_unix_us() - t).max(0) as f64 / 1e6);
-    metrics::gauge!(m::TIME_LAG_SECONDS).set(lag);
+    /// The stream contradicts the checkpoint: a definite stop in exactly-once mode; in
+    /// at-least-once mode a restart that skips nothing.
+    pub(super) fn contradicted(&self, e: relay_core::skip::HistoryChanged) -> RelayError {
+        if self.exactly_once {
+            crate::error::Definite::HistoryChanged(e).into()
+        } else {
+            crate::error::Transient::CheckpointContradicted(e).into()
+        }
+    }
+
+    /// Hands the watermark to the replication client, which sends it with its next status
+    /// update.
+    pub(super) fn confirm(&mut self) {
+        if let Some(covered) = self.progress.release_skip(self.skip.status()) {
+            tracing::info!(
+                skipped = self.skipped, covered = %covered,
+                "{CHECKPOINT_SKIP_DONE}: every later change is published"
+            );
+        }
+        if let Some(w) = self.progress.take_confirmation() {
+            self.client.update_applied_lsn(w);
+            self.carry.refusals.forget_below(w);
+            metrics::gauge!(m::CONFIRMED_LSN).set(w.0 as f64);
+        }
+    }
+
+    pub(super) fn report_gauges(&self) {
+        let p = &self.progress;
+        metrics::gauge!(m::INFLIGHT_EVENTS).set(p.outstanding_records() as f64);
+        metrics::gauge!(m::INFLIGHT_TRANSACTIONS).set(p.pending_txns() as f64);
+        metrics::gauge!(m::RECEIVED_LSN).set(p.received().0 as f64);
+        let acked = p.acked();
+        self.health
+            .pipeline_progress(acked + p.outstanding_records(), acked);
+        let lag = p
+            .oldest_pending_commit_time()
+            .map_or(0.0, |t| (now_unix_us() - t).max(0) as f64 / 1e6);
+        metrics::gauge!(m::TIME_LAG_SECONDS).set(lag);
+    }
+
+    /// Writes the failover memory if `relay.state_file` is set; failures are logged.
+    pub(super) fn remember(&mut self) {
+        let published = self.carry.published;
+        if let Some(m) = self.memory.as_mut() {
+            m.save_or_warn(published);
+        }
+    }
 }
 
 /// The one `[[outbox]]` table (`schema.table`) or `message:<prefix>` the relay publishes, if
 /// it publishes one only: then a delivery report, which carries a change's position and not its
 /// source, names the source all the same.
-pub(super) fn only_source(cfg: &Config) -> Option<String> {
+fn only_source(cfg: &Config) -> Option<String> {
     match (cfg.outbox.as_slice(), cfg.message.as_slice()) {
         ([table], []) => {
             let (schema, table) = table.qualified_name();
@@ -171,12 +298,4 @@ pub(super) fn now_unix_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
-}
-
-/// Writes the failover memory if `relay.state_file` is set; failures are logged.
-pub(super) fn remember(st: &mut State<'_>) {
-    let published = *st.published;
-    if let Some(m) = st.memory.as_mut() {
-        m.save_or_warn(published);
-    }
 }

@@ -20,20 +20,23 @@ use rdkafka::{
 use relay_core::{
     Lsn,
     checkpoint::{Checkpoint, Trail},
-    deadletter::Refusals,
     decode::Decoder,
     pgoutput::fixtures::{insert, relation},
-    progress::{Limits, Progress},
     skip::Skip,
 };
 use tokio::sync::{mpsc, watch};
 
-use super::{run_loop, state::State, txn::transaction_timeout};
+use super::{
+    reports::Reports,
+    state::{Connection, Pipeline, Start},
+    txn::transaction_timeout,
+};
 use crate::{
+    carry::Carry,
     checkpoint::Identity,
     config::Config,
     error::RelayError,
-    sink::{Delivered, KafkaSink},
+    sink::{Delivered, KafkaSink, Sink},
     source::{Session, StreamEvent},
 };
 
@@ -191,7 +194,7 @@ struct Run {
     pause_before: Option<usize>,
     cfg: Config,
     sink: KafkaSink,
-    reports: mpsc::UnboundedReceiver<Delivered>,
+    reports: Reports,
     applied: Arc<Mutex<Lsn>>,
 }
 
@@ -203,7 +206,7 @@ impl Run {
             pause_before: None,
             cfg,
             sink,
-            reports,
+            reports: Reports::new(reports),
             applied: Arc::new(Mutex::new(Lsn::ZERO)),
         }
     }
@@ -237,14 +240,21 @@ impl Run {
                 .await
                 .unwrap();
         }
-        let (mut refusals, mut published) = (Refusals::default(), Lsn::ZERO);
-        let mut st = state(&self.cfg, &mut refusals, &mut published, checkpoints);
-        let mut session = Scripted {
+        let session = Scripted {
             events: std::mem::take(&mut self.script),
             applied: self.applied.clone(),
             pause_before: self.pause_before,
             played: 0,
         };
+        let mut carry = Carry::default();
+        let mut p = pipeline(
+            &self.cfg,
+            &self.sink,
+            &mut self.reports,
+            &mut carry,
+            session,
+            checkpoints,
+        );
         let (stop, mut shutdown) = watch::channel(false);
         let applied = self.applied.clone();
         let watcher = async move {
@@ -260,53 +270,35 @@ impl Run {
             std::future::pending::<()>().await
         };
         tokio::select! {
-            r = run_loop(&self.cfg, &self.sink, &mut session, &mut st, &mut self.reports, &mut shutdown) => r,
+            r = p.run(&mut shutdown) => r,
             _ = watcher => unreachable!(),
         }
     }
 }
 
-/// The pipeline's state as `run_pipeline` builds it after a start without a checkpoint
-/// (`checkpoints`: exactly-once, under this identity).
-fn state<'a>(
-    cfg: &Config,
-    refusals: &'a mut Refusals,
-    published: &'a mut Lsn,
+/// The pipeline as `stream` builds it after a start without a checkpoint (`checkpoints`:
+/// checkpoints under this identity), over `session`.
+fn pipeline<'a, S: Session, K: Sink>(
+    cfg: &'a Config,
+    sink: &'a K,
+    reports: &'a mut Reports,
+    carry: &'a mut Carry,
+    session: S,
     checkpoints: Option<Identity>,
-) -> State<'a> {
-    let exactly_once = checkpoints.is_some();
-    let transactional = cfg.kafka.transactional_id.is_some();
-    let limits = Limits {
-        records: cfg.relay.max_in_flight_records,
-        bytes: cfg.relay.max_in_flight_bytes,
-    };
-    let mut progress = Progress::new(Lsn::ZERO, limits, transactional);
-    if exactly_once {
-        progress = progress.with_checkpoints(true);
-    }
-    State {
-        progress,
-        decoder: Decoder::new(&cfg.outbox, false),
-        messages: relay_core::route::MessageRoutes::new(&cfg.message, false),
-        txn: None,
-        policy: cfg.relay.on_poison,
-        dead_letter_topic: cfg.relay.dead_letter_topic.clone(),
-        only_source: super::state::only_source(cfg),
-        refusals,
-        published,
+) -> Pipeline<'a, S, K> {
+    let conn = Connection {
+        client: session,
+        start: Start {
+            start: Lsn::ZERO,
+            skip: Skip::none(),
+            trail: Trail::new(None),
+            checkpoints,
+        },
+        decoder: Decoder::new(&cfg.outbox, cfg.relay.relay_headers),
         memory: None,
-        transactional,
-        exactly_once,
-        skip: Skip::none(),
-        skipped: 0,
-        change_index: 0,
-        checkpoints,
-        trail: Trail::new(None),
-        acks: super::ack_metrics::AckMetrics::new(),
-        primer: None,
-        committing: None,
-        health: HEALTH.get_or_init(crate::health::Shared::new),
-    }
+    };
+    let health = HEALTH.get_or_init(crate::health::Shared::new);
+    Pipeline::new(cfg, sink, reports, carry, health, conn)
 }
 
 /// The loop tests' run-wide state (no other task reads it here).

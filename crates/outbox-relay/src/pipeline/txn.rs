@@ -5,191 +5,137 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use relay_core::{Lsn, progress::CheckpointAt};
-use tokio::sync::mpsc;
+use relay_core::progress::CheckpointAt;
 
-use super::{
-    checkpoints,
-    delivery::delivered,
-    state::{Committing, State, confirm},
-};
+use super::state::{CommitTiming, Committing, Pipeline};
 use crate::{
     config::Config,
     error::{RelayError, Transient},
     events::{KAFKA_TRANSACTION_ABORT_FAILED, KAFKA_TRANSACTION_ABORTED, KAFKA_TRANSACTION_ENDED},
     metrics as m,
-    sink::{CommitEnded, Delivered, Sink},
+    sink::{CommitEnded, Sink},
     source::Session,
 };
 
-/// With `kafka.transactional_id`: commits the open Kafka transaction, after which its
-/// records' LSNs may be confirmed. With two producers the commit runs on (the loop settles it
-/// with [`settle`]) while the next transaction fills; a commit still running is settled first:
-/// one commit at a time, in order.
-pub(super) async fn commit(
-    cfg: &Config,
-    sink: &impl Sink,
-    client: &impl Session,
-    st: &mut State<'_>,
-    reports: &mut mpsc::UnboundedReceiver<Delivered>,
-) -> Result<(), RelayError> {
-    settle_running(sink, client, st, reports).await?;
-    let started = Instant::now();
-    // The checkpoint that ends the transaction covers every source transaction closed so far,
-    // written before their records are acknowledged: the commit makes all of them visible with
-    // it, or none (relay_core::progress). Its records and the checkpoint then go out together,
-    // in the commit's one flush.
-    let mut covered = None;
-    if st.checkpoints.is_some() {
-        while let Ok(d) = reports.try_recv() {
-            delivered(sink, st, reports, d).await?;
-        }
-        if let Some(position) = st
-            .progress
-            .checkpoint_to_write(st.skip.status(), CheckpointAt::KafkaCommit)
-        {
-            covered = checkpoints::write(cfg, sink, st, position).await?;
-        }
-    }
-    let handed = started.elapsed();
-    let timeout = transaction_timeout(cfg);
-    if sink.pipelines_commits() {
-        return match sink.commit_start(timeout).await {
-            Ok((commit, flushed)) => {
-                st.progress.kafka_commit_started();
-                st.committing = Some(Committing {
-                    commit,
-                    covered,
-                    started,
-                    handed,
-                    flushed,
-                });
-                Ok(())
+impl<S: Session, K: Sink> Pipeline<'_, S, K> {
+    /// With `kafka.transactional_id`: commits the open Kafka transaction, after which its
+    /// records' LSNs may be confirmed. With two producers the commit runs on (the loop settles
+    /// it with [`settle`](Self::settle)) while the next transaction fills; a commit still
+    /// running is settled first: one commit at a time, in order.
+    pub(super) async fn commit(&mut self) -> Result<(), RelayError> {
+        self.settle_running().await?;
+        let started = Instant::now();
+        // The checkpoint that ends the transaction covers every source transaction closed so
+        // far, written before their records are acknowledged: the commit makes all of them
+        // visible with it, or none (relay_core::progress). Its records and the checkpoint then
+        // go out together, in the commit's one flush.
+        let mut covered = None;
+        if self.checkpoints.is_some() {
+            self.on_reports_ready().await?;
+            if let Some(position) = self
+                .progress
+                .checkpoint_to_write(self.skip.status(), CheckpointAt::KafkaCommit)
+            {
+                covered = self.write_checkpoint(position).await?;
             }
-            Err(e) => {
-                ended(
-                    sink,
-                    client,
-                    st,
-                    reports,
-                    Err(e),
-                    covered,
-                    started,
-                    handed,
-                    Duration::ZERO,
-                )
-                .await
-            }
+        }
+        let mut timing = CommitTiming {
+            covered,
+            started,
+            handed: started.elapsed(),
+            flushed: Duration::ZERO,
         };
-    }
-    let result = sink.commit_and_begin(timeout).await;
-    let flushed = result.as_ref().map_or(Duration::ZERO, |f| *f);
-    st.progress.kafka_commit_started();
-    ended(
-        sink,
-        client,
-        st,
-        reports,
-        result.map(|_| ()),
-        covered,
-        started,
-        handed,
-        flushed,
-    )
-    .await
-}
-
-/// Waits for the running commit, if any, and settles it.
-pub(super) async fn settle_running(
-    sink: &impl Sink,
-    client: &impl Session,
-    st: &mut State<'_>,
-    reports: &mut mpsc::UnboundedReceiver<Delivered>,
-) -> Result<(), RelayError> {
-    // Cancel-safe (a stop or the release of the connection may cancel this wait): the running
-    // commit is taken only once its end is known, and `ended` records that end before it awaits
-    // anything, so the progress rule and `st.committing` never disagree.
-    let Some(running) = st.committing.as_mut() else {
-        return Ok(());
-    };
-    let ended_as = running.commit.ended().await;
-    let running = st.committing.take().expect("awaited just now");
-    settle(sink, client, st, reports, running, ended_as).await
-}
-
-/// The running commit ended (`ended`, from [`RunningCommit::ended`]): on success its records
-/// may be confirmed; on failure the pipeline ends (and aborts the transaction that filled
-/// meanwhile).
-pub(super) async fn settle(
-    sink: &impl Sink,
-    client: &impl Session,
-    st: &mut State<'_>,
-    reports: &mut mpsc::UnboundedReceiver<Delivered>,
-    running: Committing,
-    ended_as: CommitEnded,
-) -> Result<(), RelayError> {
-    let result = sink.commit_settled(ended_as);
-    let Committing {
-        covered,
-        started,
-        handed,
-        flushed,
-        ..
-    } = running;
-    ended(
-        sink, client, st, reports, result, covered, started, handed, flushed,
-    )
-    .await
-}
-
-/// A commit's end, either way: logged and counted; on success what it covered is confirmed.
-#[allow(clippy::too_many_arguments)]
-async fn ended(
-    sink: &impl Sink,
-    client: &impl Session,
-    st: &mut State<'_>,
-    reports: &mut mpsc::UnboundedReceiver<Delivered>,
-    result: Result<(), RelayError>,
-    covered: Option<Lsn>,
-    started: Instant,
-    handed: Duration,
-    flushed: Duration,
-) -> Result<(), RelayError> {
-    tracing::debug!(
-        elapsed_us = started.elapsed().as_micros() as u64,
-        checkpoint_us = handed.as_micros() as u64,
-        flush_us = flushed.as_micros() as u64,
-        ok = result.is_ok(),
-        "{KAFKA_TRANSACTION_ENDED}"
-    );
-    let outcome = if result.is_ok() {
-        "committed"
-    } else {
-        "failed"
-    };
-    metrics::counter!(m::KAFKA_TRANSACTIONS, "result" => outcome).increment(1);
-    // Settled before anything is awaited (see settle_running).
-    if result.is_ok() {
-        st.progress.kafka_commit_settled();
-        if let Some(c) = covered {
-            st.progress.checkpoint_committed(c);
-            st.trail.within(c);
-            metrics::histogram!(m::CHECKPOINT_COMMIT_SECONDS)
-                .record(started.elapsed().as_secs_f64());
+        let timeout = transaction_timeout(self.cfg);
+        if self.sink.pipelines_commits() {
+            return match self.sink.commit_start(timeout).await {
+                Ok((commit, flushed)) => {
+                    self.progress.kafka_commit_started();
+                    timing.flushed = flushed;
+                    self.committing = Some(Committing { commit, timing });
+                    Ok(())
+                }
+                Err(e) => self.ended(Err(e), timing).await,
+            };
         }
+        let result = self.sink.commit_and_begin(timeout).await;
+        timing.flushed = result.as_ref().map_or(Duration::ZERO, |f| *f);
+        self.progress.kafka_commit_started();
+        self.ended(result.map(|_| ()), timing).await
     }
-    // The reports of the transaction's records first: a record Kafka refused is why a commit
-    // fails, and it decides what happens next (the poison policy, a fenced producer).
-    while let Ok(d) = reports.try_recv() {
-        delivered(sink, st, reports, d).await?;
+
+    /// Waits for the running commit, if any, and settles it.
+    pub(super) async fn settle_running(&mut self) -> Result<(), RelayError> {
+        // Cancel-safe (a stop or the release of the connection may cancel this wait): the
+        // running commit is taken only once its end is known, and `ended` records that end
+        // before it awaits anything, so the progress rule and `committing` never disagree.
+        let Some(running) = self.committing.as_mut() else {
+            return Ok(());
+        };
+        let ended_as = running.commit.ended().await;
+        let running = self.committing.take().expect("awaited just now");
+        self.settle(running, ended_as).await
     }
-    if covered.is_some() {
-        let r = if result.is_ok() { "written" } else { "failed" };
-        metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => r).increment(1);
+
+    /// The running commit ended (`ended_as`, from [`crate::sink::RunningCommit::ended`]): on success its
+    /// records may be confirmed; on failure the pipeline ends (and aborts the transaction that
+    /// filled meanwhile).
+    pub(super) async fn settle(
+        &mut self,
+        running: Committing,
+        ended_as: CommitEnded,
+    ) -> Result<(), RelayError> {
+        let result = self.sink.commit_settled(ended_as);
+        self.ended(result, running.timing).await
     }
-    result?;
-    confirm(client, st);
-    Ok(())
+
+    /// A commit's end, either way: logged and counted; on success what it covered is
+    /// confirmed.
+    async fn ended(
+        &mut self,
+        result: Result<(), RelayError>,
+        timing: CommitTiming,
+    ) -> Result<(), RelayError> {
+        let CommitTiming {
+            covered,
+            started,
+            handed,
+            flushed,
+        } = timing;
+        tracing::debug!(
+            elapsed_us = started.elapsed().as_micros() as u64,
+            checkpoint_us = handed.as_micros() as u64,
+            flush_us = flushed.as_micros() as u64,
+            ok = result.is_ok(),
+            "{KAFKA_TRANSACTION_ENDED}"
+        );
+        let outcome = if result.is_ok() {
+            "committed"
+        } else {
+            "failed"
+        };
+        metrics::counter!(m::KAFKA_TRANSACTIONS, "result" => outcome).increment(1);
+        // Settled before anything is awaited (see settle_running).
+        if result.is_ok() {
+            self.progress.kafka_commit_settled();
+            if let Some(c) = covered {
+                self.progress.checkpoint_committed(c);
+                self.trail.within(c);
+                metrics::histogram!(m::CHECKPOINT_COMMIT_SECONDS)
+                    .record(started.elapsed().as_secs_f64());
+            }
+        }
+        // The reports of the transaction's records first: a record Kafka refused is why a
+        // commit fails, and it decides what happens next (the poison policy, a fenced
+        // producer).
+        self.on_reports_ready().await?;
+        if covered.is_some() {
+            let r = if result.is_ok() { "written" } else { "failed" };
+            metrics::counter!(m::CHECKPOINTS_WRITTEN, "result" => r).increment(1);
+        }
+        result?;
+        self.confirm();
+        Ok(())
+    }
 }
 
 /// How long a transaction call may block: Kafka's own transaction timeout (60 s by default)

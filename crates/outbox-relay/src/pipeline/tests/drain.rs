@@ -7,7 +7,6 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use super::*;
 use crate::{
     error::{Definite, Transient},
-    pipeline::drain::drain,
     sink::Origin,
 };
 
@@ -22,14 +21,22 @@ async fn drain_with(
     let mock = MockCluster::new(1).unwrap();
     let cfg = config(&mock.bootstrap_servers(), "transactional_id = \"drain\"\n");
     let (sink, _own_reports) = KafkaSink::new(&cfg.kafka).unwrap();
-    let (to_loop, mut reports) = mpsc::unbounded_channel();
-    let (mut refusals, mut published) = (Refusals::default(), Lsn::ZERO);
-    let mut st = state(&cfg, &mut refusals, &mut published, None);
-    st.progress.begin(Lsn(COMMIT), 0).unwrap();
+    let (to_loop, reports) = mpsc::unbounded_channel();
+    let mut reports = Reports::new(reports);
+    let applied = Arc::new(Mutex::new(Lsn::ZERO));
+    let session = Scripted {
+        events: VecDeque::new(),
+        applied: applied.clone(),
+        pause_before: None,
+        played: 0,
+    };
+    let mut carry = Carry::default();
+    let mut p = pipeline(&cfg, &sink, &mut reports, &mut carry, session, None);
+    p.progress.begin(Lsn(COMMIT), 0).unwrap();
     let mut origins = Vec::new();
     for seq in 0..2 {
-        let tx = st.progress.record().unwrap();
-        st.progress.handed(10);
+        let tx = p.progress.record().unwrap();
+        p.progress.handed(10);
         origins.push(Origin {
             tx,
             commit_lsn: Lsn(COMMIT),
@@ -37,7 +44,7 @@ async fn drain_with(
             commit_time_unix_us: 0,
         });
     }
-    st.progress.commit(Lsn(COMMIT), Lsn(END)).unwrap();
+    p.progress.commit(Lsn(COMMIT), Lsn(END)).unwrap();
     for (origin, code) in origins.into_iter().zip([first, second]) {
         to_loop
             .send(Delivered {
@@ -48,22 +55,7 @@ async fn drain_with(
             })
             .unwrap();
     }
-    let applied = Arc::new(Mutex::new(Lsn::ZERO));
-    let mut session = Scripted {
-        events: VecDeque::new(),
-        applied: applied.clone(),
-        pause_before: None,
-        played: 0,
-    };
-    let ended = drain(
-        &cfg,
-        &sink,
-        &mut session,
-        &mut st,
-        &mut reports,
-        Duration::from_millis(10),
-    )
-    .await;
+    let ended = p.drain(Duration::from_millis(10)).await;
     let confirmed = *applied.lock().unwrap();
     (ended, confirmed)
 }

@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 
 use crate::{
     error::{RelayError, Transient},
+    pipeline::reports::Reports,
     sink::{CommitEnded, Delivered, Origin, RunningCommit, Sink},
 };
 
@@ -65,7 +66,7 @@ impl MemorySink {
         auto_ack: bool,
         pipelined: bool,
         commit_latency: Duration,
-    ) -> (Self, mpsc::UnboundedReceiver<Delivered>) {
+    ) -> (Self, Reports) {
         let (reports, rx) = mpsc::unbounded_channel();
         let sink = Self {
             reports,
@@ -74,7 +75,7 @@ impl MemorySink {
             pipelined,
             commit_latency,
         };
-        (sink, rx)
+        (sink, Reports::new(rx))
     }
 
     pub(super) fn sent(&self) -> Vec<Sent> {

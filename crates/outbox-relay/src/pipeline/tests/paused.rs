@@ -8,10 +8,7 @@ use rdkafka::error::RDKafkaErrorCode;
 use tokio::time::Instant;
 
 use super::{memory::MemorySink, memory::Step, *};
-use crate::{
-    error::{Definite, Transient},
-    pipeline::drain::drain,
-};
+use crate::error::{Definite, Transient};
 
 /// What a run ended with.
 struct Ended {
@@ -29,36 +26,25 @@ struct Script(VecDeque<ReplicationEvent>, Option<usize>);
 async fn run<F: Future<Output = ()>>(
     cfg: &Config,
     sink: &MemorySink,
-    reports: &mut mpsc::UnboundedReceiver<Delivered>,
+    reports: &mut Reports,
     Script(script, pause_before): Script,
     driver: impl FnOnce(Arc<Mutex<Lsn>>, Arc<watch::Sender<bool>>) -> F,
 ) -> Ended {
-    let (mut refusals, mut published) = (Refusals::default(), Lsn::ZERO);
-    let mut st = state(cfg, &mut refusals, &mut published, None);
     let applied = Arc::new(Mutex::new(Lsn::ZERO));
-    let mut session = Scripted {
+    let session = Scripted {
         events: script,
         applied: applied.clone(),
         pause_before,
         played: 0,
     };
+    let mut carry = Carry::default();
+    let mut p = pipeline(cfg, sink, reports, &mut carry, session, None);
     // Held here too: a driver that ends does not stop the loop (a dropped sender would).
     let (stop, mut shutdown) = watch::channel(false);
     let stop = Arc::new(stop);
     let pipeline = async {
-        let r = run_loop(cfg, sink, &mut session, &mut st, reports, &mut shutdown).await;
-        match r {
-            Ok(()) => {
-                drain(
-                    cfg,
-                    sink,
-                    &mut session,
-                    &mut st,
-                    reports,
-                    Duration::from_secs(1),
-                )
-                .await
-            }
+        match p.run(&mut shutdown).await {
+            Ok(()) => p.drain(Duration::from_secs(1)).await,
             Err(e) => Err(e),
         }
     };
