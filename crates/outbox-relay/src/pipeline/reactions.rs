@@ -262,7 +262,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             }
         }
         if coalescing {
-            coalesce_reads(Duration::from_micros(self.cfg.relay.read_coalesce_us));
+            coalesce_reads(Duration::from_micros(self.cfg.relay.read_coalesce_us)).await;
         }
         Ok(Turn::Next)
     }
@@ -355,13 +355,14 @@ const EVENTS_PER_TURN: u32 = 64;
 const COALESCE_BELOW: u32 = 64;
 
 /// Read-side coalescing (`relay.read_coalesce_us`). At a steady rate the walsender sends every
-/// transaction as it commits, and the relay would wake up for each one: on two cores those
-/// wake-ups cost more CPU than the events (bench/notes.md). Blocking this thread briefly — the
-/// runtime is current-thread, so the replication reader and the pipeline both pause — lets the
-/// next transactions pile up in the socket and arrive in one read. Delivery reports and status
-/// updates wait as long at most; librdkafka's threads are not paused.
-fn coalesce_reads(pause: Duration) {
+/// transaction as it commits, and the pipeline would wake up for each one: on two cores those
+/// wake-ups cost more CPU than the events (bench/notes.md). Sleeping briefly on tokio's clock
+/// lets the next transactions pile up in the replication client's channel and be handled in
+/// one turn. The runtime thread is not blocked: the replication reader, the HTTP server and
+/// (with several pipelines) the other pipelines run meanwhile. Delivery reports and a stop
+/// wait as long at most.
+async fn coalesce_reads(pause: Duration) {
     if !pause.is_zero() {
-        std::thread::sleep(pause);
+        tokio::time::sleep(pause).await;
     }
 }
