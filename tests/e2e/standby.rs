@@ -101,12 +101,13 @@ impl Pair {
     }
 }
 
-/// The preflight refuses a standby without hot_standby_feedback with the settings to change,
-/// and a slot name the primary also uses (one checkpoint key for two slots); then `setup`
+/// The preflight refuses a standby without hot_standby_feedback with the settings to change; a
+/// slot of the same name on the primary keeps its own checkpoint key; then `setup`
 /// creates the slot on the standby promptly (the relay asks the primary for a
 /// running-transactions record), the heartbeat is written on the primary and confirmed through
 /// the standby's slot, events written on the primary arrive through a kill -9 of the relay, and
-/// after the standby is promoted the relay goes on from its slot.
+/// after the standby is promoted the relay goes on from its slot, and after a restart there
+/// under the standby's checkpoint key.
 async fn relays_from_a_standby(major: u32, ports: (u16, u16)) {
     let p = pair(
         major,
@@ -126,7 +127,11 @@ async fn relays_from_a_standby(major: u32, ports: (u16, u16)) {
     );
     p.feedback(true).await;
 
-    // A logical slot of the same name on the primary: refused (one checkpoint key for both).
+    // A logical slot of the same name on the primary, and under the primary slot's checkpoint
+    // key a checkpoint (a cutover's: no change named) that covers everything up to far ahead.
+    // The standby's slot keeps its checkpoints under a key of its own: the relay neither
+    // refuses the name nor reads or writes the primary slot's checkpoint (checked below in
+    // its log and in the topic).
     db.client
         .execute(
             "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -134,16 +139,29 @@ async fn relays_from_a_standby(major: u32, ports: (u16, u16)) {
         )
         .await
         .unwrap();
-    let (exit, log) = Relay::once(&db.name, cfg, &["setup"], &[]);
-    assert_eq!(exit.code(), Some(3), "{log}");
-    assert!(
-        log.contains("also has a logical slot named") && log.contains("checkpoint key"),
-        "{log}"
-    );
-    db.client
-        .execute("SELECT pg_drop_replication_slot($1)", &[&db.name])
+    let system_id: i64 = p
+        .admin
+        .query_one("SELECT system_identifier FROM pg_control_system()", &[])
         .await
-        .unwrap();
+        .unwrap()
+        .get(0);
+    let topic = format!("{}.checkpoints", db.name);
+    kafka::create_topic(&topic, 1).await;
+    kafka::set_topic_config(&topic, "cleanup.policy", "compact").await;
+    let primarys = relay_core::checkpoint::Checkpoint {
+        version: relay_core::checkpoint::VERSION,
+        system_id: system_id.to_string(),
+        database: db.name.clone(),
+        slot: db.name.clone(),
+        timeline: 1,
+        covered_lsn: relay_core::Lsn(0x7FFF_FFFF_0000_0000),
+        last: None,
+        tables: Vec::new(),
+        standby: None,
+    };
+    let json = String::from_utf8(primarys.to_json()).unwrap();
+    kafka::produce(&topic, &primarys.key(), &json, None).await;
+    let standby_key = format!("{system_id}/{0}/{0}/standby:standby_phys", db.name);
 
     // Slot creation on a standby waits for a running-transactions record from the primary,
     // which an idle primary writes every 15 s at best: the relay asks for one.
@@ -174,6 +192,10 @@ async fn relays_from_a_standby(major: u32, ports: (u16, u16)) {
     .await;
     let log = relay.log_text();
     assert!(!log.contains("heartbeat_skipped"), "{log}");
+    assert!(
+        log.contains("checkpoint_missing") && log.contains(&standby_key),
+        "the standby's slot has a checkpoint key of its own: {log}"
+    );
     for i in 0..40 {
         written.push(
             writer::insert_event(&db.client, "order", &format!("s{}", i % 3), i)
@@ -193,6 +215,28 @@ async fn relays_from_a_standby(major: u32, ports: (u16, u16)) {
         &got,
     );
     assert_eq!((f.lost, f.order_violations), (0, 0), "{f:?}");
+    let primary_key = primarys.key();
+    let (plain, standby_key_) = (primary_key.clone(), standby_key.clone());
+    let checkpoints = tokio::task::spawn_blocking(move || {
+        kafka::consume_until(&[topic], Duration::from_secs(20), |r| {
+            r.iter().any(|r| r.key.as_deref() == Some(&standby_key_))
+        })
+    })
+    .await
+    .unwrap();
+    let under = |k: &str| {
+        checkpoints
+            .iter()
+            .filter(|r| r.key.as_deref() == Some(k))
+            .count()
+    };
+    assert_eq!(
+        (under(&plain), under(&standby_key) > 0),
+        (1, true),
+        "only the planted checkpoint under the primary slot's key, the relay's under the \
+         standby's: {:?}",
+        checkpoints.iter().map(|r| &r.key).collect::<Vec<_>>()
+    );
 
     // Promotion: the standby becomes the primary, and the relay goes on from the same slot.
     p.standby.promote();
@@ -214,6 +258,35 @@ async fn relays_from_a_standby(major: u32, ports: (u16, u16)) {
     let log = relay.log_text();
     assert_eq!((f.lost, f.order_violations), (0, 0), "{f:?}\n{log}");
     assert!(relay.terminate(Duration::from_secs(30)).success());
+
+    // A start on the promoted server: the slot was made while it was a standby, so its
+    // checkpoints stay under the standby's key (not the primary slot's, which covers all).
+    let mut relay = Relay::streaming(&db.name, cfg).await;
+    for i in 10..20 {
+        written.push(
+            writer::insert_event(&promoted, "order", &format!("p{i}"), 0)
+                .await
+                .unwrap(),
+        );
+    }
+    let got = kafka::consume(vec![db.topic("order")], Duration::from_secs(60), 60).await;
+    let f = check::check(
+        &format!("pg{major}_standby_promoted_restart"),
+        |t| db.topic(t),
+        &written,
+        &got,
+    );
+    let log = relay.log_text();
+    assert_eq!((f.lost, f.order_violations), (0, 0), "{f:?}\n{log}");
+    assert!(
+        log.contains("checkpoint_standby_key_kept") && log.contains(&standby_key),
+        "{log}"
+    );
+    assert!(relay.terminate(Duration::from_secs(30)).success());
+    db.client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&db.name])
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,6 +55,35 @@ impl ClientContext for Quiet {
 
 impl ConsumerContext for Quiet {}
 
+/// Which key a slot's checkpoints go under. A standby and its primary share the system
+/// identifier, so a slot made on a standby carries the standby's `primary_slot_name` in its key
+/// (`relay_core::checkpoint::Checkpoint::standby`): a slot of the same name on the primary
+/// keeps its own. A promoted standby keeps `primary_slot_name` in its settings, which is how
+/// the relay finds the key its slot had before the promotion.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// A primary's slot: `<system id>/<database>/<slot>`.
+    #[default]
+    Primary,
+    /// A slot on a standby whose `primary_slot_name` is this (empty: unset).
+    Standby(String),
+    /// A primary with `primary_slot_name` set (a promoted standby, usually): the slot's
+    /// checkpoints are under the standby key if it was made before the promotion, else under
+    /// the primary key.
+    Promoted(String),
+}
+
+impl Scope {
+    /// From `pg_is_in_recovery()` and `current_setting('primary_slot_name')`.
+    pub(crate) fn of(in_recovery: bool, primary_slot_name: String) -> Self {
+        match (in_recovery, primary_slot_name.is_empty()) {
+            (true, _) => Self::Standby(primary_slot_name),
+            (false, true) => Self::Primary,
+            (false, false) => Self::Promoted(primary_slot_name),
+        }
+    }
+}
+
 /// Who writes checkpoints and under which key.
 #[derive(Debug, Clone)]
 pub(crate) struct Identity {
@@ -63,6 +92,8 @@ pub(crate) struct Identity {
     pub(crate) slot: String,
     pub(crate) timeline: u32,
     pub(crate) tables: Vec<String>,
+    /// The slot was made on a standby with this `primary_slot_name` ([`Scope`]).
+    pub(crate) standby: Option<String>,
 }
 
 impl Identity {
@@ -82,11 +113,25 @@ impl Identity {
                 // Routed messages are routed changes too: the skip verifies them.
                 .chain(cfg.message.iter().map(|m| m.routed_name()))
                 .collect(),
+            standby: None,
+        }
+    }
+
+    /// The identity of a slot made on a standby whose `primary_slot_name` is `name`.
+    pub(crate) fn of_standby_slot(self, name: &str) -> Self {
+        Self {
+            standby: Some(name.to_string()),
+            ..self
         }
     }
 
     pub(crate) fn key(&self) -> String {
-        Checkpoint::key_for(&self.system_id, &self.database, &self.slot)
+        Checkpoint::key_for(
+            &self.system_id,
+            &self.database,
+            &self.slot,
+            self.standby.as_deref(),
+        )
     }
 
     /// The checkpoint saying Kafka holds everything up to `covered`, `last` being the last change
@@ -101,6 +146,7 @@ impl Identity {
             covered_lsn: covered,
             last,
             tables: self.tables.clone(),
+            standby: self.standby.clone(),
         }
     }
 }

@@ -58,6 +58,8 @@ pub const CHECKPOINT_READ_END: &str = "checkpoint_read_end";
 pub const CHECKPOINT_MISSING: &str = "checkpoint_missing";
 /// The newest checkpoint was read; changes it covers are skipped.
 pub const CHECKPOINT_FOUND: &str = "checkpoint_found";
+/// A promoted standby's slot keeps its checkpoints under the key it had on the standby.
+pub const CHECKPOINT_STANDBY_KEY_KEPT: &str = "checkpoint_standby_key_kept";
 /// At-least-once mode: the checkpoint does not fit the stream (another timeline, a changed
 /// history); the relay streams from the slot without skipping.
 pub const CHECKPOINT_IGNORED: &str = "checkpoint_ignored";
@@ -194,6 +196,7 @@ pub const ALL: &[&str] = &[
     CHECKPOINT_READ_END,
     CHECKPOINT_MISSING,
     CHECKPOINT_FOUND,
+    CHECKPOINT_STANDBY_KEY_KEPT,
     CHECKPOINT_SKIP_DONE,
     CHECKPOINT_IGNORED,
     CHECKPOINT_WRITE_FAILED,

@@ -12,6 +12,7 @@ use relay_core::{Lsn, platform::Platform};
 use tokio_postgres::Client;
 
 use crate::{
+    checkpoint::Scope,
     config::{Config, valid_identifier},
     error::{Definite, RelayError},
     events::{
@@ -38,6 +39,8 @@ pub(crate) struct SlotInfo {
     pub(crate) platform: Platform,
     /// PostgreSQL 18's `idle_replication_slot_timeout`, when on.
     pub(crate) idle_timeout: Option<Duration>,
+    /// The key the slot's checkpoints go under (a standby's slot has one of its own).
+    pub(crate) checkpoint_scope: Scope,
 }
 
 impl SlotInfo {
@@ -109,8 +112,9 @@ pub(crate) async fn preflight(
     }
 
     // On a standby: its primary, when postgres.primary_host names it.
-    let (on_standby, primary) =
+    let (scope, primary) =
         crate::standby::check(client, cfg, version, policy == SlotPolicy::RecreateIfLost).await?;
+    let on_standby = matches!(scope, Scope::Standby(_));
 
     // PostgreSQL 18: a slot no connection uses for longer than this is invalidated.
     let idle_timeout = client
@@ -223,6 +227,7 @@ pub(crate) async fn preflight(
     }
     let mut slot = ensure_slot(client, cfg, policy, platform, primary.as_ref()).await?;
     slot.platform = platform;
+    slot.checkpoint_scope = scope;
     slot.idle_timeout = idle_timeout;
     slot.outbox_oids = outbox_oids;
     slot.outbox_not_null = outbox_not_null;
@@ -291,6 +296,7 @@ async fn ensure_slot(
             outbox_generated: Default::default(),
             platform,
             idle_timeout: None,
+            checkpoint_scope: Scope::Primary,
         });
     };
 
@@ -345,6 +351,7 @@ async fn ensure_slot(
                 outbox_generated: Default::default(),
                 platform,
                 idle_timeout: None,
+                checkpoint_scope: Scope::Primary,
             });
         }
         return Err(RelayError::from(Definite::Precondition(
@@ -412,6 +419,7 @@ async fn ensure_slot(
         outbox_generated: Default::default(),
         platform,
         idle_timeout: None,
+        checkpoint_scope: Scope::Primary,
     })
 }
 

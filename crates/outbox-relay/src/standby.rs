@@ -4,23 +4,25 @@
 //! Invariant: a standby's slot is never created where PostgreSQL would invalidate it by
 //! design. Without `hot_standby_feedback` the primary removes catalog rows the slot needs
 //! (`rows_removed`); with a primary whose `wal_level` is below logical every logical slot of
-//! its standbys is invalidated (`wal_level_insufficient`); and a slot name the primary also
-//! uses would share the checkpoint key (`<system id>/<database>/<slot>`: a standby and its
-//! primary share the system identifier), so each relay would read the other's position.
+//! its standbys is invalidated (`wal_level_insufficient`). A standby and its primary share the
+//! system identifier, so a standby's slot keeps its checkpoints under a key that names the
+//! standby (`checkpoint::Scope`); in exactly-once mode that needs `primary_slot_name`, which
+//! also finds the key again after a promotion.
 
 use relay_core::invalidation::Invalidation;
 use tokio_postgres::Client;
 
 use crate::{
-    config::Config,
+    checkpoint::Scope,
+    config::{Config, Delivery},
     error::{Definite, RelayError},
     events::{STANDBY_WITHOUT_PHYSICAL_SLOT, STANDBY_WITHOUT_PRIMARY},
     pg::query_err,
 };
 
 /// Logical decoding on a standby (PostgreSQL 16+): what it needs from the standby and, when
-/// `postgres.primary_host` is set, from its primary. Returns whether the server is a standby,
-/// and the connection to the primary. `recreating`: `setup --recreate-slot`, which drops a
+/// `postgres.primary_host` is set, from its primary. Returns the key scope of the slot's
+/// checkpoints (whether the server is a standby, and which), and the connection to the primary. `recreating`: `setup --recreate-slot`, which drops a
 /// lost slot (so a lost one is not the news). Without `hot_standby_feedback` the primary
 /// removes catalog rows the slot still needs, and PostgreSQL invalidates the slot
 /// (`rows_removed`); without a physical slot (`primary_slot_name`) the feedback holds only
@@ -30,7 +32,7 @@ pub(crate) async fn check(
     cfg: &Config,
     version: i32,
     recreating: bool,
-) -> Result<(bool, Option<Client>), RelayError> {
+) -> Result<(Scope, Option<Client>), RelayError> {
     let pg = &cfg.postgres;
     let row = client
         .query_one(
@@ -62,7 +64,7 @@ pub(crate) async fn check(
         )));
     }
     if !standby {
-        return Ok((false, None));
+        return Ok((Scope::of(false, physical), None));
     }
     if version < 160_000 {
         return Err(RelayError::from(Definite::Precondition(format!(
@@ -83,11 +85,16 @@ pub(crate) async fn check(
             pg.host, pg.port
         ))));
     }
+    if let Some(refused) = without_physical_slot(cfg, &physical) {
+        return Err(refused);
+    }
     if physical.is_empty() {
         tracing::warn!(
             "{STANDBY_WITHOUT_PHYSICAL_SLOT}: {}:{} is a standby without primary_slot_name: \
              hot_standby_feedback protects the slot's catalog rows only while the standby is \
-             connected to the primary; set primary_slot_name to a physical slot on the primary",
+             connected to the primary, and after a promotion the relay cannot tell the slot's \
+             checkpoints from a primary slot's (events are sent again, none is lost); set \
+             primary_slot_name to a physical slot on the primary",
             pg.host,
             pg.port
         );
@@ -96,26 +103,22 @@ pub(crate) async fn check(
         tracing::warn!(
             slot = %pg.slot,
             "{STANDBY_WITHOUT_PRIMARY}: {}:{} is a standby and postgres.primary_host is not set: \
-             the heartbeat is skipped (an idle outbox holds the slot), slot creation waits for \
-             the primary's own running-transactions record, and a slot of the same name on the \
-             primary would share this slot's checkpoint key unnoticed (docs/platforms.md)",
+             the heartbeat is skipped (an idle outbox holds the slot) and slot creation waits \
+             for the primary's own running-transactions record (docs/platforms.md)",
             pg.host,
             pg.port
         );
-        return Ok((true, None));
+        return Ok((Scope::Standby(physical), None));
     };
     let primary = primary?;
     let row = primary
         .query_one(
-            "SELECT pg_is_in_recovery(), current_setting('wal_level'), \
-                    EXISTS (SELECT 1 FROM pg_replication_slots \
-                             WHERE slot_name = $1 AND slot_type = 'logical')",
-            &[&pg.slot],
+            "SELECT pg_is_in_recovery(), current_setting('wal_level')",
+            &[],
         )
         .await
         .map_err(query_err("read the primary's settings"))?;
-    let (in_recovery, wal_level, same_name): (bool, String, bool) =
-        (row.get(0), row.get(1), row.get(2));
+    let (in_recovery, wal_level): (bool, String) = (row.get(0), row.get(1));
     let at = format!(
         "{}:{}",
         pg.primary_host.as_deref().unwrap_or_default(),
@@ -133,14 +136,72 @@ pub(crate) async fn check(
              wal_level_insufficient): set wal_level = logical on the primary and restart it"
         ))));
     }
-    if same_name {
-        return Err(RelayError::from(Definite::Precondition(format!(
-            "the primary {at} also has a logical slot named {:?}: a standby and its primary \
-             share the system identifier, so the two slots would share one checkpoint key \
-             (<system id>/<database>/<slot>) and each relay would read the other's position; \
-             give the standby's slot another name (postgres.slot)",
-            pg.slot
-        ))));
+    Ok((Scope::Standby(physical), Some(primary)))
+}
+
+/// Exactly-once on a standby without `primary_slot_name` (`physical`): refused, since the
+/// slot's checkpoints are kept under that name and found by it after a promotion.
+fn without_physical_slot(cfg: &Config, physical: &str) -> Option<RelayError> {
+    let pg = &cfg.postgres;
+    (physical.is_empty() && cfg.relay.delivery == Delivery::ExactlyOnce).then(|| {
+        RelayError::from(Definite::Precondition(format!(
+            "{}:{} is a standby without primary_slot_name, and exactly-once on a standby needs \
+             it: the slot's checkpoints are kept under the standby's physical slot name, which \
+             is how the relay finds them again after a promotion (and hot_standby_feedback \
+             protects the slot only while the standby is connected without it). Set \
+             primary_slot_name to a physical slot on the primary",
+            pg.host, pg.port
+        )))
+    })
+}
+
+/// The key scope of the slot's checkpoints on the server `client` is connected to, for a
+/// command that writes one without the preflight (`setup --from-debezium`).
+pub(crate) async fn scope(client: &Client) -> Result<Scope, RelayError> {
+    let row = client
+        .query_one(
+            "SELECT pg_is_in_recovery(), current_setting('primary_slot_name')",
+            &[],
+        )
+        .await
+        .map_err(query_err("read whether the server is a standby"))?;
+    Ok(Scope::of(row.get(0), row.get(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Config {
+        let dir = std::env::temp_dir().join(format!("relay-standby-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{}.toml", extra.len()));
+        std::fs::write(&path, format!("[kafka]\nbrokers = \"k:9092\"\n{extra}")).unwrap();
+        Config::load(Some(&path), std::iter::empty()).unwrap()
     }
-    Ok((true, Some(primary)))
+
+    #[test]
+    fn exactly_once_on_a_standby_needs_primary_slot_name_and_at_least_once_does_not() {
+        let eos = config("transactional_id = \"t\"\n[relay]\ndelivery = \"exactly-once\"\n");
+        let refused = without_physical_slot(&eos, "")
+            .expect("refused")
+            .to_string();
+        assert!(
+            refused.contains("without primary_slot_name") && refused.contains("exactly-once"),
+            "{refused}"
+        );
+        assert!(without_physical_slot(&eos, "standby_phys").is_none());
+        assert!(without_physical_slot(&config(""), "").is_none());
+    }
+
+    #[test]
+    fn a_server_with_primary_slot_name_but_not_in_recovery_is_a_promoted_standby() {
+        assert_eq!(Scope::of(true, "p".into()), Scope::Standby("p".into()));
+        assert_eq!(
+            Scope::of(true, String::new()),
+            Scope::Standby(String::new())
+        );
+        assert_eq!(Scope::of(false, String::new()), Scope::Primary);
+        assert_eq!(Scope::of(false, "p".into()), Scope::Promoted("p".into()));
+    }
 }

@@ -127,6 +127,12 @@ pub struct Checkpoint {
     /// The routed sources (`schema.table`) when it was written: an outbox change below
     /// `covered_lsn` that no checkpoint covers is a changed history only for these.
     pub tables: Vec<String>,
+    /// For a slot made on a standby: the standby's `primary_slot_name` (the physical slot
+    /// that names it on its primary). A standby and its primary share the system identifier,
+    /// so a slot of the same name on each would otherwise share one key ([`Self::key_for`]).
+    /// Absent for a primary's slot, whose records are unchanged by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby: Option<String>,
 }
 
 /// The record cannot be read as a checkpoint.
@@ -138,13 +144,23 @@ pub struct Checkpoint {
 pub struct CheckpointError(String);
 
 impl Checkpoint {
-    /// The record key: `<system id>/<database>/<slot>`.
-    pub fn key_for(system_id: &str, database: &str, slot: &str) -> String {
-        format!("{system_id}/{database}/{slot}")
+    /// The record key: `<system id>/<database>/<slot>`, and for a slot made on a standby
+    /// `<system id>/<database>/<slot>/standby:<its primary_slot_name>` (a slot name has no `/`,
+    /// so the two forms never meet).
+    pub fn key_for(system_id: &str, database: &str, slot: &str, standby: Option<&str>) -> String {
+        match standby {
+            None => format!("{system_id}/{database}/{slot}"),
+            Some(s) => format!("{system_id}/{database}/{slot}/standby:{s}"),
+        }
     }
 
     pub fn key(&self) -> String {
-        Self::key_for(&self.system_id, &self.database, &self.slot)
+        Self::key_for(
+            &self.system_id,
+            &self.database,
+            &self.slot,
+            self.standby.as_deref(),
+        )
     }
 
     pub fn to_json(&self) -> Vec<u8> {
@@ -197,6 +213,7 @@ mod tests {
                 fingerprint: Fingerprint::Id(Bytes::from_static(b"e-1")).render(),
             }),
             tables: vec!["public.outbox".into()],
+            standby: None,
         }
     }
 
@@ -208,6 +225,18 @@ mod tests {
         assert!(json.contains(r#""fingerprint":"id:e-1""#), "{json}");
         assert_eq!(Checkpoint::from_json(json.as_bytes()).unwrap(), c);
         assert_eq!(c.key(), "7412/app/outbox_relay");
+    }
+
+    #[test]
+    fn a_standby_slot_has_a_key_of_its_own_and_a_primary_slot_the_same_bytes_as_before() {
+        let primary = sample();
+        let json = String::from_utf8(primary.to_json()).unwrap();
+        assert!(!json.contains("standby"), "{json}");
+        let mut standby = sample();
+        standby.standby = Some("standby_phys".into());
+        assert_eq!(standby.key(), "7412/app/outbox_relay/standby:standby_phys");
+        assert_ne!(standby.key(), primary.key());
+        assert_eq!(Checkpoint::from_json(&standby.to_json()).unwrap(), standby);
     }
 
     #[test]

@@ -42,7 +42,7 @@ use relay_core::{
 };
 
 use crate::{
-    checkpoint::{prepare_topic, read_latest},
+    checkpoint::{Scope, prepare_topic, read_latest},
     config::Config,
     error::{Definite, RelayError, Transient},
     events::{CUTOVER_RECORDED, CUTOVER_REPLACED, CUTOVER_SLOT_AHEAD, SETUP_OK},
@@ -174,7 +174,28 @@ pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> 
             cfg.kafka.checkpoint_topic
         )));
     }
-    let checkpoint = proven.checkpoint(&system_id, &cfg.postgres.database, slot_name, timeline);
+    // A slot on a standby keeps its checkpoints under a key of its own (checkpoint::Scope),
+    // and on a promoted standby under that key if it has one there.
+    let at = |standby: Option<&str>| {
+        proven.checkpoint(
+            &system_id,
+            &cfg.postgres.database,
+            slot_name,
+            timeline,
+            standby,
+        )
+    };
+    let checkpoint = match crate::standby::scope(&control).await? {
+        Scope::Primary => at(None),
+        Scope::Standby(name) => at(Some(&name)),
+        Scope::Promoted(name) => {
+            let standby = at(Some(&name));
+            match read_latest(cfg, standby.key()).await? {
+                Some(_) => standby,
+                None => at(None),
+            }
+        }
+    };
     match read_latest(cfg, checkpoint.key()).await? {
         Some(c) if c == checkpoint => {}
         // An earlier cutover's, Debezium having run since: its newer offset replaces it.

@@ -15,7 +15,7 @@
 
 use relay_core::{
     Lsn,
-    checkpoint::{ChangeRef, Trail},
+    checkpoint::{ChangeRef, Checkpoint, Trail},
     progress::CheckpointAt,
     skip::Skip,
     timeline::{History, follow},
@@ -24,12 +24,12 @@ use relay_core::{
 use super::state::{Pipeline, Primer, Start};
 use crate::{
     carry::Carry,
-    checkpoint::{Identity, prepare_topic, read_latest, slot_start},
+    checkpoint::{Identity, Scope, prepare_topic, read_latest, slot_start},
     config::{Config, Delivery},
     error::{Definite, RelayError},
     events::{
-        CHECKPOINT_FOUND, CHECKPOINT_IGNORED, CHECKPOINT_MISSING, CHECKPOINT_TOPIC_UNUSABLE,
-        CHECKPOINT_WRITE_FAILED,
+        CHECKPOINT_FOUND, CHECKPOINT_IGNORED, CHECKPOINT_MISSING, CHECKPOINT_STANDBY_KEY_KEPT,
+        CHECKPOINT_TOPIC_UNUSABLE, CHECKPOINT_WRITE_FAILED,
     },
     metrics as m,
     sink::Sink,
@@ -42,6 +42,7 @@ pub(super) async fn start(
     preflight_start: Lsn,
     system_id: &str,
     history: &History,
+    scope: &Scope,
     carry: &mut Carry,
 ) -> Result<Start, RelayError> {
     let exactly_once = cfg.relay.delivery == Delivery::ExactlyOnce;
@@ -57,8 +58,16 @@ pub(super) async fn start(
         }
         carry.checkpoint_topic_ready = true;
     }
-    let id = Identity::new(cfg, system_id, history.timeline);
     let start = slot_start(cfg).await?;
+    let plain = Identity::new(cfg, system_id, history.timeline);
+    let (id, prefetched) = match identity(cfg, plain, scope).await {
+        Ok(found) => found,
+        Err(e) if !exactly_once => {
+            tracing::warn!(error = %e, "{CHECKPOINT_TOPIC_UNUSABLE}: going on without checkpoints");
+            return Ok(without(start));
+        }
+        Err(e) => return Err(e),
+    };
     let fresh = |id| Start {
         start,
         skip: Skip::none(),
@@ -72,7 +81,11 @@ pub(super) async fn start(
         );
         return Ok(fresh(id));
     }
-    let found = match read_latest(cfg, id.key()).await {
+    let read = match prefetched {
+        Some(c) => Ok(Some(c)),
+        None => read_latest(cfg, id.key()).await,
+    };
+    let found = match read {
         Ok(found) => found,
         Err(e) if !exactly_once => {
             tracing::warn!(error = %e, "{CHECKPOINT_TOPIC_UNUSABLE}: going on without checkpoints");
@@ -114,8 +127,9 @@ pub(super) async fn start(
         }
     }
     tracing::info!(
-        covered = %c.covered_lsn, last = ?c.last.as_ref().map(ChangeRef::to_string),
-        slot_start = %start, "{CHECKPOINT_FOUND}"
+        key = %id.key(), covered = %c.covered_lsn,
+        last = ?c.last.as_ref().map(ChangeRef::to_string), slot_start = %start,
+        "{CHECKPOINT_FOUND}"
     );
     Ok(Start {
         start,
@@ -123,6 +137,33 @@ pub(super) async fn start(
         trail: Trail::new(c.last.clone()),
         checkpoints: Some(id),
     })
+}
+
+/// Under which identity this slot's checkpoints are ([`Scope`]), and, for a promoted
+/// standby whose slot was made before the promotion, its newest checkpoint (read to find out).
+async fn identity(
+    cfg: &Config,
+    plain: Identity,
+    scope: &Scope,
+) -> Result<(Identity, Option<Checkpoint>), RelayError> {
+    match scope {
+        Scope::Primary => Ok((plain, None)),
+        Scope::Standby(name) => Ok((plain.of_standby_slot(name), None)),
+        Scope::Promoted(name) => {
+            let standby = plain.clone().of_standby_slot(name);
+            match read_latest(cfg, standby.key()).await? {
+                Some(c) => {
+                    tracing::info!(
+                        key = %standby.key(), primary_slot_name = %name,
+                        "{CHECKPOINT_STANDBY_KEY_KEPT}: the slot was made on this server while \
+                         it was a standby; its checkpoints stay under the standby's key"
+                    );
+                    Ok((standby, Some(c)))
+                }
+                None => Ok((plain, None)),
+            }
+        }
+    }
 }
 
 impl<S: Session, K: Sink> Pipeline<'_, S, K> {

@@ -95,6 +95,7 @@ pub(crate) async fn stream(
         slot.confirmed_flush,
         &opened.system_id,
         &opened.history,
+        &slot.checkpoint_scope,
         carry,
     );
     let Some(begun) = unless_stopped(shutdown, begun).await else {

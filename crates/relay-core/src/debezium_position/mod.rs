@@ -207,12 +207,15 @@ impl Proven {
     /// transactions. It names no change and no tables: the relay did not publish these records
     /// itself, so a start can neither meet nor verify them ([`crate::skip`] then skips every
     /// change of a transaction committed below `covered_lsn` and publishes every later one).
+    /// `standby`: the slot was made on a standby with this `primary_slot_name`
+    /// ([`Checkpoint::standby`]).
     pub fn checkpoint(
         &self,
         system_id: &str,
         database: &str,
         slot: &str,
         timeline: u32,
+        standby: Option<&str>,
     ) -> Checkpoint {
         Checkpoint {
             version: crate::checkpoint::VERSION,
@@ -223,6 +226,7 @@ impl Proven {
             covered_lsn: self.complete_before,
             last: None,
             tables: Vec::new(),
+            standby: standby.map(str::to_string),
         }
     }
 }

@@ -146,7 +146,7 @@ proptest! {
         prop_assume!(!records.is_empty());
         let stored = &records[acked.index(records.len())];
         let proven = offset_of(stored).proven().unwrap();
-        let c = proven.checkpoint("7", "app", "slot", 1);
+        let c = proven.checkpoint("7", "app", "slot", 1, None);
         prop_assert!(is_cutover_checkpoint(&c));
         // Any slot start at or before the proven position (PostgreSQL sends the transactions
         // committing at or after it).

@@ -61,6 +61,7 @@ fn checkpoint(covered: Lsn, last: Option<ChangeRef>) -> Checkpoint {
         covered_lsn: covered,
         last,
         tables: vec![TABLE.into()],
+        standby: None,
     }
 }
 
