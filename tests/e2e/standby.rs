@@ -241,43 +241,15 @@ async fn relays_from_a_standby(major: u32, ports: (u16, u16)) {
     // Promotion: the standby becomes the primary, and the relay goes on from the same slot.
     p.standby.promote();
     let promoted = connect(&p.on_standby).await;
-    for i in 0..10 {
-        written.push(
-            writer::insert_event(&promoted, "order", &format!("p{i}"), 0)
-                .await
-                .unwrap(),
-        );
-    }
-    let got = kafka::consume(vec![db.topic("order")], Duration::from_secs(60), 50).await;
-    let f = check::check(
-        &format!("pg{major}_standby_promoted"),
-        |t| db.topic(t),
-        &written,
-        &got,
-    );
-    let log = relay.log_text();
-    assert_eq!((f.lost, f.order_violations), (0, 0), "{f:?}\n{log}");
+    let name = format!("pg{major}_standby_promoted");
+    ten_more(db, &promoted, &mut written, &name, &relay).await;
     assert!(relay.terminate(Duration::from_secs(30)).success());
 
     // A start on the promoted server: the slot was made while it was a standby, so its
     // checkpoints stay under the standby's key (not the primary slot's, which covers all).
     let mut relay = Relay::streaming(&db.name, cfg).await;
-    for i in 10..20 {
-        written.push(
-            writer::insert_event(&promoted, "order", &format!("p{i}"), 0)
-                .await
-                .unwrap(),
-        );
-    }
-    let got = kafka::consume(vec![db.topic("order")], Duration::from_secs(60), 60).await;
-    let f = check::check(
-        &format!("pg{major}_standby_promoted_restart"),
-        |t| db.topic(t),
-        &written,
-        &got,
-    );
-    let log = relay.log_text();
-    assert_eq!((f.lost, f.order_violations), (0, 0), "{f:?}\n{log}");
+    let name = format!("pg{major}_standby_promoted_restart");
+    let log = ten_more(db, &promoted, &mut written, &name, &relay).await;
     assert!(
         log.contains("checkpoint_standby_key_kept") && log.contains(&standby_key),
         "{log}"
@@ -287,6 +259,35 @@ async fn relays_from_a_standby(major: u32, ports: (u16, u16)) {
         .execute("SELECT pg_drop_replication_slot($1)", &[&db.name])
         .await
         .unwrap();
+}
+
+/// Writes ten more events on `client` and checks every event of `written` arrived, none lost
+/// and in order (figures under `name`); the relay's log so far.
+async fn ten_more(
+    db: &TestDb,
+    client: &Client,
+    written: &mut Vec<writer::Written>,
+    name: &str,
+    relay: &Relay,
+) -> String {
+    let from = written.len();
+    for i in from..from + 10 {
+        written.push(
+            writer::insert_event(client, "order", &format!("p{i}"), 0)
+                .await
+                .unwrap(),
+        );
+    }
+    let got = kafka::consume(
+        vec![db.topic("order")],
+        Duration::from_secs(60),
+        written.len(),
+    )
+    .await;
+    let f = check::check(name, |t| db.topic(t), written, &got);
+    let log = relay.log_text();
+    assert_eq!((f.lost, f.order_violations), (0, 0), "{f:?}\n{log}");
+    log
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -118,14 +118,13 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 PoisonPolicy::DeadLetter => {
                     dead_lettered(&p.error.to_string(), pos);
                     let dlq = deadletter::from_poison(&p, pos, &self.cfg.relay.dead_letter_topic);
-                    self.produce(dlq, pos, &p.routed).await?;
                     let change = Change {
                         routed: &p.routed,
                         pos,
                         index,
                         fingerprint: p.fingerprint,
                     };
-                    self.published(change).await?;
+                    self.publish_dead_letter(dlq, change).await?;
                 }
             },
             Decoded::OutboxRenamed { configured, now } => {

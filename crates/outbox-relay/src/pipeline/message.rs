@@ -84,14 +84,13 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                     return Ok(());
                 }
                 let dlq = self.dead_letter_or_halt(&p, pos)?;
-                self.produce(dlq, pos, &p.routed).await?;
                 let change = Change {
                     routed: &p.routed,
                     pos,
                     index,
                     fingerprint: p.fingerprint,
                 };
-                self.published(change).await?;
+                self.publish_dead_letter(dlq, change).await?;
             }
             // Not transactional (or, impossibly, transactional outside a transaction): atomic
             // with nothing. Dead-lettered in a transaction of its own at its LSN, which the skip

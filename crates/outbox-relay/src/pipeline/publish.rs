@@ -70,6 +70,17 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         self.published(change).await
     }
 
+    /// Hands the dead-letter record of a change that cannot be routed (poison) to Kafka in
+    /// its place, then [`published`](Self::published).
+    pub(super) async fn publish_dead_letter(
+        &mut self,
+        dlq: Record,
+        change: Change<'_>,
+    ) -> Result<(), RelayError> {
+        self.produce(dlq, change.pos, change.routed).await?;
+        self.published(change).await
+    }
+
     /// A change got its record: the trail names it in the next checkpoint, and a Kafka
     /// transaction that reached `kafka.max_transaction_records` is committed now (a source
     /// transaction split across Kafka transactions; the change index keeps the skip exact).
