@@ -108,26 +108,29 @@ impl Memory {
         }
     }
 
-    /// Writes the state file if `published` moved since the last write.
-    pub(crate) fn save(&mut self, published: Lsn) -> std::io::Result<()> {
+    /// Writes the state file if `published` moved since the last write. The write (two fsyncs)
+    /// runs on tokio's blocking pool: on a slow volume it would otherwise hold up every task of
+    /// the runtime thread (the replication reader, the HTTP server).
+    pub(crate) async fn save(&mut self, published: Lsn) -> std::io::Result<()> {
         if self.saved == Some(published) {
             return Ok(());
         }
-        crate::state::save(
-            &self.path,
-            &crate::state::State {
-                system_id: self.system_id.clone(),
-                timeline: self.timeline,
-                published: published.to_string(),
-            },
-        )?;
+        let path = self.path.clone();
+        let state = crate::state::State {
+            system_id: self.system_id.clone(),
+            timeline: self.timeline,
+            published: published.to_string(),
+        };
+        tokio::task::spawn_blocking(move || crate::state::save(&path, &state))
+            .await
+            .map_err(std::io::Error::other)??;
         self.saved = Some(published);
         Ok(())
     }
 
     /// [`save`](Self::save), logging a failure once until a write succeeds again.
-    pub(crate) fn save_or_warn(&mut self, published: Lsn) {
-        match self.save(published) {
+    pub(crate) async fn save_or_warn(&mut self, published: Lsn) {
+        match self.save(published).await {
             Err(e) if !self.failing => {
                 self.failing = true;
                 tracing::warn!(

@@ -132,23 +132,24 @@ pub(crate) async fn stream(
     p.confirm();
     // A state file that cannot be written is found now, not after a failover.
     let published = p.carry.published;
-    p.memory
-        .as_mut()
-        .map_or(Ok(()), |m| m.save(published))
-        .map_err(|e| {
-            Definite::Precondition(format!(
-                "cannot write relay.state_file {}: {e}; fix its directory's permissions or space, \
+    let saved = match p.memory.as_mut() {
+        Some(m) => m.save(published).await,
+        None => Ok(()),
+    };
+    saved.map_err(|e| {
+        Definite::Precondition(format!(
+            "cannot write relay.state_file {}: {e}; fix its directory's permissions or space, \
              or remove the option",
-                cfg.relay
-                    .state_file
-                    .as_deref()
-                    .unwrap_or(std::path::Path::new(""))
-                    .display()
-            ))
-        })?;
+            cfg.relay
+                .state_file
+                .as_deref()
+                .unwrap_or(std::path::Path::new(""))
+                .display()
+        ))
+    })?;
     let result = p.run(shutdown).await;
     health.set_streaming(false);
-    p.remember();
+    p.remember().await;
     match result {
         Ok(()) => {
             p.drain(interval).await?;

@@ -129,7 +129,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         {
             return Err(e);
         }
-        self.remember();
+        self.remember().await;
         self.report_gauges();
         if !self.checkpoint_due() || self.checkpoints.is_none() {
             return Ok(Turn::Next);

@@ -272,10 +272,10 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
     }
 
     /// Writes the failover memory if `relay.state_file` is set; failures are logged.
-    pub(super) fn remember(&mut self) {
+    pub(super) async fn remember(&mut self) {
         let published = self.carry.published;
         if let Some(m) = self.memory.as_mut() {
-            m.save_or_warn(published);
+            m.save_or_warn(published).await;
         }
     }
 }
