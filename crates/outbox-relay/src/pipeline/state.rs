@@ -51,40 +51,49 @@ pub(super) struct Pipeline<'a, S, K> {
     /// What the run's other tasks see of this pipeline (streaming, progress markers) and tell
     /// it (the slot's WAL at risk): one per relay run, outliving the pipeline.
     pub(super) health: &'a Shared,
-    /// What may be read and confirmed ([`relay_core::progress`]; this connection).
+    /// What may be read, committed, checkpointed and confirmed ([`relay_core::progress`]).
+    /// This connection: the next one starts from the slot's confirmed position.
     pub(super) progress: Progress,
+    /// pgoutput to records; its relation cache is this stream's (PostgreSQL sends every
+    /// relation again on a new connection).
     pub(super) decoder: Decoder,
-    /// The `[[message]]` sections, by prefix.
+    /// The `[[message]]` sections, by prefix (from the config; rebuilt per connection).
     pub(super) messages: MessageRoutes,
-    /// The open source transaction's position (between its begin and commit).
+    /// The open source transaction's position: from its begin to its commit.
     pub(super) txn: Option<Position>,
     /// The `[[outbox]]` table or `message:<prefix>` of every record, when there is one only
-    /// ([`only_source`]).
+    /// ([`only_source`]; from the config).
     pub(super) only_source: Option<String>,
-    /// Where `carry`'s failover memory is kept across restarts (`relay.state_file`).
+    /// Where `carry`'s failover memory is kept across restarts (`relay.state_file`), for the
+    /// server of this connection.
     pub(super) memory: Option<Memory>,
-    /// `kafka.transactional_id` is set: records go out in Kafka transactions.
+    /// `kafka.transactional_id` is set: records go out in Kafka transactions (config).
     pub(super) transactional: bool,
-    /// `relay.delivery = "exactly-once"`: a contradicted checkpoint stops the relay.
+    /// `relay.delivery = "exactly-once"`: a contradicted checkpoint stops the relay (config).
     pub(super) exactly_once: bool,
-    /// What Kafka already holds after the start ([`relay_core::skip`]; this connection).
+    /// What Kafka already holds after the start ([`relay_core::skip`]): from the checkpoint
+    /// read at this connection's start until the skip is done.
     pub(super) skip: Skip,
+    /// Changes the skip skipped on this connection (logged when it is done).
     pub(super) skipped: u64,
-    /// The change index of the next change of the open transaction.
+    /// The change index of the next change of the open transaction (reset at each begin).
     pub(super) change_index: u64,
     /// Checkpoints are written (the topic is usable): under this identity, naming the
-    /// trail's last change.
+    /// trail's last change. Decided at this connection's start.
     pub(super) checkpoints: Option<Identity>,
+    /// The changes published since the last checkpoint (this connection).
     pub(super) trail: Trail,
     /// With transactions: the last checkpoint put into a Kafka transaction, repeated as the
-    /// first record of the next one that carries records ([`super::checkpoints`]).
+    /// first record of the next one that carries records ([`super::checkpoints`]); from the
+    /// first checkpoint of this connection on.
     pub(super) primer: Option<Primer>,
-    /// Handles of the acknowledgement metrics.
+    /// Handles of the acknowledgement metrics (looked up once per topic, this connection).
     pub(super) acks: AckMetrics,
     /// A Kafka commit sent and not answered yet (two producers: the next transaction fills
-    /// meanwhile).
+    /// meanwhile): from `commit_start` until the loop settles it.
     pub(super) committing: Option<Committing>,
-    /// The loop's timing: commits, checkpoints, quiet moments, back-pressure.
+    /// The loop's timing: commits, checkpoints, quiet moments, back-pressure (this
+    /// connection).
     pub(super) pace: Pace,
 }
 
