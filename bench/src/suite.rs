@@ -86,6 +86,11 @@ pub struct CatchupResult {
     pub cpu_s: f64,
     /// CPU seconds of the relay process from the first to the last record.
     pub cpu_drain_s: f64,
+    /// The process's busiest thread (`/proc/<pid>/task/*/comm`) and its CPU seconds from the
+    /// start to the last record: for outbox-relay the tokio thread, the one that bounds a
+    /// catch-up on a machine with cores to spare.
+    pub busiest_thread: Option<String>,
+    pub busiest_thread_cpu_s: Option<f64>,
     pub peak_rss_kb: u64,
     /// CPU seconds of the walsender decoding for this system (start → last record).
     pub walsender_cpu_s: f64,

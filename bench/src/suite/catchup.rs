@@ -256,6 +256,8 @@ impl Suite {
         }
         let t_done = sampler.now();
         let cpu_done = procstat::cpu_seconds(running.pid).unwrap_or(0.0);
+        // Sorted by CPU, busiest first.
+        let busiest = procstat::threads(running.pid).into_iter().next();
         let hwm_now = procstat::peak_rss_kb(running.pid);
         // Let the sampler take one more sample, then stop it.
         tokio::time::sleep(Duration::from_millis(120)).await;
@@ -287,6 +289,8 @@ impl Suite {
             rate_from_first: n as f64 / drain_s,
             cpu_s: cpu_done,
             cpu_drain_s: (cpu_done - cpu_first).max(0.0),
+            busiest_thread: busiest.as_ref().map(|t| t.0.clone()),
+            busiest_thread_cpu_s: busiest.map(|t| t.1 + t.2),
             peak_rss_kb,
             walsender_cpu_s: cpu_prefix_between(&samples, at_spawn.t, at_done.t, "walsender"),
             pg_cpu_s: at_done.pg_cpu - at_spawn.pg_cpu,
