@@ -126,6 +126,10 @@ pub const SLOT_CREATED: &str = "slot_created";
 pub const SLOT_RECREATED: &str = "slot_recreated";
 /// Another connection holds the slot (an active instance); this one waits for it.
 pub const SLOT_IN_USE: &str = "slot_in_use";
+/// A passive instance saw the slot free (its holder gone) and takes it over at once.
+pub const SLOT_FREED: &str = "slot_freed";
+/// Debug: a passive instance could not look at the slot; it retries on its backoff instead.
+pub const SLOT_POLL_FAILED: &str = "slot_poll_failed";
 /// `setup --from-debezium` recorded where `run` starts: after Debezium's last committed transaction.
 pub const CUTOVER_RECORDED: &str = "cutover_recorded";
 /// `setup --from-debezium`: Debezium confirmed its slot past its stored offset (reported, not refused).
@@ -224,6 +228,8 @@ pub const ALL: &[&str] = &[
     SLOT_CREATED,
     SLOT_RECREATED,
     SLOT_IN_USE,
+    SLOT_FREED,
+    SLOT_POLL_FAILED,
     CUTOVER_RECORDED,
     CUTOVER_SLOT_AHEAD,
     CUTOVER_REPLACED,

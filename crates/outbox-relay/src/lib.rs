@@ -29,6 +29,7 @@ mod http_client;
 pub mod metrics;
 mod monitor;
 pub mod outbox_health;
+mod passive;
 mod pg;
 mod pipeline;
 mod publication;

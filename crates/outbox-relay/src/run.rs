@@ -160,6 +160,17 @@ async fn supervise(
         } else {
             tracing::debug!(reason = err.reason(), "{PIPELINE_RESTART_REPEATED}");
         }
+        // A passive instance: the slot is another's. It waits for the slot rather than the
+        // backoff (which would reach relay.restart_backoff_max_ms and delay the takeover by as
+        // much), and tries again as soon as the slot is free.
+        if matches!(err, RelayError::Transient(Transient::SlotBusy { .. })) {
+            backoff = initial;
+            match unless_stopped(&shutdown, crate::passive::until_slot_free(cfg, max)).await {
+                None => return Ok(()),
+                Some(true) => continue,
+                Some(false) => {}
+            }
+        }
         let jittered = backoff.mul_f64(rand::rng().random_range(0.5..1.0));
         tokio::select! {
             _ = tokio::time::sleep(jittered) => {}
