@@ -64,7 +64,8 @@ pub struct RelayConfig {
         deserialize_with = "from_str_or_native"
     )]
     pub restart_backoff_initial_ms: u64,
-    /// Longest delay between restarts. Default 30000.
+    /// Longest delay between restarts. Default 30000. A passive instance (the slot is another
+    /// instance's) does not wait for it: it watches the slot and tries as soon as it is free.
     #[serde(
         default = "default_restart_backoff_max_ms",
         deserialize_with = "from_str_or_native"
