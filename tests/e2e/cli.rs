@@ -23,6 +23,8 @@ fn completions_cover_every_subcommand_and_are_valid_shell() {
         "check-config",
         "completions",
         "manpage",
+        "apply",
+        "redrive",
     ] {
         assert!(bash.contains(sub), "bash completion lacks {sub}");
     }

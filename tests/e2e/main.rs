@@ -3,6 +3,7 @@
 
 mod support;
 
+mod applier;
 mod backpressure;
 mod balances;
 mod chaos;

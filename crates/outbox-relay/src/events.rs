@@ -20,6 +20,32 @@
 //! source file of the crate and fails on any other log message that does not start with one of
 //! these constants.
 
+// The applier (`outbox-relay apply`, apply/).
+/// The applier joined its consumer group and waits for partitions.
+pub const APPLY_STARTED: &str = "apply_started";
+/// The applier stopped on an error (the message says what to do; the exit code says which kind).
+pub const APPLY_FAILED: &str = "apply_failed";
+/// The applier stopped as asked (its open transactions finished or rolled back).
+pub const APPLY_STOPPED: &str = "apply_stopped";
+/// `apply setup` created or checked the tables and prepared every handler.
+pub const APPLY_SETUP_DONE: &str = "apply_setup_done";
+/// Partitions assigned to this instance, at their stored positions.
+pub const APPLY_PARTITIONS_ASSIGNED: &str = "apply_partitions_assigned";
+/// Partitions taken away (a rebalance or the stop); their tasks finished.
+pub const APPLY_PARTITIONS_REVOKED: &str = "apply_partitions_revoked";
+/// The Kafka consumer reported an error (it reconnects by itself).
+pub const APPLY_KAFKA_ERROR: &str = "apply_kafka_error";
+/// A stored position is below the log start or beyond its end: the partition is not applied.
+pub const APPLY_POSITION_OUT_OF_LOG: &str = "apply_position_out_of_log";
+/// A partition stopped on a record it cannot apply (`apply.on_failure = "halt"`).
+pub const APPLY_PARTITION_HALTED: &str = "apply_partition_halted";
+/// A record went to the dead-letter table (`apply.on_failure = "dead-letter"`).
+pub const APPLY_RECORD_DEAD_LETTERED: &str = "apply_record_dead_lettered";
+/// A transaction rolled back on a transient error; the same records are retried.
+pub const APPLY_TRANSACTION_RETRY: &str = "apply_transaction_retry";
+/// The consumer's database cannot be reached; retrying with backoff.
+pub const APPLY_DATABASE_UNREACHABLE: &str = "apply_database_unreachable";
+
 // The pipeline: the replication stream into Kafka, and its stop (pipeline/).
 /// The replication stream is open and events flow (the slot is held from now on).
 pub const STREAMING_STARTED: &str = "streaming_started";
@@ -183,6 +209,18 @@ pub const HTTP_ACCEPT_FAILED: &str = "http_accept_failed";
 
 /// Every event name.
 pub const ALL: &[&str] = &[
+    APPLY_STARTED,
+    APPLY_STOPPED,
+    APPLY_FAILED,
+    APPLY_SETUP_DONE,
+    APPLY_PARTITIONS_ASSIGNED,
+    APPLY_PARTITIONS_REVOKED,
+    APPLY_KAFKA_ERROR,
+    APPLY_POSITION_OUT_OF_LOG,
+    APPLY_PARTITION_HALTED,
+    APPLY_RECORD_DEAD_LETTERED,
+    APPLY_TRANSACTION_RETRY,
+    APPLY_DATABASE_UNREACHABLE,
     STREAMING_STARTED,
     SHUTDOWN_DRAINING,
     SHUTDOWN_TIMEOUT,

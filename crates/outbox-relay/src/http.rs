@@ -20,24 +20,35 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::{net::TcpListener, sync::watch};
 
 use crate::{
-    config::HttpConfig,
     events::{HTTP_ACCEPT_FAILED, HTTP_LISTEN_FAILED, HTTP_LISTENING},
     health::Shared,
 };
 
-/// Serves the endpoint until `shutdown` flips to true.
-pub(crate) async fn serve(
-    cfg: HttpConfig,
+/// What `/readyz` answers: `Ok` (200) or the reasons it is not ready (503, one per line).
+pub(crate) trait Readiness: Send + Sync + 'static {
+    /// `passive_ok`: the request asked `?role=any` (a passive instance counts as ready).
+    fn readiness(&self, passive_ok: bool) -> Result<(), Vec<String>>;
+}
+
+impl Readiness for Shared {
+    fn readiness(&self, passive_ok: bool) -> Result<(), Vec<String>> {
+        Shared::readiness(self, passive_ok)
+    }
+}
+
+/// Serves the endpoint on `listen` until `shutdown` flips to true.
+pub(crate) async fn serve<R: Readiness>(
+    listen: std::net::SocketAddr,
     prom: PrometheusHandle,
-    shared: Arc<Shared>,
+    shared: Arc<R>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let listener = loop {
-        match TcpListener::bind(cfg.listen).await {
+        match TcpListener::bind(listen).await {
             Ok(l) => break l,
             Err(e) => {
                 tracing::error!(
-                    addr = %cfg.listen, error = %e,
+                    addr = %listen, error = %e,
                     "{HTTP_LISTEN_FAILED}: /metrics, /healthz and /readyz are unavailable; \
                      retrying in 10 s (set http.listen to a free address)"
                 );
@@ -68,7 +79,7 @@ pub(crate) async fn serve(
         let shared = shared.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
-                let r = respond(&req, &prom, &shared);
+                let r = respond(&req, &prom, shared.as_ref());
                 async move { Ok::<_, Infallible>(r) }
             });
             let _ = http1::Builder::new()
@@ -80,10 +91,10 @@ pub(crate) async fn serve(
     }
 }
 
-fn respond(
+fn respond<R: Readiness>(
     req: &Request<Incoming>,
     prom: &PrometheusHandle,
-    shared: &Shared,
+    shared: &R,
 ) -> Response<Full<Bytes>> {
     let text = |status: StatusCode, body: String| {
         let mut r = Response::new(Full::new(Bytes::from(body)));

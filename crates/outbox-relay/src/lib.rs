@@ -15,6 +15,7 @@
 //! server reports about the slot), which use nothing of the modules built on them.
 
 pub mod alert;
+pub mod apply;
 mod carry;
 mod checkpoint;
 pub mod config;

@@ -1,5 +1,7 @@
 //! The `outbox-relay` binary: CLI, logging, signals, exit codes.
 
+mod apply_cli;
+
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
@@ -94,6 +96,12 @@ enum Command {
     CheckConfig {
         #[arg(short, long, env = "OUTBOX_RELAY_CONFIG")]
         config: Option<PathBuf>,
+    },
+    /// The applier: apply the events of Kafka topics to a consumer's PostgreSQL exactly once,
+    /// through SQL handlers (docs/inbox.md).
+    Apply {
+        #[command(subcommand)]
+        action: apply_cli::Action,
     },
     /// Print the shell completion script for `shell` (bash, zsh, fish, elvish, powershell).
     Completions {
@@ -246,6 +254,7 @@ fn main() -> ExitCode {
                 println!("{cfg:#?}");
                 Ok(ExitCode::SUCCESS)
             }
+            Command::Apply { action } => Ok(apply_cli::main(action, wait_for_signal()).await),
             // Printed before the runtime started.
             Command::Completions { .. } | Command::Manpage => Ok(ExitCode::SUCCESS),
         }

@@ -70,6 +70,13 @@ pub const WEBHOOK_NOTIFICATIONS: &str = "outbox_relay_webhook_notifications_tota
 pub const HEARTBEATS: &str = "outbox_relay_heartbeats_total";
 pub const HEARTBEAT_AGE_SECONDS: &str = "outbox_relay_heartbeat_age_seconds";
 
+// The applier (`outbox-relay apply`, apply/).
+pub const APPLY_RECORDS: &str = "outbox_relay_apply_records_total";
+pub const APPLY_TRANSACTIONS: &str = "outbox_relay_apply_transactions_total";
+pub const APPLY_HANDLER_SECONDS: &str = "outbox_relay_apply_handler_seconds";
+pub const APPLY_LAG_RECORDS: &str = "outbox_relay_apply_lag_records";
+pub const APPLY_PARTITION_HALTED: &str = "outbox_relay_apply_partition_halted";
+
 /// Every metric name, for the checks of docs, alert rules and dashboard.
 pub const ALL: &[&str] = &[
     EVENTS_PRODUCED,
@@ -125,7 +132,15 @@ pub const ALL: &[&str] = &[
     WEBHOOK_NOTIFICATIONS,
     HEARTBEATS,
     HEARTBEAT_AGE_SECONDS,
+    APPLY_RECORDS,
+    APPLY_TRANSACTIONS,
+    APPLY_HANDLER_SECONDS,
+    APPLY_LAG_RECORDS,
+    APPLY_PARTITION_HALTED,
 ];
+
+/// `result` label values of [`APPLY_RECORDS`].
+pub const APPLY_RECORD_RESULTS: &[&str] = &["applied", "duplicate", "ignored", "dead_lettered"];
 
 /// `op` label values of [`OUTBOX_CHANGES_IGNORED`].
 pub const OUTBOX_CHANGE_OPS: &[&str] = &["update", "delete"];
@@ -244,6 +259,29 @@ pub fn init(alerts: AlertLabels) {
 
 /// Registers help text for every metric. Call once after installing a recorder.
 pub fn describe() {
+    describe_counter!(
+        APPLY_RECORDS,
+        "Applier: records by topic and result (applied, duplicate: absorbed by its claim, \
+         ignored: apply.ignore_types, dead_lettered)."
+    );
+    describe_counter!(
+        APPLY_TRANSACTIONS,
+        "Applier: database transactions by result (committed, retried after a transient error)."
+    );
+    describe_histogram!(
+        APPLY_HANDLER_SECONDS,
+        Unit::Seconds,
+        "Applier: time of one handler statement, by event type."
+    );
+    describe_gauge!(
+        APPLY_LAG_RECORDS,
+        "Applier: records in the partition's log not applied yet (log end - next position)."
+    );
+    describe_gauge!(
+        APPLY_PARTITION_HALTED,
+        "Applier: 1 while the partition is halted (a record it cannot apply, or a position \
+         outside the log)."
+    );
     describe_counter!(
         EVENTS_PRODUCED,
         "Outbox events acknowledged by Kafka, per topic."

@@ -63,7 +63,7 @@ pub async fn run(
         });
         if cfg.http.enabled {
             helpers.spawn(http::serve(
-                cfg.http.clone(),
+                cfg.http.listen,
                 prom,
                 shared.clone(),
                 stop_rx.clone(),

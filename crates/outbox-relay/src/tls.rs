@@ -23,14 +23,19 @@ fn bad_ca(path: &std::path::Path, detail: impl std::fmt::Display) -> RelayError 
 
 /// The connector for the control connection, or `None` when TLS is off.
 pub(crate) fn control_connector(cfg: &Config) -> Result<Option<MakeRustlsConnect>, RelayError> {
-    let pg = &cfg.postgres;
-    if pg.sslmode == PgSslMode::Disable {
+    connector(cfg.postgres.sslmode, cfg.postgres.sslrootcert.as_deref())
+}
+
+/// The connector for `sslmode` with the CA file `sslrootcert` (the relay's control connection,
+/// the applier's connections), or `None` when TLS is off.
+pub(crate) fn connector(
+    sslmode: PgSslMode,
+    sslrootcert: Option<&std::path::Path>,
+) -> Result<Option<MakeRustlsConnect>, RelayError> {
+    if sslmode == PgSslMode::Disable {
         return Ok(None);
     }
-    let path = pg
-        .sslrootcert
-        .as_deref()
-        .expect("validated: verify-full has sslrootcert");
+    let path = sslrootcert.expect("validated: verify-full has sslrootcert");
     let mut roots = RootCertStore::empty();
     let certs = CertificateDer::pem_file_iter(path).map_err(|e| bad_ca(path, e))?;
     for cert in certs {

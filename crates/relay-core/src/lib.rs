@@ -14,10 +14,12 @@
 //! stream up, WAL grows, markers still ──stall::StallDetector──▶ stalled for N s
 //! new timeline's history + last published commit ──timeline::follow──▶ follow or refuse
 //! Debezium's Connect offset ──debezium_position──▶ the cutover's checkpoint (whole txns only)
+//! Kafka records of a partition + outcomes ──apply──▶ the applier's transactions, start, failures
 //! ```
 //!
 //! Everything here is deterministic so it can be unit-, property- and fuzz-tested.
 
+pub mod apply;
 pub mod checkpoint;
 pub mod deadletter;
 pub mod debezium_position;

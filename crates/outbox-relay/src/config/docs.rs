@@ -116,6 +116,36 @@ fn every_config_field_is_documented_and_nothing_else() {
             &[],
         ),
         (
+            "## apply: `[postgres]`",
+            "crates/outbox-relay/src/config/apply.rs",
+            "ApplyPostgres",
+            &[],
+        ),
+        (
+            "## apply: `[kafka]`",
+            "crates/outbox-relay/src/config/apply.rs",
+            "ApplyKafka",
+            &[],
+        ),
+        (
+            "## apply: `[apply]`",
+            "crates/outbox-relay/src/config/apply.rs",
+            "ApplySection",
+            &[],
+        ),
+        (
+            "## apply: `[[handler]]`",
+            "crates/outbox-relay/src/config/apply.rs",
+            "Handler",
+            &[],
+        ),
+        (
+            "## apply: `[http]`",
+            "crates/outbox-relay/src/config/apply.rs",
+            "ApplyHttp",
+            &[],
+        ),
+        (
             "## `[heartbeat]`",
             "crates/outbox-relay/src/config/observability.rs",
             "HeartbeatConfig",

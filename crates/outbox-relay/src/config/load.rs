@@ -15,16 +15,7 @@ pub(super) fn from_file_and_environment(
     path: Option<&Path>,
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<Config, ConfigError> {
-    let text = match path {
-        Some(p) => std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
-            path: p.to_path_buf(),
-            source,
-        })?,
-        None => String::new(),
-    };
-    let mut table: toml::Table =
-        toml::from_str(&text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-    let origins = apply_environment(&mut table, env)?;
+    let (table, origins) = read_table(path, env)?;
     // `[[outbox]]` entries one by one first: toml does not say which entry of an array failed.
     if let Some(toml::Value::Array(entries)) = table.get("outbox") {
         for (i, entry) in entries.iter().enumerate() {
@@ -57,6 +48,47 @@ pub(super) fn from_file_and_environment(
         cfg.outbox.clear();
     }
     Ok(cfg)
+}
+
+/// The file's table with the `OUTBOX_RELAY__*` variables laid over it, and where each came from.
+fn read_table(
+    path: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<(toml::Table, Origins), ConfigError> {
+    let text = match path {
+        Some(p) => std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+            path: p.to_path_buf(),
+            source,
+        })?,
+        None => String::new(),
+    };
+    let mut table: toml::Table =
+        toml::from_str(&text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+    let origins = apply_environment(&mut table, env)?;
+    Ok((table, origins))
+}
+
+/// The applier's config (`outbox-relay apply`), loaded the same way: errors name the option in
+/// full, `[[handler]]` entries by their index.
+pub(super) fn apply_config(
+    path: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<super::ApplyConfig, ConfigError> {
+    let (table, origins) = read_table(path, env)?;
+    if let Some(toml::Value::Array(entries)) = table.get("handler") {
+        for (i, entry) in entries.iter().enumerate() {
+            if let Err(e) = entry.clone().try_into::<super::apply::Handler>() {
+                let prefix = format!("handler[{i}]");
+                return Err(ConfigError::Parse(name_the_option(
+                    &e, entry, &prefix, &origins,
+                )));
+            }
+        }
+    }
+    let root = toml::Value::Table(table);
+    root.clone()
+        .try_into()
+        .map_err(|e| ConfigError::Parse(name_the_option(&e, &root, "", &origins)))
 }
 
 /// Sets `[section] key = "value"` for every `OUTBOX_RELAY__SECTION__KEY=value` (as text: the

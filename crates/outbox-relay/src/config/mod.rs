@@ -12,6 +12,7 @@
 //! sections.
 
 mod alerts;
+mod apply;
 mod kafka;
 mod kafka_security;
 mod lenient;
@@ -27,6 +28,10 @@ use relay_core::route::{MessageRoute, OutboxTable};
 use serde::Deserialize;
 
 pub use alerts::{AlertsConfig, ExtendedLevel, WebhookConfig, WebhookFormat};
+pub use apply::{
+    ApplyConfig, ApplyHttp, ApplyKafka, ApplyPostgres, ApplySection, Handler, OnFailure, StartAt,
+    ValueAs,
+};
 pub use kafka::KafkaConfig;
 pub use kafka_security::{KafkaSecurityProtocol, SaslMechanism};
 pub use observability::{HeartbeatConfig, HttpConfig, MonitorConfig};

@@ -1,0 +1,113 @@
+//! The applier (`outbox-relay apply`): the consumer half as a process. It reads the configured
+//! topics in a consumer group (`read_committed`) and applies each record to the consumer's own
+//! PostgreSQL in one transaction with its claim in the inbox and its partition's next position,
+//! through a SQL handler per event type. Exactly once in the database, whatever Kafka
+//! redelivers: a redelivered event meets its claim, a record below the stored position is
+//! passed over, and positions come from the database, not from Kafka.
+//!
+//! ```text
+//! Kafka ──reader (thread, rebalance: positions from the table)──▶ partition tasks (one per
+//! partition, in order) ──txn: claim + handler + position, one COMMIT──▶ the consumer's database
+//! ```
+//!
+//! The rules (batching around failures, positions, transient or definite) are in
+//! `relay_core::apply`; docs/inbox.md is the operator's guide.
+
+mod assignment;
+pub mod error;
+pub(crate) mod handler;
+mod partition;
+mod pool;
+mod reader;
+mod record;
+mod redrive;
+mod store;
+mod txn;
+
+use std::sync::{Arc, atomic::AtomicBool};
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::sync::watch;
+
+pub use error::ApplyError;
+
+use crate::{
+    config::ApplyConfig,
+    events::{APPLY_SETUP_DONE, APPLY_STARTED, APPLY_STOPPED},
+};
+pub use redrive::redrive;
+
+/// Runs the applier until `shutdown` flips to true.
+pub async fn run(
+    cfg: ApplyConfig,
+    mut shutdown: watch::Receiver<bool>,
+    prom: Option<PrometheusHandle>,
+) -> Result<(), ApplyError> {
+    // Fail fast on missing tables and handlers that do not prepare.
+    drop(store::Conn::open(&cfg, "check").await?);
+    let cfg = Arc::new(cfg);
+    let assignment = Arc::new(assignment::Assignment::default());
+    let pool = Arc::new(pool::Pool::new(cfg.clone()));
+    let stopping = Arc::new(AtomicBool::new(false));
+    let (http_stop_tx, http_stop) = watch::channel(false);
+    if let (true, Some(prom)) = (cfg.http.enabled, prom) {
+        tokio::spawn(crate::http::serve(
+            cfg.http.listen,
+            prom,
+            assignment.clone(),
+            http_stop,
+        ));
+    }
+    let reader = reader::Reader::new(cfg.clone(), pool, assignment, stopping.clone())?;
+    let thread = std::thread::Builder::new()
+        .name("apply-kafka".into())
+        .spawn(move || reader.run())
+        .map_err(|e| ApplyError::Precondition(format!("cannot start the consumer thread: {e}")))?;
+    tracing::info!(group = %cfg.kafka.group_id, consumer = %cfg.apply.consumer, "{APPLY_STARTED}");
+    let _ = shutdown.wait_for(|s| *s).await;
+    stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    let _ = http_stop_tx.send(true);
+    tracing::info!("{APPLY_STOPPED}");
+    Ok(())
+}
+
+/// `apply setup`: creates the inbox, positions and dead-letter tables if missing, and prepares
+/// every handler (a mistake in one fails here, naming it).
+pub async fn setup(cfg: &ApplyConfig) -> Result<(), ApplyError> {
+    let client = store::connect(cfg, "setup").await?;
+    client
+        .batch_execute(&store::ddl(cfg))
+        .await
+        .map_err(ApplyError::pg("creating the applier's tables"))?;
+    let conn = store::Conn::prepare(cfg, client).await?;
+    drop(conn);
+    tracing::info!(
+        inbox = %cfg.apply.inbox_table,
+        offsets = %cfg.apply.offsets_table,
+        dead_letter = %cfg.apply.dead_letter_table,
+        handlers = cfg.handler.len(),
+        "{APPLY_SETUP_DONE}"
+    );
+    Ok(())
+}
+
+/// `apply reset`: sets the stored position of `topic[partition]` to `to`, backwards too. Stop
+/// the applier instances of this consumer first (a running one would move it forward again).
+/// Records read again are absorbed by their claims; delete claims to apply them again.
+pub async fn reset(
+    cfg: &ApplyConfig,
+    topic: &str,
+    partition: i32,
+    to: i64,
+) -> Result<Option<i64>, ApplyError> {
+    let conn = store::Conn::open(cfg, "reset").await?;
+    let before = conn
+        .position(topic, partition, false)
+        .await
+        .map_err(ApplyError::pg("reading the position"))?;
+    conn.reset_position(topic, partition, to)
+        .await
+        .map_err(ApplyError::pg("storing the position"))?;
+    Ok(before)
+}

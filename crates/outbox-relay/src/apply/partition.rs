@@ -1,0 +1,243 @@
+//! One partition's task: takes its records in offset order from the consumer's thread, groups
+//! them into transactions (`apply.batch_records`, `apply.batch_wait_ms`), and runs each batch
+//! through the core's plan (`relay_core::apply::batch`) until every record is committed or
+//! handed to the failure policy.
+//!
+//! Invariant: records of one partition are applied strictly in order by this one task; a
+//! transient error retries the same records (after a backoff) and never moves past them; a
+//! halted partition applies nothing after the record it stopped on.
+
+use std::{sync::Arc, time::Duration};
+
+use relay_core::apply::{
+    batch::{Outcome, Plan, Step, failed_at_commit},
+    position::{Cursor, committed_after_unknown},
+};
+use tokio::sync::{mpsc, watch};
+
+use super::{
+    assignment::{Assignment, Tp},
+    pool::Pool,
+    record::Record,
+    txn::{self, Broke},
+};
+use crate::{
+    config::{ApplyConfig, OnFailure},
+    events::{APPLY_PARTITION_HALTED, APPLY_RECORD_DEAD_LETTERED, APPLY_TRANSACTION_RETRY},
+    metrics as m,
+};
+
+/// How a partition's task ended.
+#[derive(Debug)]
+pub(crate) enum Exit {
+    /// Its channel closed (revoked) or a stop was asked for.
+    Stopped,
+    /// Stopped on a record it cannot apply (`on_failure = "halt"`).
+    Halted(String),
+}
+
+pub(crate) struct PartitionTask {
+    pub(crate) tp: Tp,
+    pub(crate) records: mpsc::Receiver<Record>,
+    pub(crate) cursor: Cursor,
+    pub(crate) cfg: Arc<ApplyConfig>,
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) assignment: Arc<Assignment>,
+    /// Flips to true when the partition is revoked or the process stops: no new transaction.
+    pub(crate) stop: watch::Receiver<bool>,
+}
+
+impl PartitionTask {
+    pub(crate) async fn run(mut self) -> Exit {
+        loop {
+            let Some(batch) = self.next_batch().await else {
+                return Exit::Stopped;
+            };
+            if let Err(exit) = self.apply(batch).await {
+                if let Exit::Halted(why) = &exit {
+                    tracing::error!(topic = %self.tp.0, partition = self.tp.1, reason = %why, "{APPLY_PARTITION_HALTED}: nothing more is applied from this partition until an operator acts (docs/inbox.md)");
+                    self.assignment.halt(&self.tp, why.clone());
+                }
+                return exit;
+            }
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// The next records, new ones only (redeliveries below the cursor dropped), waiting up to
+    /// `batch_wait_ms` after the first for more. `None` when stopped or revoked.
+    async fn next_batch(&mut self) -> Option<Vec<Record>> {
+        let max = self.cfg.apply.batch_records;
+        let mut batch = Vec::with_capacity(max.min(1024));
+        while batch.is_empty() {
+            let r = tokio::select! {
+                r = self.records.recv() => r?,
+                _ = self.stop.wait_for(|s| *s) => return None,
+            };
+            if self.cursor.admit(r.offset) {
+                batch.push(r);
+            }
+        }
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(self.cfg.apply.batch_wait_ms);
+        while batch.len() < max {
+            let r = match self.records.try_recv() {
+                Ok(r) => r,
+                Err(mpsc::error::TryRecvError::Disconnected) => break,
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    match tokio::time::timeout_at(deadline, self.records.recv()).await {
+                        Ok(Some(r)) => r,
+                        _ => break,
+                    }
+                }
+            };
+            if self.cursor.admit(r.offset) {
+                batch.push(r);
+            }
+        }
+        (!self.stopping()).then_some(batch)
+    }
+
+    /// Runs `batch` to its end. `Err` when halted or stopped during a retry.
+    async fn apply(&mut self, batch: Vec<Record>) -> Result<(), Exit> {
+        let mut plan = Plan::new(batch.len());
+        let mut errors: Vec<Option<(String, Option<String>)>> = vec![None; batch.len()];
+        let initial = Duration::from_millis(self.cfg.apply.retry_backoff_initial_ms.max(1));
+        let mut backoff = initial;
+        loop {
+            let outcome = match plan.next() {
+                Step::Done => return Ok(()),
+                Step::Fail(i) => {
+                    let (error, sqlstate) = errors[i].take().unwrap_or_default();
+                    let r = &batch[i];
+                    match self.cfg.apply.on_failure {
+                        OnFailure::Halt => return Err(Exit::Halted(error)),
+                        OnFailure::DeadLetter => {
+                            self.dead_letter(r, &error, sqlstate.as_deref()).await?;
+                            plan.handled();
+                            continue;
+                        }
+                    }
+                }
+                Step::Apply(range) => {
+                    let pool = self.pool.clone();
+                    let conn = pool.get().await;
+                    match txn::apply(&conn, &self.cfg, &batch[range.clone()]).await {
+                        Ok(done) => {
+                            self.committed(done.next);
+                            count(&self.tp.0, "applied", done.applied);
+                            count(&self.tp.0, "duplicate", done.duplicates);
+                            count(&self.tp.0, "ignored", done.ignored);
+                            Outcome::Committed
+                        }
+                        Err(Broke::Transient(why)) => {
+                            conn.discard();
+                            self.retry(&why, &mut backoff).await?;
+                            continue;
+                        }
+                        Err(Broke::Definite {
+                            index,
+                            error,
+                            sqlstate,
+                        }) => {
+                            errors[range.start + index] = Some((error, sqlstate));
+                            Outcome::Failed(range.start + index)
+                        }
+                        Err(Broke::DefiniteAtCommit { error, sqlstate }) => {
+                            let o = failed_at_commit(&range);
+                            if let Outcome::Failed(i) = o {
+                                errors[i] = Some((format!("at COMMIT: {error}"), sqlstate));
+                            }
+                            o
+                        }
+                        Err(Broke::CommitUnknown(why)) => {
+                            conn.discard();
+                            let last = &batch[range.end - 1];
+                            if self.committed_after_all(last).await {
+                                self.committed(last.offset + 1);
+                                Outcome::Committed
+                            } else {
+                                self.retry(&why, &mut backoff).await?;
+                                continue;
+                            }
+                        }
+                    }
+                }
+            };
+            backoff = initial;
+            plan.report(outcome);
+        }
+    }
+
+    fn committed(&mut self, next: i64) {
+        self.cursor.observe_stored(next);
+        self.assignment.advanced(&self.tp, next);
+        metrics::counter!(m::APPLY_TRANSACTIONS, "result" => "committed").increment(1);
+    }
+
+    /// After a COMMIT of unknown outcome: reads the position on a new connection.
+    async fn committed_after_all(&self, last: &Record) -> bool {
+        loop {
+            let conn = self.pool.get().await;
+            match conn.position(&last.topic, last.partition, false).await {
+                Ok(stored) => return committed_after_unknown(stored, last.offset + 1),
+                Err(_) => conn.discard(),
+            }
+        }
+    }
+
+    async fn retry(&mut self, why: &str, backoff: &mut Duration) -> Result<(), Exit> {
+        metrics::counter!(m::APPLY_TRANSACTIONS, "result" => "retried").increment(1);
+        tracing::warn!(topic = %self.tp.0, partition = self.tp.1, error = %why, retry_in_ms = backoff.as_millis() as u64, "{APPLY_TRANSACTION_RETRY}: rolled back; the same records are tried again");
+        tokio::select! {
+            _ = tokio::time::sleep(*backoff) => {}
+            _ = self.stop.wait_for(|s| *s) => return Err(Exit::Stopped),
+        }
+        *backoff = (*backoff * 2).min(Duration::from_millis(self.cfg.apply.retry_backoff_max_ms));
+        Ok(())
+    }
+
+    async fn dead_letter(
+        &mut self,
+        r: &Record,
+        error: &str,
+        sqlstate: Option<&str>,
+    ) -> Result<(), Exit> {
+        let mut backoff = Duration::from_millis(self.cfg.apply.retry_backoff_initial_ms.max(1));
+        let pool = self.pool.clone();
+        loop {
+            let conn = pool.get().await;
+            match txn::dead_letter(&conn, r, error, sqlstate).await {
+                Ok(next) => {
+                    self.committed(next);
+                    count(&r.topic, "dead_lettered", 1);
+                    tracing::warn!(record = %r.at(), event_id = ?r.event_id, error = %error, "{APPLY_RECORD_DEAD_LETTERED}: in the dead-letter table; the partition goes on");
+                    return Ok(());
+                }
+                Err(Broke::CommitUnknown(why)) => {
+                    conn.discard();
+                    if self.committed_after_all(r).await {
+                        self.committed(r.offset + 1);
+                        count(&r.topic, "dead_lettered", 1);
+                        return Ok(());
+                    }
+                    self.retry(&why, &mut backoff).await?;
+                }
+                Err(b) => {
+                    conn.discard();
+                    self.retry(&format!("{b:?}"), &mut backoff).await?;
+                }
+            }
+        }
+    }
+}
+
+fn count(topic: &str, result: &'static str, n: u64) {
+    if n > 0 {
+        metrics::counter!(m::APPLY_RECORDS, "topic" => topic.to_string(), "result" => result)
+            .increment(n);
+    }
+}

@@ -1,0 +1,124 @@
+//! `outbox-relay apply …`: the applier's subcommands (the consumer half; docs/inbox.md).
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::Subcommand;
+use outbox_relay::{
+    apply::{self, ApplyError},
+    config::ApplyConfig,
+    events::{APPLY_FAILED, METRICS_DISABLED, SIGNAL_RECEIVED},
+};
+use tokio::sync::watch;
+
+#[derive(Subcommand)]
+pub(crate) enum Action {
+    /// Apply the topics' events to the consumer's PostgreSQL until SIGINT/SIGTERM.
+    Run {
+        /// The applier's TOML config; every key can also come from OUTBOX_RELAY__<SECTION>__<KEY>.
+        #[arg(short, long, env = "OUTBOX_RELAY_APPLY_CONFIG")]
+        config: PathBuf,
+    },
+    /// Create the inbox, positions and dead-letter tables if missing; prepare every handler.
+    Setup {
+        #[arg(short, long, env = "OUTBOX_RELAY_APPLY_CONFIG")]
+        config: PathBuf,
+    },
+    /// Set a partition's stored position (backwards too). Stop the consumer's instances first;
+    /// records read again are absorbed by their claims.
+    Reset {
+        #[arg(short, long, env = "OUTBOX_RELAY_APPLY_CONFIG")]
+        config: PathBuf,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        partition: i32,
+        /// The next offset to apply.
+        #[arg(long)]
+        to: i64,
+    },
+    /// Apply the dead-lettered records again (after fixing their handler or data); each one
+    /// that goes through leaves the dead-letter table in the same transaction.
+    Redrive {
+        #[arg(short, long, env = "OUTBOX_RELAY_APPLY_CONFIG")]
+        config: PathBuf,
+        /// Only the records of this topic.
+        #[arg(long)]
+        topic: Option<String>,
+    },
+    /// Parse and validate the config, print it with secrets redacted, and exit.
+    CheckConfig {
+        #[arg(short, long, env = "OUTBOX_RELAY_APPLY_CONFIG")]
+        config: PathBuf,
+    },
+}
+
+fn load(path: &std::path::Path) -> Result<ApplyConfig, ApplyError> {
+    Ok(ApplyConfig::load(Some(path), std::env::vars())?)
+}
+
+pub(crate) async fn main(
+    action: Action,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> ExitCode {
+    match dispatch(action, signal).await {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!("{APPLY_FAILED}: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+async fn dispatch(
+    action: Action,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> Result<ExitCode, ApplyError> {
+    match action {
+        Action::Run { config } => {
+            let cfg = load(&config)?;
+            let prom = match outbox_relay::metrics::install(outbox_relay::alert::LABELS) {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    tracing::error!(error = %e, "{METRICS_DISABLED}: cannot install the Prometheus recorder");
+                    None
+                }
+            };
+            let (tx, rx) = watch::channel(false);
+            tokio::spawn(async move {
+                signal.await;
+                tracing::info!("{SIGNAL_RECEIVED}: finishing the open transactions");
+                let _ = tx.send(true);
+            });
+            apply::run(cfg, rx, prom).await?;
+        }
+        Action::Setup { config } => apply::setup(&load(&config)?).await?,
+        Action::Reset {
+            config,
+            topic,
+            partition,
+            to,
+        } => {
+            let before = apply::reset(&load(&config)?, &topic, partition, to).await?;
+            println!(
+                "{topic}[{partition}]: position {} -> {to}",
+                before.map_or("none".into(), |b| b.to_string())
+            );
+        }
+        Action::Redrive { config, topic } => {
+            let done = apply::redrive(&load(&config)?, topic.as_deref()).await?;
+            println!(
+                "re-driven: {}; failed again: {}",
+                done.applied,
+                done.failed.len()
+            );
+            for f in &done.failed {
+                println!("  {f}");
+            }
+            if !done.failed.is_empty() {
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Action::CheckConfig { config } => println!("{:#?}", load(&config)?),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,14 @@
+//! The applier's rules (`outbox-relay apply`): which Kafka records of a partition go into the
+//! next PostgreSQL transaction, what a failure means, where a partition starts, and what a
+//! COMMIT with an unknown outcome left behind. The binary only runs the SQL these rules ask for.
+//!
+//! ```text
+//! stored next offset + log start/end + `start` ──position::start──▶ where the partition reads
+//! record offsets ──position::Cursor──▶ redeliveries below the cursor dropped
+//! batch of records + each attempt's outcome ──batch::Plan──▶ commit these / fail this one / done
+//! SQLSTATE (or none) ──failure::classify──▶ retry the transaction, or the record's policy
+//! ```
+
+pub mod batch;
+pub mod failure;
+pub mod position;
