@@ -95,7 +95,7 @@ async fn applier_keeps_balances_exactly_once_through_kills_rebalances_and_a_cras
     assert!(status.success(), "apply setup: {log}");
     let mut a1 = Relay::start_with(&name("a1"), &cfg, &["apply", "run"], &[]);
 
-    // The writers: balance changes (4 connections, >= 11 s) and audit notes (>= 12.6 s).
+    // The writers: balance changes (4 connections, >= 15 s) and audit notes (>= 12.6 s).
     let pg_env = |db: &TestDb| {
         vec![
             ("PGHOST", "127.0.0.1".to_string()),
@@ -110,7 +110,7 @@ async fn applier_keeps_balances_exactly_once_through_kills_rebalances_and_a_cras
         ("CONCURRENCY", "4".into()),
         ("ACCOUNTS", "24".into()),
         ("CLIENTS", "6".into()),
-        ("PAUSE_MS", "30".into()),
+        ("PAUSE_MS", "40".into()),
     ]);
     let mut writer = Command::new(example_binary("balances", "accounts"))
         .envs(writer_env.iter().map(|(k, v)| (*k, v.as_str())))
