@@ -8,8 +8,8 @@
 //! Faults while both writers write (each asserted to come before the last change is committed):
 //! the applier killed with SIGKILL while one of its transactions is open (seen in
 //! pg_stat_activity), the relay killed with SIGKILL, a second applier joining the group and
-//! leaving it (two rebalances), and the consumer's PostgreSQL stopped with `-m immediate` and
-//! started again. Then: every client total equals the sum of its accounts, every event is in
+//! leaving it (two rebalances), the broker (one of this test's own) killed with SIGKILL and
+//! started again, and the consumer's PostgreSQL stopped with `-m immediate` and started again. Then: every client total equals the sum of its accounts, every event is in
 //! the inbox once, no balance change or audit note was applied twice, and the refused notes are
 //! each in the dead-letter table exactly once, with their error.
 
@@ -20,12 +20,14 @@ use std::{
 };
 
 use crate::support::{
-    TestDb, check, cluster::PgCluster, eventually, inbox::example_binary, kafka, kafka_brokers,
-    relay::Relay, repo_root,
+    TestDb, broker::OwnBroker, check, cluster::PgCluster, eventually, inbox::example_binary, kafka,
+    kafka_brokers, relay::Relay, repo_root,
 };
 
 /// The consumer's own PostgreSQL (it is crashed on purpose).
 const CONSUMER_PG_PORT: u16 = 25493;
+/// A broker of this test's own (it is crashed on purpose; controller: +1).
+const KAFKA_PORT: u16 = 28020;
 const CHANGES: i64 = 1500;
 const NOTES: i64 = 210;
 
@@ -50,7 +52,7 @@ async fn try_count(conninfo: &str, sql: &str) -> Option<i64> {
     c.query_one(sql, &[]).await.ok().map(|r| r.get(0))
 }
 
-fn apply_config(db: &TestDb, topic: &str) -> String {
+fn apply_config(db: &TestDb, brokers: &str, topic: &str) -> String {
     format!(
         "[postgres]\nport = {}\ndatabase = \"{}\"\npool_size = 3\n\n\
          [kafka]\nbrokers = \"{}\"\ngroup_id = \"{}-group\"\ntopics = [\"{topic}\"]\n\
@@ -60,16 +62,15 @@ fn apply_config(db: &TestDb, topic: &str) -> String {
          [[handler]]\nevent_type = \"BalanceChanged\"\nsql = \"SELECT apply_balance_changed(:value)\"\n\n\
          [[handler]]\nevent_type = \"AuditNote\"\nsql = \"SELECT note_audit(:value, :event_id)\"\n\n\
          [http]\nenabled = false\n",
-        db.port,
-        db.name,
-        kafka_brokers(),
-        db.name
+        db.port, db.name, brokers, db.name
     )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn applier_keeps_balances_exactly_once_through_kills_rebalances_and_a_crashed_database() {
     let started = Instant::now();
+    let broker = tokio::task::spawn_blocking(|| OwnBroker::start(KAFKA_PORT, ""));
+    let brokers = format!("127.0.0.1:{KAFKA_PORT}");
     let cluster = tokio::task::spawn_blocking(|| PgCluster::start(CONSUMER_PG_PORT, ""))
         .await
         .unwrap();
@@ -82,14 +83,17 @@ async fn applier_keeps_balances_exactly_once_through_kills_rebalances_and_a_cras
         let sql = std::fs::read_to_string(repo_root().join(file)).unwrap();
         db.client.batch_execute(&sql).await.unwrap();
     }
+    let broker = broker.await.unwrap();
     let topic = accounts_db.topic("account");
-    kafka::create_topic(&topic, 3).await;
-    let relay_cfg = accounts_db.relay_config(&format!(
-        "{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 1000\n",
-        accounts_db.outbox_section()
-    ));
+    kafka::create_topic_on(&brokers, &topic, 3).await;
+    let relay_cfg = accounts_db
+        .relay_config(&format!(
+            "{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 1000\n",
+            accounts_db.outbox_section()
+        ))
+        .replace(&kafka_brokers(), &brokers);
     let mut relay = Relay::streaming(&accounts_db.name, &relay_cfg).await;
-    let cfg = apply_config(&clients_db, &topic);
+    let cfg = apply_config(&clients_db, &brokers, &topic);
     let name = |n: &str| format!("{}-{n}", clients_db.name);
     let (status, log) = Relay::once(&name("setup"), &cfg, &["apply", "setup"], &[]);
     assert!(status.success(), "apply setup: {log}");
@@ -167,16 +171,26 @@ async fn applier_keeps_balances_exactly_once_through_kills_rebalances_and_a_cras
     assert!(status.success(), "a2 exits 0 on SIGTERM: {}", a2.log_text());
     let at_leave = committed().await;
 
-    // Fault 5: the consumer's PostgreSQL crashes and comes back.
+    // Faults 5 and 6: the broker crashes, and while it is down the consumer's PostgreSQL
+    // crashes too; both come back.
+    broker.kill9();
+    let at_broker_kill = committed().await;
     cluster.stop("immediate");
     let at_db_crash = committed().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     cluster.restart();
+    let broker = tokio::task::spawn_blocking(move || {
+        broker.restart("");
+        broker
+    })
+    .await
+    .unwrap();
     for (fault, at) in [
         ("applier kill -9", at_applier_kill),
         ("relay kill -9", at_relay_kill),
         ("second applier joining", at_join),
         ("second applier leaving", at_leave),
+        ("broker kill -9", at_broker_kill),
         ("consumer database crash", at_db_crash),
     ] {
         assert!(
@@ -233,8 +247,8 @@ async fn applier_keeps_balances_exactly_once_through_kills_rebalances_and_a_cras
     .await;
     let inbox = count(&clients_db, "SELECT count(*) FROM inbox").await;
     let in_kafka = tokio::task::spawn_blocking({
-        let topic = topic.clone();
-        move || kafka::high_watermark_sum(&kafka::watermark_client(), &topic)
+        let (topic, brokers) = (topic.clone(), brokers.clone());
+        move || kafka::high_watermark_sum(&kafka::watermark_client_on(&brokers), &topic)
     })
     .await
     .unwrap();
@@ -242,7 +256,8 @@ async fn applier_keeps_balances_exactly_once_through_kills_rebalances_and_a_cras
         "applier: {CHANGES} balance changes + {NOTES} audit notes ({refused} refused) through \
          applier kill -9 with a transaction open (after {at_applier_kill} committed, {applied_at_kill} \
          claimed), relay kill -9 (after {at_relay_kill}), a second applier joining ({at_join}) and \
-         leaving ({at_leave}), the consumer's PostgreSQL crashed (after {at_db_crash}); Kafka holds \
+         leaving ({at_leave}), the broker killed (after {at_broker_kill}), the consumer's PostgreSQL \
+         crashed (after {at_db_crash}); Kafka holds \
          {in_kafka} records; inbox {inbox}, balance events applied {events}, notes applied \
          {notes_applied}, dead letters {dead}; converged {:.1} s after the start; totals equal: {}",
         converged.as_secs_f64(),
@@ -266,4 +281,5 @@ async fn applier_keeps_balances_exactly_once_through_kills_rebalances_and_a_cras
     );
     relay.terminate(Duration::from_secs(30));
     accounts_db.cleanup().await;
+    drop(broker);
 }

@@ -32,6 +32,26 @@ impl OwnBroker {
         );
         OwnBroker { port }
     }
+
+    /// SIGKILL: the broker crashes (its data stays).
+    pub fn kill9(&self) {
+        let out = script("stop.sh", self.port, &["--kill"], "");
+        assert!(
+            out.status.success(),
+            "stop.sh --kill: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Starts the broker again on its data, with its first settings.
+    pub fn restart(&self, extra_props: &str) {
+        let out = script("start.sh", self.port, &[], extra_props);
+        assert!(
+            out.status.success(),
+            "start.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 impl Drop for OwnBroker {

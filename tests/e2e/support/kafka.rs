@@ -199,6 +199,11 @@ pub fn watermark_client() -> BaseConsumer {
     consumer(&kafka_brokers(), &[])
 }
 
+/// [`watermark_client`] for another broker.
+pub fn watermark_client_on(brokers: &str) -> BaseConsumer {
+    consumer(brokers, &[])
+}
+
 /// Creates `topic` with `partitions` partitions.
 pub async fn create_topic(topic: &str, partitions: i32) {
     create(rdkafka::admin::NewTopic::new(
