@@ -7,8 +7,10 @@
 //! record offsets ──position::Cursor──▶ redeliveries below the cursor dropped
 //! batch of records + each attempt's outcome ──batch::Plan──▶ commit these / fail this one / done
 //! SQLSTATE (or none) ──failure::classify──▶ retry the transaction, or the record's policy
+//! a handler's SQL with :named parameters ──sql::Statement::parse──▶ $n, wire types, casts
 //! ```
 
 pub mod batch;
 pub mod failure;
 pub mod position;
+pub mod sql;

@@ -72,7 +72,7 @@ pub async fn redrive(cfg: &ApplyConfig, topic: Option<&str>) -> Result<Redriven,
         let (prepared, statement) = &conn.handlers[h];
         let result = async {
             conn.client.batch_execute("BEGIN").await?;
-            let params = match statement.bind(&r) {
+            let params = match super::handler::bind(statement, &r) {
                 Ok(p) => p,
                 Err(e) => return Ok(Err(e)),
             };

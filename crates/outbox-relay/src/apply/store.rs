@@ -11,7 +11,9 @@
 
 use tokio_postgres::{Client, NoTls, Statement as Prepared, types::Type};
 
-use super::{error::ApplyError, handler::Statement};
+use relay_core::apply::sql::Statement;
+
+use super::{error::ApplyError, handler};
 use crate::{config::ApplyConfig, pg::quote_ident};
 
 /// `schema.table` quoted.
@@ -192,8 +194,8 @@ impl Conn {
             .map_err(table_hint(&a.dead_letter_table))?;
         let mut handlers = Vec::with_capacity(cfg.handler.len());
         for (i, h) in cfg.handler.iter().enumerate() {
-            let s = Statement::parse(&h.sql, h.value).expect("validated with the config");
-            let p = client.prepare_typed(&s.sql, &s.types()).await.map_err(|e| {
+            let s = Statement::parse(&h.sql, h.value.into()).expect("validated with the config");
+            let p = client.prepare_typed(&s.sql, &handler::types(&s)).await.map_err(|e| {
                 ApplyError::Precondition(format!(
                     "handler[{i}] (event type {:?}) does not prepare: {}; fix its sql (it runs as \
                      {:?})",

@@ -156,8 +156,7 @@ async fn body(
         };
         let _ = handler;
         let (prepared, statement) = &conn.handlers[h];
-        let params = statement
-            .bind(r)
+        let params = super::handler::bind(statement, r)
             .map_err(|e| definite(format!("record {}: {e}", r.at())))?;
         let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
             params.iter().map(|p| p.as_ref() as _).collect();

@@ -6,7 +6,10 @@
 
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
-use relay_core::apply::position::NewPartition;
+use relay_core::apply::{
+    position::NewPartition,
+    sql::{Statement, ValueType},
+};
 use serde::Deserialize;
 
 use super::{
@@ -214,6 +217,16 @@ pub enum ValueAs {
     Bytea,
 }
 
+impl From<ValueAs> for ValueType {
+    fn from(v: ValueAs) -> ValueType {
+        match v {
+            ValueAs::Jsonb => ValueType::Jsonb,
+            ValueAs::Text => ValueType::Text,
+            ValueAs::Bytea => ValueType::Bytea,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Handler {
@@ -324,7 +337,11 @@ impl ApplyConfig {
         path: Option<&std::path::Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<ApplyConfig, ConfigError> {
-        let cfg = load::apply_config(path, env)?;
+        let cfg: ApplyConfig = load::load_as(
+            path,
+            env,
+            &[("handler", |v| v.clone().try_into::<Handler>().map(drop))],
+        )?;
         cfg.validate().map_err(ConfigError::Invalid)?;
         Ok(cfg)
     }
@@ -424,7 +441,7 @@ impl ApplyConfig {
                     ),
                 );
             }
-            if let Err(e) = crate::apply::handler::Statement::parse(&h.sql, h.value) {
+            if let Err(e) = Statement::parse(&h.sql, h.value.into()) {
                 return bad(&format!("handler[{i}].sql"), e.to_string());
             }
         }

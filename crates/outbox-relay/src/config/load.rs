@@ -68,20 +68,26 @@ fn read_table(
     Ok((table, origins))
 }
 
-/// The applier's config (`outbox-relay apply`), loaded the same way: errors name the option in
-/// full, `[[handler]]` entries by their index.
-pub(super) fn apply_config(
+/// Checks one entry of an array of tables (`[[handler]]`), so an error names its index.
+pub(super) type EntryCheck = fn(&toml::Value) -> Result<(), toml::de::Error>;
+
+/// Another config loaded the same way (the applier's, `outbox-relay apply`): errors name the
+/// option in full, and the entries of the arrays in `arrays` by their index.
+pub(super) fn load_as<T: serde::de::DeserializeOwned>(
     path: Option<&Path>,
     env: impl IntoIterator<Item = (String, String)>,
-) -> Result<super::ApplyConfig, ConfigError> {
+    arrays: &[(&str, EntryCheck)],
+) -> Result<T, ConfigError> {
     let (table, origins) = read_table(path, env)?;
-    if let Some(toml::Value::Array(entries)) = table.get("handler") {
-        for (i, entry) in entries.iter().enumerate() {
-            if let Err(e) = entry.clone().try_into::<super::apply::Handler>() {
-                let prefix = format!("handler[{i}]");
-                return Err(ConfigError::Parse(name_the_option(
-                    &e, entry, &prefix, &origins,
-                )));
+    for (key, check) in arrays {
+        if let Some(toml::Value::Array(entries)) = table.get(*key) {
+            for (i, entry) in entries.iter().enumerate() {
+                if let Err(e) = check(entry) {
+                    let prefix = format!("{key}[{i}]");
+                    return Err(ConfigError::Parse(name_the_option(
+                        &e, entry, &prefix, &origins,
+                    )));
+                }
             }
         }
     }
