@@ -283,3 +283,121 @@ async fn applier_keeps_balances_exactly_once_through_kills_rebalances_and_a_cras
     accounts_db.cleanup().await;
     drop(broker);
 }
+
+/// The inbox cleanup deletes this consumer's claims older than what its topic can replay (a
+/// topic keeping records 60 s, segments rolled every 60 s: 7 minutes with the margin) and no
+/// other: fresh claims and another consumer's old ones stay. A configured retention shorter than
+/// the topic allows stops the applier at start (exit 3), naming the option and the topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_cleanup_deletes_only_claims_the_topic_can_no_longer_replay() {
+    let db = TestDb::new("ap_retention").await;
+    let topic = format!("{}.notes", db.name);
+    kafka::create_topic_with_configs(
+        &topic,
+        &[("retention.ms", "60000"), ("segment.ms", "60000")],
+    )
+    .await;
+    let cfg = format!(
+        "[postgres]\nport = {}\ndatabase = \"{}\"\n\n[kafka]\nbrokers = \"{}\"\n\
+         group_id = \"{}-group\"\ntopics = [\"{topic}\"]\n\n[apply]\nconsumer = \"c\"\n\
+         ignore_types = [\"Note\"]\n\n[retention]\ninterval_ms = 1000\n\n[http]\nenabled = false\n",
+        db.port,
+        db.name,
+        kafka_brokers(),
+        db.name
+    );
+    let (status, log) = Relay::once(
+        &format!("{}-setup", db.name),
+        &cfg,
+        &["apply", "setup"],
+        &[],
+    );
+    assert!(status.success(), "apply setup: {log}");
+    db.client
+        .batch_execute(
+            "INSERT INTO inbox (consumer, event_id, processed_at) VALUES \
+             ('c', 'old-1', now() - interval '2 days'), ('c', 'old-2', now() - interval '1 hour'), \
+             ('c', 'recent', now() - interval '2 minutes'), \
+             ('other', 'old-3', now() - interval '2 days')",
+        )
+        .await
+        .unwrap();
+    {
+        use rdkafka::{
+            ClientConfig,
+            message::{Header, OwnedHeaders},
+            producer::{FutureProducer, FutureRecord},
+        };
+        let p: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", kafka_brokers())
+            .create()
+            .unwrap();
+        for id in ["new-1", "new-2"] {
+            let headers = OwnedHeaders::new()
+                .insert(Header {
+                    key: "id",
+                    value: Some(id),
+                })
+                .insert(Header {
+                    key: "eventType",
+                    value: Some("Note"),
+                });
+            p.send(
+                FutureRecord::to(&topic)
+                    .key("k")
+                    .payload("{}")
+                    .headers(headers),
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    let mut applier = Relay::start_with(&format!("{}-run", db.name), &cfg, &["apply", "run"], &[]);
+    let claims = || async {
+        db.client
+            .query(
+                "SELECT consumer || '/' || event_id FROM inbox ORDER BY 1",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+    };
+    let left = eventually(
+        "the cleanup to delete the old claims",
+        Duration::from_secs(60),
+        || async {
+            let c = claims().await;
+            (!c.iter().any(|x| x.starts_with("c/old"))
+                && c.iter().filter(|x| x.starts_with("c/new")).count() == 2)
+                .then_some(c)
+        },
+    )
+    .await;
+    assert_eq!(left, ["c/new-1", "c/new-2", "c/recent", "other/old-3"]);
+    applier
+        .wait_log("apply_inbox_cleaned", Duration::from_secs(10))
+        .await;
+    assert!(applier.terminate(Duration::from_secs(30)).success());
+    check::note(&format!("applier_retention: claims left {left:?}"));
+
+    let refused = cfg.replace(
+        "interval_ms = 1000\n",
+        "interval_ms = 1000\ninbox_ms = 60000\n",
+    );
+    let (status, log) = Relay::once(
+        &format!("{}-refused", db.name),
+        &refused,
+        &["apply", "run"],
+        &[],
+    );
+    assert_eq!(status.code(), Some(3), "{log}");
+    assert!(
+        log.contains("retention.inbox_ms is refused") && log.contains(&topic),
+        "the refusal names the option and the topic: {log}"
+    );
+    db.cleanup().await;
+}

@@ -43,6 +43,10 @@ pub const APPLY_PARTITION_HALTED: &str = "apply_partition_halted";
 pub const APPLY_RECORD_DEAD_LETTERED: &str = "apply_record_dead_lettered";
 /// A transaction rolled back on a transient error; the same records are retried.
 pub const APPLY_TRANSACTION_RETRY: &str = "apply_transaction_retry";
+/// The inbox cleanup ran (rows deleted, the retention in force).
+pub const APPLY_INBOX_CLEANED: &str = "apply_inbox_cleaned";
+/// The inbox retention is refused by the rule (or could not be checked): no cleanup.
+pub const APPLY_INBOX_RETENTION_REFUSED: &str = "apply_inbox_retention_refused";
 /// The consumer's database cannot be reached; retrying with backoff.
 pub const APPLY_DATABASE_UNREACHABLE: &str = "apply_database_unreachable";
 
@@ -221,6 +225,8 @@ pub const ALL: &[&str] = &[
     APPLY_RECORD_DEAD_LETTERED,
     APPLY_TRANSACTION_RETRY,
     APPLY_DATABASE_UNREACHABLE,
+    APPLY_INBOX_CLEANED,
+    APPLY_INBOX_RETENTION_REFUSED,
     STREAMING_STARTED,
     SHUTDOWN_DRAINING,
     SHUTDOWN_TIMEOUT,

@@ -76,6 +76,9 @@ pub const APPLY_TRANSACTIONS: &str = "outbox_relay_apply_transactions_total";
 pub const APPLY_HANDLER_SECONDS: &str = "outbox_relay_apply_handler_seconds";
 pub const APPLY_LAG_RECORDS: &str = "outbox_relay_apply_lag_records";
 pub const APPLY_PARTITION_HALTED: &str = "outbox_relay_apply_partition_halted";
+pub const APPLY_INBOX_DELETED: &str = "outbox_relay_apply_inbox_deleted_total";
+pub const APPLY_INBOX_RETENTION_SECONDS: &str = "outbox_relay_apply_inbox_retention_seconds";
+pub const APPLY_INBOX_RETENTION_REFUSED: &str = "outbox_relay_apply_inbox_retention_refused";
 
 /// Every metric name, for the checks of docs, alert rules and dashboard.
 pub const ALL: &[&str] = &[
@@ -137,6 +140,9 @@ pub const ALL: &[&str] = &[
     APPLY_HANDLER_SECONDS,
     APPLY_LAG_RECORDS,
     APPLY_PARTITION_HALTED,
+    APPLY_INBOX_DELETED,
+    APPLY_INBOX_RETENTION_SECONDS,
+    APPLY_INBOX_RETENTION_REFUSED,
 ];
 
 /// `result` label values of [`APPLY_RECORDS`].
@@ -276,6 +282,20 @@ pub fn describe() {
     describe_gauge!(
         APPLY_LAG_RECORDS,
         "Applier: records in the partition's log not applied yet (log end - next position)."
+    );
+    describe_counter!(
+        APPLY_INBOX_DELETED,
+        "Applier: inbox claims of this consumer deleted by the cleanup (retention)."
+    );
+    describe_gauge!(
+        APPLY_INBOX_RETENTION_SECONDS,
+        Unit::Seconds,
+        "Applier: the inbox retention in force (0: claims are kept)."
+    );
+    describe_gauge!(
+        APPLY_INBOX_RETENTION_REFUSED,
+        "Applier: 1 while the configured inbox retention is shorter than a topic can replay \
+         (the cleanup stopped)."
     );
     describe_gauge!(
         APPLY_PARTITION_HALTED,

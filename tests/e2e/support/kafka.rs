@@ -222,6 +222,16 @@ pub async fn create_topic_with_max_bytes(topic: &str, max_message_bytes: u32) {
         .await
 }
 
+/// Creates `topic` (one partition) with the topic configs `configs`.
+pub async fn create_topic_with_configs(topic: &str, configs: &[(&str, &str)]) {
+    use rdkafka::admin::{NewTopic, TopicReplication};
+    let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        new = new.set(k, v);
+    }
+    create(new).await
+}
+
 /// Creates `topic` with `partitions` partitions on another broker (a test's own).
 pub async fn create_topic_on(brokers: &str, topic: &str, partitions: i32) {
     create_with(

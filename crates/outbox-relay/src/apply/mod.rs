@@ -21,6 +21,7 @@ mod pool;
 mod reader;
 mod record;
 mod redrive;
+mod retention;
 mod store;
 mod txn;
 
@@ -33,7 +34,7 @@ pub use error::ApplyError;
 
 use crate::{
     config::ApplyConfig,
-    events::{APPLY_SETUP_DONE, APPLY_STARTED, APPLY_STOPPED},
+    events::{APPLY_INBOX_RETENTION_REFUSED, APPLY_SETUP_DONE, APPLY_STARTED, APPLY_STOPPED},
 };
 pub use redrive::redrive;
 
@@ -43,8 +44,20 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
     prom: Option<PrometheusHandle>,
 ) -> Result<(), ApplyError> {
-    // Fail fast on missing tables and handlers that do not prepare.
+    // Fail fast on missing tables and handlers that do not prepare, and on an inbox retention
+    // the topics refuse (a broker that cannot be asked now is checked again later).
     drop(store::Conn::open(&cfg, "check").await?);
+    match retention::once(&cfg).await {
+        Ok(retention::Verdict::Refused(r)) => {
+            return Err(ApplyError::Precondition(format!(
+                "retention.inbox_ms is refused: {r}"
+            )));
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "{APPLY_INBOX_RETENTION_REFUSED}: not checked at start; checked again later")
+        }
+    }
     let cfg = Arc::new(cfg);
     let assignment = Arc::new(assignment::Assignment::default());
     let pool = Arc::new(pool::Pool::new(cfg.clone()));
@@ -58,6 +71,8 @@ pub async fn run(
             http_stop,
         ));
     }
+    let (cleanup_stop_tx, cleanup_stop) = watch::channel(false);
+    tokio::spawn(retention::run(cfg.clone(), cleanup_stop));
     let reader = reader::Reader::new(cfg.clone(), pool, assignment, stopping.clone())?;
     let thread = std::thread::Builder::new()
         .name("apply-kafka".into())
@@ -68,6 +83,7 @@ pub async fn run(
     stopping.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     let _ = http_stop_tx.send(true);
+    let _ = cleanup_stop_tx.send(true);
     tracing::info!("{APPLY_STOPPED}");
     Ok(())
 }

@@ -250,6 +250,17 @@ impl Ctx {
     }
 }
 
+/// The connection settings every Kafka client of the applier shares: the brokers and
+/// `kafka.properties` (security).
+pub(super) fn client_config(cfg: &ApplyConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    for (key, value) in &cfg.kafka.properties {
+        c.set(key, value.expose());
+    }
+    c.set("bootstrap.servers", &cfg.kafka.brokers);
+    c
+}
+
 /// The consumer's thread: polls, routes records, pauses and resumes, reports positions.
 pub(crate) struct Reader {
     consumer: BaseConsumer<Ctx>,
@@ -265,12 +276,8 @@ impl Reader {
         stopping: Arc<AtomicBool>,
     ) -> Result<Reader, ApplyError> {
         let k = &cfg.kafka;
-        let mut c = ClientConfig::new();
-        for (key, value) in &k.properties {
-            c.set(key, value.expose());
-        }
-        c.set("bootstrap.servers", &k.brokers)
-            .set("group.id", &k.group_id)
+        let mut c = client_config(&cfg);
+        c.set("group.id", &k.group_id)
             .set("isolation.level", "read_committed")
             .set("enable.auto.commit", "true")
             .set("enable.auto.offset.store", "false")

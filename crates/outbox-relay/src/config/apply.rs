@@ -13,8 +13,11 @@ use relay_core::apply::{
 use serde::Deserialize;
 
 use super::{
-    ConfigError, InvalidOption, PgSslMode, Secret, lenient::from_str_or_native, load,
-    postgres::valid_identifier, secret::read_secret_file,
+    ConfigError, InvalidOption, PgSslMode, Secret,
+    lenient::{from_str_or_native, option_from_str_or_native},
+    load,
+    postgres::valid_identifier,
+    secret::read_secret_file,
 };
 
 #[derive(Debug, Clone, Deserialize)]
@@ -33,6 +36,52 @@ pub struct ApplyConfig {
     /// `/metrics`, `/healthz`, `/readyz`.
     #[serde(default)]
     pub http: ApplyHttp,
+    /// Inbox cleanup.
+    #[serde(default)]
+    pub retention: ApplyRetention,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyRetention {
+    /// How often the applier deletes this consumer's old inbox rows (in batches), after checking
+    /// the retention against the topics' settings again; the first check is at start. In
+    /// milliseconds; 0 = never (keep every claim, or clean up with your own job). Default 3600000.
+    #[serde(
+        default = "default_cleanup_interval",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub interval_ms: u64,
+    /// Delete claims older than this, in milliseconds. Unset (default): the longest time any of
+    /// the consumer's topics can replay a record (`retention.ms + segment.ms + 5 min`). A value
+    /// shorter than that is refused (`outbox_inbox::decide`): at start the applier does not
+    /// start, later (a topic's retention raised) the cleanup stops and says so.
+    #[serde(default, deserialize_with = "option_from_str_or_native")]
+    pub inbox_ms: Option<u64>,
+    /// The replay window you guarantee for topics that keep records without a time bound
+    /// (`retention.ms = -1` or compacted), in milliseconds. Without it those topics' claims are
+    /// never deleted.
+    #[serde(default, deserialize_with = "option_from_str_or_native")]
+    pub replay_window_ms: Option<u64>,
+    /// Rows per DELETE statement (each its own transaction), 1..=10000. Default 1000.
+    #[serde(
+        default = "default_cleanup_batch",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub batch_rows: u32,
+}
+
+fn default_cleanup_interval() -> u64 {
+    3_600_000
+}
+fn default_cleanup_batch() -> u32 {
+    1000
+}
+
+impl Default for ApplyRetention {
+    fn default() -> Self {
+        toml::from_str("").expect("every field has a default")
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -140,6 +140,12 @@ fn every_config_field_is_documented_and_nothing_else() {
             &[],
         ),
         (
+            "## apply: `[retention]`",
+            "crates/outbox-relay/src/config/apply.rs",
+            "ApplyRetention",
+            &[],
+        ),
+        (
             "## apply: `[http]`",
             "crates/outbox-relay/src/config/apply.rs",
             "ApplyHttp",

@@ -22,6 +22,9 @@ impl Lenient for bool {
 impl Lenient for u16 {
     const EXPECTED: &'static str = "a whole number from 0 to 65535";
 }
+impl Lenient for u32 {
+    const EXPECTED: &'static str = "a whole number, 0 or more";
+}
 impl Lenient for u64 {
     const EXPECTED: &'static str = "a whole number, 0 or more";
 }

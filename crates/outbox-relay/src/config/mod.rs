@@ -29,8 +29,8 @@ use serde::Deserialize;
 
 pub use alerts::{AlertsConfig, ExtendedLevel, WebhookConfig, WebhookFormat};
 pub use apply::{
-    ApplyConfig, ApplyHttp, ApplyKafka, ApplyPostgres, ApplySection, Handler, OnFailure, StartAt,
-    ValueAs,
+    ApplyConfig, ApplyHttp, ApplyKafka, ApplyPostgres, ApplyRetention, ApplySection, Handler,
+    OnFailure, StartAt, ValueAs,
 };
 pub use kafka::KafkaConfig;
 pub use kafka_security::{KafkaSecurityProtocol, SaslMechanism};
