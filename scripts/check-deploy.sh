@@ -16,7 +16,8 @@
 #      openAPIV3Schema, unknown fields rejected, with Python jsonschema), and its selector and
 #      port against the Deployment's;
 #   6. the relay configs: examples/relay.toml and the ConfigMap's relay.toml pass
-#      `outbox-relay check-config` (parses and validates; connects to nothing);
+#      `outbox-relay check-config` (parses and validates; connects to nothing), and the
+#      applier's examples/applier/applier.toml `outbox-relay apply check-config`;
 #   7. the release artefacts: scripts/release.sh packages the debug build (RELEASE_BINARY, no
 #      release build here): the stripped binary has no .debug_info and a .gnu_debuglink whose
 #      CRC is the .debug file's, which has the debug info; man page and completions are not
@@ -194,7 +195,8 @@ for cfg in examples/relay.toml "$tmp/configmap-relay.toml"; do
   # Without this environment's OUTBOX_RELAY__* variables: the file alone must be valid.
   env -i "$bin" check-config --config "$cfg" >/dev/null
 done
-echo "both valid"
+env -i "$bin" apply check-config --config examples/applier/applier.toml >/dev/null
+echo "both valid, and the applier's examples/applier/applier.toml"
 
 echo "== release artefacts (scripts/release.sh packaging the debug build)"
 RELEASE_BINARY="$bin" DIST_DIR="$tmp/dist" scripts/release.sh >/dev/null

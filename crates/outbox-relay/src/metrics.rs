@@ -192,6 +192,11 @@ const ACK_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 ];
 
+/// Histogram buckets of [`APPLY_HANDLER_SECONDS`], in seconds.
+const HANDLER_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
 /// Installs the global Prometheus recorder (no listener: `http.rs` serves it), describes every
 /// metric and zeroes the known series. Call once, before any task records anything.
 /// `alerts`: the label values of the alert series ([`AlertLabels`]).
@@ -205,7 +210,8 @@ pub fn install(alerts: AlertLabels) -> Result<PrometheusHandle, BuildError> {
 pub(crate) fn builder() -> Result<PrometheusBuilder, BuildError> {
     PrometheusBuilder::new()
         .with_recommended_naming(true)
-        .set_buckets_for_metric(Matcher::Full(COMMIT_TO_ACK_SECONDS.into()), ACK_BUCKETS)
+        .set_buckets_for_metric(Matcher::Full(COMMIT_TO_ACK_SECONDS.into()), ACK_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(APPLY_HANDLER_SECONDS.into()), HANDLER_BUCKETS)
 }
 
 /// The label values of [`ALERT_LEVEL`] and [`ALERTS_FIRED`]: the alert kinds and severities,
