@@ -45,6 +45,12 @@ pub(crate) enum Action {
         #[arg(long)]
         topic: Option<String>,
     },
+    /// Print the consumer's positions against the logs (lag), its dead letters and claims. Exit
+    /// 0, or 4 when a stored position is outside its log (the applier would not start it).
+    Status {
+        #[arg(short, long, env = "OUTBOX_RELAY_APPLY_CONFIG")]
+        config: PathBuf,
+    },
     /// Parse and validate the config, print it with secrets redacted, and exit.
     CheckConfig {
         #[arg(short, long, env = "OUTBOX_RELAY_APPLY_CONFIG")]
@@ -116,6 +122,13 @@ async fn dispatch(
             }
             if !done.failed.is_empty() {
                 return Ok(ExitCode::from(1));
+            }
+        }
+        Action::Status { config } => {
+            let report = apply::status::collect(&load(&config)?).await?;
+            print!("{}", report.render());
+            if report.alarming() {
+                return Ok(ExitCode::from(4));
             }
         }
         Action::CheckConfig { config } => println!("{:#?}", load(&config)?),

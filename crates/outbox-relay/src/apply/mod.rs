@@ -22,6 +22,7 @@ mod reader;
 mod record;
 mod redrive;
 mod retention;
+pub mod status;
 mod store;
 mod txn;
 
