@@ -4,6 +4,7 @@
 //! and Kafka, and writes `results.json`; `bench poll-relay` is the polling relay baseline (run
 //! as its own process so that its CPU and memory can be measured like the others').
 
+mod consumers;
 mod drain;
 mod floor;
 mod kafka;
@@ -39,6 +40,9 @@ enum Cmd {
     /// One catch-up drain of outbox-relay in a database of its own, optionally under a profiler
     /// (scripts/profile-catchup.sh); prints what it measured as JSON.
     Drain(Box<drain::DrainArgs>),
+    /// The consumer half side by side: outbox-relay apply vs the Rust and Go inbox recipes
+    /// (drain events/s and steady latency; scripts/bench-consumers.sh).
+    Consumers(Box<consumers::ConsumersArgs>),
     /// The polling relay baseline (SELECT … FOR UPDATE SKIP LOCKED LIMIT 100, produce, mark).
     PollRelay(poll_relay::PollArgs),
     /// Steady-rate writer alone (for profiling a relay by hand).
@@ -158,6 +162,7 @@ fn main() -> Result<()> {
         match cli.command {
             Cmd::PollRelay(a) => poll_relay::run(a).await,
             Cmd::Drain(a) => drain::run(*a).await,
+            Cmd::Consumers(a) => consumers::run(*a).await,
             Cmd::Backlog {
                 pg_port,
                 events,

@@ -261,4 +261,37 @@ mod tests {
             SqlError::Empty
         );
     }
+
+    proptest::proptest! {
+        /// Whatever mix of literals, identifiers, comments, casts and parameters a statement
+        /// has, every parameter becomes a placeholder, everything else is kept byte for byte,
+        /// and a parameter used twice is one placeholder.
+        #[test]
+        fn only_parameters_change(parts in proptest::collection::vec(0usize..8, 0..20)) {
+            const KEPT: [&str; 5] = [" 'a :value '' :key' ", " \"col:x\" ", " -- :key\n", " 1::int ", " $t$ :topic $t$ "];
+            const PARAMS: [&str; 3] = [":value", ":key", ":event_id"];
+            let mut sql = String::from("SELECT");
+            let mut expected = String::from("SELECT");
+            let mut seen: Vec<&str> = Vec::new();
+            for p in parts {
+                if p < KEPT.len() {
+                    sql.push_str(KEPT[p]);
+                    expected.push_str(KEPT[p]);
+                } else {
+                    let name = PARAMS[p - KEPT.len()];
+                    let n = match seen.iter().position(|s| *s == name) {
+                        Some(i) => i + 1,
+                        None => { seen.push(name); seen.len() }
+                    };
+                    sql.push(' ');
+                    sql.push_str(name);
+                    expected.push(' ');
+                    expected.push_str(&if name == ":value" { format!("(${n}::jsonb)") } else { format!("${n}") });
+                }
+            }
+            let s = Statement::parse(&sql, ValueType::Jsonb).unwrap();
+            proptest::prop_assert_eq!(&s.sql, &expected);
+            proptest::prop_assert_eq!(s.params.len(), seen.len());
+        }
+    }
 }

@@ -12,6 +12,18 @@ fn drive(
     transient_attempts: &[usize],
     halt: bool,
 ) -> (Vec<usize>, Vec<usize>, Option<usize>, usize) {
+    drive_with(len, failing, &[], transient_attempts, halt)
+}
+
+/// [`drive`] where the records of `at_commit` fail only at COMMIT (a deferred constraint: the
+/// error names no record).
+fn drive_with(
+    len: usize,
+    failing: &[usize],
+    at_commit: &[usize],
+    transient_attempts: &[usize],
+    halt: bool,
+) -> (Vec<usize>, Vec<usize>, Option<usize>, usize) {
     let mut plan = Plan::new(len);
     let (mut committed, mut dead) = (Vec::new(), Vec::new());
     let mut attempts = 0;
@@ -36,6 +48,8 @@ fn drive(
                     plan.report(Outcome::Transient);
                 } else if let Some(i) = r.clone().find(|i| failing.contains(i)) {
                     plan.report(Outcome::Failed(i));
+                } else if r.clone().any(|i| at_commit.contains(&i)) {
+                    plan.report(failed_at_commit(&r));
                 } else {
                     committed.extend(r);
                     plan.report(Outcome::Committed);
@@ -81,11 +95,14 @@ proptest! {
     #[test]
     fn each_record_once_in_order(
         len in 0usize..40,
-        failing in proptest::collection::vec(0usize..40, 0..6),
+        handler_failing in proptest::collection::vec(0usize..40, 0..6),
+        at_commit in proptest::collection::vec(0usize..40, 0..3),
         transient in proptest::collection::vec(1usize..30, 0..6),
         halt in any::<bool>(),
     ) {
-        let (committed, dead, halted, _) = drive(len, &failing, &transient, halt);
+        let (committed, dead, halted, _) =
+            drive_with(len, &handler_failing, &at_commit, &transient, halt);
+        let failing: Vec<usize> = handler_failing.iter().chain(&at_commit).copied().collect();
         let mut all: Vec<usize> = committed.iter().chain(&dead).copied().collect();
         all.sort_unstable();
         prop_assert!(committed.windows(2).all(|w| w[0] < w[1]), "in order: {committed:?}");

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The consumer half side by side (issue 28), in one run on one PostgreSQL and one Kafka:
+# `outbox-relay apply` (a SQL function as handler) vs the inbox recipes in Rust and Go
+# (examples/inbox-rust, examples/inbox-go), the same effect and one inbox claim per event each,
+# with 1 and 6 partitions: drain events/s of a backlog, and p50/p99 from the producer's hand-off
+# to the claiming transaction at a steady 1,000 events/s (bench/src/consumers.rs says how).
+#
+#   scripts/bench-consumers.sh [bench consumers options: --events N --rate R --seconds S --partitions 1,6]
+#
+# Release builds of outbox-relay, the Rust recipe and the harness; the Go recipe from the module
+# cache (infra/install-recipes.sh). Uses the bench stack (STACK_DIR .stack-bench, PGPORT 16432,
+# KAFKA_PORT 29192), started here (and stopped again) unless one is running. Results:
+# target/bench-results/consumers/{results.json,report.md}.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO="$PWD"
+export PATH="$HOME/.cargo/bin:$PATH"
+export STACK_DIR="${STACK_DIR:-$REPO/.stack-bench}"
+export PGPORT="${PGPORT:-16432}"
+export KAFKA_PORT="${KAFKA_PORT:-29192}"
+OUT="${OUT:-$REPO/target/bench-results/consumers}"
+
+infra/install-deps.sh
+infra/install-recipes.sh
+cargo build --release -q --locked -p outbox-relay -p inbox-rust -p bench
+(cd examples/inbox-go && GOPROXY=off GOFLAGS=-mod=readonly go build -o "$REPO/target/release/inbox-go" .)
+
+started=0
+if ! infra/stack.sh status >/dev/null 2>&1; then
+  infra/stack.sh up
+  started=1
+fi
+cleanup() { if [ "$started" = 1 ]; then infra/stack.sh down --destroy || true; fi; }
+trap cleanup EXIT
+
+target/release/bench consumers --pg-port "$PGPORT" --brokers "127.0.0.1:$KAFKA_PORT" \
+  --applier target/release/outbox-relay --rust-recipe target/release/inbox-rust \
+  --go-recipe target/release/inbox-go --out "$OUT" "$@"
