@@ -27,6 +27,71 @@ use crate::{
     metrics as m,
 };
 
+/// The consumer's database as a partition's task sees it: the seam that lets the task's loop be
+/// tested without PostgreSQL (on tokio's paused clock).
+pub(crate) trait Store: Send + Sync + 'static {
+    /// One transaction over `records` (txn::apply).
+    fn apply(
+        &self,
+        records: &[Record],
+    ) -> impl std::future::Future<Output = Result<txn::Applied, Broke>> + Send;
+    /// The dead-letter transaction of `r` (txn::dead_letter): the next position.
+    fn dead_letter(
+        &self,
+        r: &Record,
+        error: &str,
+        sqlstate: Option<&str>,
+    ) -> impl std::future::Future<Output = Result<i64, Broke>> + Send;
+    /// The stored position, read on a new connection; `Err` when it could not be read.
+    fn position(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> impl std::future::Future<Output = Result<Option<i64>, ()>> + Send;
+}
+
+/// The real store: the pool's connections. A connection whose transaction broke is dropped.
+pub(crate) struct PoolStore {
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) cfg: Arc<ApplyConfig>,
+}
+
+impl Store for PoolStore {
+    async fn apply(&self, records: &[Record]) -> Result<txn::Applied, Broke> {
+        let conn = self.pool.get().await;
+        let r = txn::apply(&conn, &self.cfg, records).await;
+        if matches!(r, Err(Broke::Transient(_) | Broke::CommitUnknown(_))) {
+            conn.discard();
+        }
+        r
+    }
+
+    async fn dead_letter(
+        &self,
+        r: &Record,
+        error: &str,
+        sqlstate: Option<&str>,
+    ) -> Result<i64, Broke> {
+        let conn = self.pool.get().await;
+        let out = txn::dead_letter(&conn, r, error, sqlstate).await;
+        if out.is_err() {
+            conn.discard();
+        }
+        out
+    }
+
+    async fn position(&self, topic: &str, partition: i32) -> Result<Option<i64>, ()> {
+        let conn = self.pool.get().await;
+        match conn.position(topic, partition, false).await {
+            Ok(p) => Ok(p),
+            Err(_) => {
+                conn.discard();
+                Err(())
+            }
+        }
+    }
+}
+
 /// How a partition's task ended.
 #[derive(Debug)]
 pub(crate) enum Exit {
@@ -36,18 +101,18 @@ pub(crate) enum Exit {
     Halted(String),
 }
 
-pub(crate) struct PartitionTask {
+pub(crate) struct PartitionTask<S: Store> {
     pub(crate) tp: Tp,
     pub(crate) records: mpsc::Receiver<Record>,
     pub(crate) cursor: Cursor,
     pub(crate) cfg: Arc<ApplyConfig>,
-    pub(crate) pool: Arc<Pool>,
+    pub(crate) store: Arc<S>,
     pub(crate) assignment: Arc<Assignment>,
     /// Flips to true when the partition is revoked or the process stops: no new transaction.
     pub(crate) stop: watch::Receiver<bool>,
 }
 
-impl PartitionTask {
+impl<S: Store> PartitionTask<S> {
     pub(crate) async fn run(mut self) -> Exit {
         loop {
             let Some(batch) = self.next_batch().await else {
@@ -123,9 +188,8 @@ impl PartitionTask {
                     }
                 }
                 Step::Apply(range) => {
-                    let pool = self.pool.clone();
-                    let conn = pool.get().await;
-                    match txn::apply(&conn, &self.cfg, &batch[range.clone()]).await {
+                    let store = self.store.clone();
+                    match store.apply(&batch[range.clone()]).await {
                         Ok(done) => {
                             self.committed(done.next);
                             count(&self.tp.0, "applied", done.applied);
@@ -134,7 +198,6 @@ impl PartitionTask {
                             Outcome::Committed
                         }
                         Err(Broke::Transient(why)) => {
-                            conn.discard();
                             self.retry(&why, &mut backoff).await?;
                             continue;
                         }
@@ -154,7 +217,6 @@ impl PartitionTask {
                             o
                         }
                         Err(Broke::CommitUnknown(why)) => {
-                            conn.discard();
                             let last = &batch[range.end - 1];
                             if self.committed_after_all(last).await {
                                 self.committed(last.offset + 1);
@@ -180,11 +242,15 @@ impl PartitionTask {
 
     /// After a COMMIT of unknown outcome: reads the position on a new connection.
     async fn committed_after_all(&self, last: &Record) -> bool {
+        let mut wait = Duration::from_millis(self.cfg.apply.retry_backoff_initial_ms.max(1));
         loop {
-            let conn = self.pool.get().await;
-            match conn.position(&last.topic, last.partition, false).await {
+            match self.store.position(&last.topic, last.partition).await {
                 Ok(stored) => return committed_after_unknown(stored, last.offset + 1),
-                Err(_) => conn.discard(),
+                Err(()) => {
+                    tokio::time::sleep(wait).await;
+                    wait =
+                        (wait * 2).min(Duration::from_millis(self.cfg.apply.retry_backoff_max_ms));
+                }
             }
         }
     }
@@ -207,10 +273,9 @@ impl PartitionTask {
         sqlstate: Option<&str>,
     ) -> Result<(), Exit> {
         let mut backoff = Duration::from_millis(self.cfg.apply.retry_backoff_initial_ms.max(1));
-        let pool = self.pool.clone();
+        let store = self.store.clone();
         loop {
-            let conn = pool.get().await;
-            match txn::dead_letter(&conn, r, error, sqlstate).await {
+            match store.dead_letter(r, error, sqlstate).await {
                 Ok(next) => {
                     self.committed(next);
                     count(&r.topic, "dead_lettered", 1);
@@ -218,7 +283,6 @@ impl PartitionTask {
                     return Ok(());
                 }
                 Err(Broke::CommitUnknown(why)) => {
-                    conn.discard();
                     if self.committed_after_all(r).await {
                         self.committed(r.offset + 1);
                         count(&r.topic, "dead_lettered", 1);
@@ -227,7 +291,6 @@ impl PartitionTask {
                     self.retry(&why, &mut backoff).await?;
                 }
                 Err(b) => {
-                    conn.discard();
                     self.retry(&format!("{b:?}"), &mut backoff).await?;
                 }
             }
@@ -241,3 +304,6 @@ fn count(topic: &str, result: &'static str, n: u64) {
             .increment(n);
     }
 }
+
+#[cfg(test)]
+mod tests;

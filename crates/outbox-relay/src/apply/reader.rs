@@ -33,7 +33,7 @@ use tokio::{
 use super::{
     assignment::{Assignment, Tp},
     error::ApplyError,
-    partition::{Exit, PartitionTask},
+    partition::{Exit, PartitionTask, PoolStore},
     pool::Pool,
     record::Record,
 };
@@ -169,7 +169,10 @@ impl Ctx {
                 records: rx,
                 cursor: Cursor::at(next),
                 cfg: self.cfg.clone(),
-                pool: self.pool.clone(),
+                store: Arc::new(PoolStore {
+                    pool: self.pool.clone(),
+                    cfg: self.cfg.clone(),
+                }),
                 assignment: self.assignment.clone(),
                 stop: stop_rx,
             };
