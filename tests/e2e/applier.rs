@@ -300,11 +300,12 @@ async fn the_inbox_cleanup_deletes_only_claims_the_topic_can_no_longer_replay() 
     let cfg = format!(
         "[postgres]\nport = {}\ndatabase = \"{}\"\n\n[kafka]\nbrokers = \"{}\"\n\
          group_id = \"{}-group\"\ntopics = [\"{topic}\"]\n\n[apply]\nconsumer = \"c\"\n\
-         ignore_types = [\"Note\"]\n\n[retention]\ninterval_ms = 1000\n\n[http]\nenabled = false\n",
+         ignore_types = [\"Note\"]\n\n[retention]\ninterval_ms = 1000\n\n[http]\nlisten = \"127.0.0.1:{}\"\n",
         db.port,
         db.name,
         kafka_brokers(),
-        db.name
+        db.name,
+        crate::support::http::free_port()
     );
     let (status, log) = Relay::once(
         &format!("{}-setup", db.name),

@@ -82,7 +82,7 @@ async fn dispatch(
     match action {
         Action::Run { config } => {
             let cfg = load(&config)?;
-            let prom = match outbox_relay::metrics::install(outbox_relay::alert::LABELS) {
+            let prom = match outbox_relay::metrics::install_apply() {
                 Ok(h) => Some(h),
                 Err(e) => {
                     tracing::error!(error = %e, "{METRICS_DISABLED}: cannot install the Prometheus recorder");

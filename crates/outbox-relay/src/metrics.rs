@@ -207,6 +207,20 @@ pub fn install(alerts: AlertLabels) -> Result<PrometheusHandle, BuildError> {
     Ok(handle)
 }
 
+/// [`install`] for the applier (`outbox-relay apply`): only its own series are zeroed, so its
+/// scrape does not show the relay's (a relay's `outbox_relay_streaming 0` there would mislead).
+pub fn install_apply() -> Result<PrometheusHandle, BuildError> {
+    let handle = builder()?.install_recorder()?;
+    describe();
+    for result in ["committed", "retried"] {
+        metrics::counter!(APPLY_TRANSACTIONS, "result" => result).increment(0);
+    }
+    metrics::counter!(APPLY_INBOX_DELETED).increment(0);
+    metrics::gauge!(APPLY_INBOX_RETENTION_SECONDS).set(0.0);
+    metrics::gauge!(APPLY_INBOX_RETENTION_REFUSED).set(0.0);
+    Ok(handle)
+}
+
 pub(crate) fn builder() -> Result<PrometheusBuilder, BuildError> {
     PrometheusBuilder::new()
         .with_recommended_naming(true)
