@@ -109,10 +109,12 @@ CREATE FUNCTION apply_amount(k text, v jsonb) RETURNS void LANGUAGE sql AS $$
 
 async fn fresh_db(port: u16, name: &str) -> Result<Client> {
     let admin = pg::connect(port, "postgres").await?;
+    // One statement each: CREATE DATABASE cannot run in the implicit transaction of a batch.
     admin
-        .batch_execute(&format!(
-            "DROP DATABASE IF EXISTS {name} WITH (FORCE); CREATE DATABASE {name}"
-        ))
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await?;
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
         .await?;
     let c = pg::connect(port, name).await?;
     c.batch_execute(SCHEMA).await?;
@@ -184,6 +186,13 @@ fn start(a: &ConsumersArgs, s: System, db: &str, topic: &str, group: &str) -> Re
                     a.pg_port, a.brokers
                 ),
             )?;
+            let setup = Command::new(&a.applier)
+                .args(["apply", "setup", "--config"])
+                .arg(&cfg)
+                .output()?;
+            if !setup.status.success() {
+                bail!("apply setup: {}", String::from_utf8_lossy(&setup.stderr));
+            }
             let mut c = Command::new(&a.applier);
             c.args(["apply", "run", "--config"]).arg(cfg);
             c
@@ -203,7 +212,7 @@ fn start(a: &ConsumersArgs, s: System, db: &str, topic: &str, group: &str) -> Re
                 .env("TOPIC", topic)
                 .env("GROUP", group)
                 .env("CONSUMER", "bench")
-                .env("IDLE_MS", "0");
+                .env("IDLE_MS", "3600000");
             c
         }
     };
@@ -219,9 +228,15 @@ async fn claims(c: &Client) -> Result<i64> {
     Ok(c.query_one("SELECT count(*) FROM inbox", &[]).await?.get(0))
 }
 
-async fn wait_claims(c: &Client, n: usize, timeout: Duration) -> Result<()> {
+async fn wait_claims(c: &Client, n: usize, timeout: Duration, run: &mut Running) -> Result<()> {
     let deadline = Instant::now() + timeout;
     while (claims(c).await? as usize) < n {
+        if let Some(status) = run.0.try_wait()? {
+            bail!(
+                "the consumer exited ({status}) after {} of {n} claims; see its log",
+                claims(c).await?
+            );
+        }
         if Instant::now() > deadline {
             bail!(
                 "only {} of {n} events claimed after {timeout:?}",
@@ -237,8 +252,8 @@ async fn drain(a: &ConsumersArgs, s: System, parts: i32, backlog_topic: &str) ->
     let db = format!("cons_{}_{parts}_drain", s.slug());
     let c = fresh_db(a.pg_port, &db).await?;
     let group = format!("{db}_{}", pg::now_us());
-    let _run = start(a, s, &db, backlog_topic, &group)?;
-    wait_claims(&c, a.events, Duration::from_secs(600)).await?;
+    let mut run = start(a, s, &db, backlog_topic, &group)?;
+    wait_claims(&c, a.events, Duration::from_secs(600), &mut run).await?;
     let row = c
         .query_one(
             "SELECT extract(epoch from max(processed_at) - min(processed_at))::float8, \
@@ -259,13 +274,13 @@ async fn steady(a: &ConsumersArgs, s: System, parts: i32) -> Result<(f64, f64, u
     let topic = format!("cons.steady.{}.{parts}.{}", s.slug(), pg::now_us());
     kafka::create_topics_with(&a.brokers, std::slice::from_ref(&topic), parts).await?;
     let group = format!("{db}_{}", pg::now_us());
-    let _run = start(a, s, &db, &topic, &group)?;
+    let mut run = start(a, s, &db, &topic, &group)?;
     let p = producer(&a.brokers)?;
     // Warm-up: the group has joined and applies (one record per partition at least).
     for i in 0..(parts as usize * 4) {
         produce(&p, &topic, i).await?;
     }
-    wait_claims(&c, parts as usize * 4, Duration::from_secs(60)).await?;
+    wait_claims(&c, parts as usize * 4, Duration::from_secs(60), &mut run).await?;
     let n = (a.rate * a.seconds) as usize;
     let every = Duration::from_secs_f64(1.0 / a.rate);
     let started = tokio::time::Instant::now();
@@ -280,7 +295,13 @@ async fn steady(a: &ConsumersArgs, s: System, parts: i32) -> Result<(f64, f64, u
         let (id, at) = h.await??;
         sent.insert(id, at);
     }
-    wait_claims(&c, n + parts as usize * 4, Duration::from_secs(120)).await?;
+    wait_claims(
+        &c,
+        n + parts as usize * 4,
+        Duration::from_secs(300),
+        &mut run,
+    )
+    .await?;
     let rows = c
         .query(
             "SELECT event_id, (extract(epoch from processed_at) * 1e6)::bigint FROM inbox",

@@ -174,13 +174,7 @@ mod tests {
             "[kafka]\ngroup_id = \"g\"\ntopics = [\"t\"]\n[apply]\nconsumer = \"c\"\n\
              ignore_types = [\"x\"]\n{extra}"
         );
-        let path = std::env::temp_dir().join(format!(
-            "retention-{}-{}.toml",
-            std::process::id(),
-            toml.len()
-        ));
-        std::fs::write(&path, toml).unwrap();
-        ApplyConfig::load(Some(&path), std::iter::empty()).unwrap()
+        ApplyConfig::from_test_toml(&toml).unwrap()
     }
 
     #[test]

@@ -224,7 +224,9 @@ pub struct ApplySection {
     #[serde(default = "default_batch", deserialize_with = "from_str_or_native")]
     pub batch_records: usize,
     /// How long a transaction waits for more records of its partition before it runs, in
-    /// milliseconds. Default 5.
+    /// milliseconds. Default 0: a transaction takes the records already read and runs; under
+    /// load, records pile up while one runs, so the next takes up to `batch_records` anyway
+    /// (a wait only adds latency at low rates: docs/benchmarks.md, "The consumer half").
     #[serde(
         default = "default_batch_wait",
         deserialize_with = "from_str_or_native"
@@ -348,7 +350,7 @@ fn default_batch() -> usize {
     100
 }
 fn default_batch_wait() -> u64 {
-    5
+    0
 }
 fn default_statement_ms() -> u64 {
     10_000
@@ -381,6 +383,19 @@ impl Default for ApplyHttp {
 }
 
 impl ApplyConfig {
+    /// Loads `toml` through a file of its own (tests run in parallel: one file per call).
+    #[cfg(test)]
+    pub(crate) fn from_test_toml(toml: &str) -> Result<ApplyConfig, String> {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("apply-config-{}-{n}.toml", std::process::id()));
+        std::fs::write(&path, toml).map_err(|e| e.to_string())?;
+        let cfg = ApplyConfig::load(Some(&path), std::iter::empty()).map_err(|e| e.to_string());
+        let _ = std::fs::remove_file(&path);
+        cfg
+    }
+
     /// Loads `path` (if given), applies `OUTBOX_RELAY__*` variables from `env`, validates.
     pub fn load(
         path: Option<&std::path::Path>,
@@ -509,11 +524,7 @@ mod tests {
                        [[handler]]\nevent_type = \"E\"\nsql = \"SELECT :value\"\n";
 
     fn load(toml: &str) -> Result<ApplyConfig, String> {
-        let dir = std::env::temp_dir().join(format!("apply-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{}.toml", toml.len()));
-        std::fs::write(&path, toml).unwrap();
-        ApplyConfig::load(Some(&path), std::iter::empty()).map_err(|e| e.to_string())
+        ApplyConfig::from_test_toml(toml)
     }
 
     #[test]

@@ -90,13 +90,7 @@ fn config(extra: &str) -> Arc<ApplyConfig> {
         "[kafka]\ngroup_id = \"g\"\ntopics = [\"t\"]\n[apply]\nconsumer = \"c\"\n\
          ignore_types = [\"x\"]\nbatch_records = 3\nretry_backoff_initial_ms = 100\n{extra}"
     );
-    let path = std::env::temp_dir().join(format!(
-        "partition-{}-{}.toml",
-        std::process::id(),
-        toml.len()
-    ));
-    std::fs::write(&path, toml).unwrap();
-    Arc::new(ApplyConfig::load(Some(&path), std::iter::empty()).unwrap())
+    Arc::new(ApplyConfig::from_test_toml(&toml).unwrap())
 }
 
 fn record(offset: i64) -> Record {
