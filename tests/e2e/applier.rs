@@ -86,10 +86,18 @@ async fn applier_keeps_balances_exactly_once_through_kills_rebalances_and_a_cras
     let broker = broker.await.unwrap();
     let topic = accounts_db.topic("account");
     kafka::create_topic_on(&brokers, &topic, 3).await;
+    // The fenced pass (RELAY_TEST_FENCED=1) runs the relay exactly-once, the plain one
+    // at-least-once.
+    let eos = std::env::var("RELAY_TEST_FENCED").is_ok_and(|v| v == "1");
     let relay_cfg = accounts_db
         .relay_config(&format!(
-            "{}\n[relay]\nrestart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 1000\n",
-            accounts_db.outbox_section()
+            "{}\n[relay]\n{}restart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 1000\n",
+            accounts_db.outbox_section(),
+            if eos {
+                "delivery = \"exactly-once\"\n"
+            } else {
+                ""
+            }
         ))
         .replace(&kafka_brokers(), &brokers);
     let mut relay = Relay::streaming(&accounts_db.name, &relay_cfg).await;
@@ -253,13 +261,18 @@ async fn applier_keeps_balances_exactly_once_through_kills_rebalances_and_a_cras
     .await
     .unwrap();
     check::note(&format!(
-        "applier: {CHANGES} balance changes + {NOTES} audit notes ({refused} refused) through \
+        "applier ({}): {CHANGES} balance changes + {NOTES} audit notes ({refused} refused) through \
          applier kill -9 with a transaction open (after {at_applier_kill} committed, {applied_at_kill} \
          claimed), relay kill -9 (after {at_relay_kill}), a second applier joining ({at_join}) and \
          leaving ({at_leave}), the broker killed (after {at_broker_kill}), the consumer's PostgreSQL \
-         crashed (after {at_db_crash}); Kafka holds \
-         {in_kafka} records; inbox {inbox}, balance events applied {events}, notes applied \
+         crashed (after {at_db_crash}); the topic's log ends sum to \
+         {in_kafka} (records, re-sends and, with transactions, their markers); inbox {inbox}, balance events applied {events}, notes applied \
          {notes_applied}, dead letters {dead}; converged {:.1} s after the start; totals equal: {}",
+        if eos {
+            "relay exactly-once"
+        } else {
+            "relay at-least-once"
+        },
         converged.as_secs_f64(),
         totals == expected
     ));
@@ -399,6 +412,206 @@ async fn the_inbox_cleanup_deletes_only_claims_the_topic_can_no_longer_replay() 
     assert!(
         log.contains("retention.inbox_ms is refused") && log.contains(&topic),
         "the refusal names the option and the topic: {log}"
+    );
+    db.cleanup().await;
+}
+
+/// What an operator does with the applier, end to end: a handler with a typo fails `apply
+/// setup` (exit 3, naming it); a record whose handler raises halts its partition under
+/// `on_failure = "halt"` (nothing after it applied), goes to the dead-letter table under
+/// `"dead-letter"` (the records after it applied), and once the handler is fixed `apply redrive`
+/// applies it once (a second re-drive finds nothing); a stored position beyond the log's end
+/// makes `apply status` exit 4 and keeps the partition from starting, until `apply reset` moves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_halt_dead_letter_redrive_reset_and_see_handler_typos_at_setup() {
+    let db = TestDb::new("ap_ops").await;
+    let topic = format!("{}.ops", db.name);
+    kafka::create_topic(&topic, 1).await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE ops_sum (n int NOT NULL, event_id text NOT NULL);
+             CREATE FUNCTION ops_add(v jsonb, id text) RETURNS void LANGUAGE plpgsql AS $$
+             BEGIN
+               IF (v->>'n')::int < 0 THEN RAISE EXCEPTION 'negative %', v->>'n'; END IF;
+               INSERT INTO ops_sum VALUES ((v->>'n')::int, id);
+             END $$;",
+        )
+        .await
+        .unwrap();
+    let cfg = |policy: &str, sql: &str| {
+        format!(
+            "[postgres]\nport = {}\ndatabase = \"{}\"\n\n[kafka]\nbrokers = \"{}\"\n\
+             group_id = \"{}-group\"\ntopics = [\"{topic}\"]\n\n[apply]\nconsumer = \"ops\"\n\
+             on_failure = \"{policy}\"\n\n[[handler]]\nevent_type = \"Add\"\nsql = \"{sql}\"\n\n\
+             [http]\nenabled = false\n",
+            db.port,
+            db.name,
+            kafka_brokers(),
+            db.name
+        )
+    };
+    let good = "SELECT ops_add(:value, :event_id)";
+    let name = |n: &str| format!("{}-{n}", db.name);
+    let (status, log) = Relay::once(
+        &name("typo"),
+        &cfg("halt", "SELECT ops_ad(:value)"),
+        &["apply", "setup"],
+        &[],
+    );
+    assert_eq!(status.code(), Some(3), "{log}");
+    assert!(
+        log.contains("handler[0]") && log.contains("ops_ad"),
+        "names the handler: {log}"
+    );
+    let (status, log) = Relay::once(&name("setup"), &cfg("halt", good), &["apply", "setup"], &[]);
+    assert!(status.success(), "{log}");
+
+    let p: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_brokers())
+        .create()
+        .unwrap();
+    for (i, n) in [1, -1, 2].into_iter().enumerate() {
+        use rdkafka::message::{Header, OwnedHeaders};
+        let (id, value) = (format!("ev-{i}"), format!("{{\"n\": {n}}}"));
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "id",
+                value: Some(&id),
+            })
+            .insert(Header {
+                key: "eventType",
+                value: Some("Add"),
+            });
+        p.send(
+            rdkafka::producer::FutureRecord::to(&topic)
+                .key("k")
+                .payload(&value)
+                .headers(headers),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    }
+    let sums = || async {
+        db.client
+            .query("SELECT n FROM ops_sum ORDER BY event_id", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, i32>(0))
+            .collect::<Vec<_>>()
+    };
+    let dead = || async { count(&db, "SELECT count(*) FROM outbox_apply_dead_letter").await };
+    let status_of = |config: &std::path::Path| {
+        let out = Command::new(crate::support::relay::binary())
+            .args(["apply", "status", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+
+    // Halt: the first record applied, the raising one stops the partition, the third waits.
+    let mut a = Relay::start_with(&name("halt"), &cfg("halt", good), &["apply", "run"], &[]);
+    a.wait_log("apply_partition_halted", Duration::from_secs(60))
+        .await;
+    assert!(a.log_text().contains("negative -1"), "{}", a.log_text());
+    assert_eq!((sums().await, dead().await), (vec![1], 0));
+    assert!(a.terminate(Duration::from_secs(30)).success());
+    let (code, text) = status_of(&a.config);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&format!("{topic}[0]"))
+                && l.split_whitespace().nth(1) == Some("1")),
+        "position 1: {text}"
+    );
+
+    // Dead-letter: the raising record goes to the table, the one after it is applied.
+    let mut a = Relay::start_with(
+        &name("dead"),
+        &cfg("dead-letter", good),
+        &["apply", "run"],
+        &[],
+    );
+    eventually(
+        "the third record applied",
+        Duration::from_secs(60),
+        || async { (sums().await == [1, 2]).then_some(()) },
+    )
+    .await;
+    assert_eq!(dead().await, 1);
+    assert!(a.terminate(Duration::from_secs(30)).success());
+
+    // The handler fixed: the re-drive applies the dead letter once, and only once.
+    db.client
+        .batch_execute(
+            "CREATE OR REPLACE FUNCTION ops_add(v jsonb, id text) RETURNS void LANGUAGE sql AS $$
+               INSERT INTO ops_sum VALUES ((v->>'n')::int, id) $$",
+        )
+        .await
+        .unwrap();
+    for expected in [
+        "re-driven: 1; failed again: 0",
+        "re-driven: 0; failed again: 0",
+    ] {
+        let out = Command::new(crate::support::relay::binary())
+            .args(["apply", "redrive", "--config"])
+            .arg(&a.config)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains(expected),
+            "{expected}: {text}"
+        );
+    }
+    assert_eq!((sums().await, dead().await), (vec![1, -1, 2], 0));
+
+    // A position beyond the log's end: status says so (exit 4), the partition does not start.
+    let reset = |to: &str| {
+        let out = Command::new(crate::support::relay::binary())
+            .args(["apply", "reset", "--config"])
+            .arg(&a.config)
+            .args(["--topic", &topic, "--partition", "0", "--to", to])
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(reset("100").contains("position 3 -> 100"));
+    let (code, text) = status_of(&a.config);
+    assert_eq!(code, Some(4), "{text}");
+    assert!(text.contains("OUTSIDE THE LOG"), "{text}");
+    let mut a = Relay::start_with(
+        &name("out"),
+        &cfg("dead-letter", good),
+        &["apply", "run"],
+        &[],
+    );
+    a.wait_log("apply_position_out_of_log", Duration::from_secs(60))
+        .await;
+    assert!(
+        a.log_text().contains("beyond the log end 3"),
+        "{}",
+        a.log_text()
+    );
+    assert!(a.terminate(Duration::from_secs(30)).success());
+    reset("3");
+    assert_eq!(status_of(&a.config).0, Some(0));
+    assert_eq!(sums().await, vec![1, -1, 2], "nothing applied twice");
+    check::note(
+        "applier_operations: typo at setup exit 3, halt at 1 of 3, dead-letter + redrive once, reset beyond the end exit 4",
     );
     db.cleanup().await;
 }
