@@ -4,6 +4,7 @@
 mod support;
 
 mod applier;
+mod applier_ops;
 mod backpressure;
 mod balances;
 mod chaos;

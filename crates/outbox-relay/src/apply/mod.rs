@@ -19,6 +19,7 @@ pub(crate) mod handler;
 mod partition;
 mod pool;
 mod reader;
+mod rebalance;
 mod record;
 mod redrive;
 mod retention;
