@@ -87,7 +87,9 @@ while [ "$(date +%s)" -lt "$deadline" ]; do
     echo "127.0.0.1:$PORT"
     exit 0
   fi
-  if ! kafka_pid >/dev/null; then
+  # Twice, a second apart: while the launcher execs the JVM, /proc/<pid>/cmdline can read
+  # empty for a moment on a loaded machine, which once made a starting broker look gone.
+  if ! kafka_pid >/dev/null && { sleep 1; ! kafka_pid >/dev/null; }; then
     tail -n 60 "$OUT" >&2 || true
     die "broker exited during startup (see $OUT)"
   fi
