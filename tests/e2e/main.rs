@@ -4,6 +4,7 @@
 mod support;
 
 mod applier;
+mod applier_edges;
 mod applier_ops;
 mod backpressure;
 mod balances;

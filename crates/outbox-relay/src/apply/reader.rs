@@ -66,6 +66,10 @@ impl Reader {
             .set("session.timeout.ms", k.session_timeout_ms.to_string())
             .set("statistics.interval.ms", "2000")
             .set(
+                "topic.metadata.refresh.interval.ms",
+                k.pattern_refresh_ms.to_string(),
+            )
+            .set(
                 "client.id",
                 format!("outbox-relay-apply-{}", cfg.apply.consumer),
             );

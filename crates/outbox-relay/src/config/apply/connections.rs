@@ -62,9 +62,18 @@ pub struct ApplyKafka {
     #[serde(default)]
     pub topics: Vec<String>,
     /// A regular expression (librdkafka's, anchored with `^`) of topics to read, new ones
-    /// included as they appear. Set this or `topics`.
+    /// included as they appear (within `pattern_refresh_ms`). Set this or `topics`.
     #[serde(default)]
     pub topic_pattern: Option<String>,
+    /// How often, in milliseconds, the consumer re-reads the cluster's topic list, so that a
+    /// topic created after the start and matching `topic_pattern` joins the subscription.
+    /// Default 10000 (librdkafka's own default, 300000, would leave a new topic unread for up
+    /// to five minutes).
+    #[serde(
+        default = "default_pattern_refresh_ms",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub pattern_refresh_ms: u64,
     /// Where a partition with no position in the offsets table starts: `earliest` (default:
     /// a new applier applies every event still in the topic, which is what a read model built
     /// from the events needs; librdkafka's and Java's own default, the newest record, would
@@ -146,6 +155,10 @@ fn default_pool() -> usize {
 
 fn default_brokers() -> String {
     "127.0.0.1:9092".into()
+}
+
+fn default_pattern_refresh_ms() -> u64 {
+    10_000
 }
 
 fn default_session_ms() -> u64 {
