@@ -3,7 +3,8 @@
 # `outbox-relay apply` (a SQL function as handler) vs the inbox recipes in Rust and Go
 # (examples/inbox-rust, examples/inbox-go), the same effect and one inbox claim per event each,
 # with 1 and 6 partitions: drain events/s of a backlog, and p50/p99 from the producer's hand-off
-# to the claiming transaction at a steady 1,000 events/s (bench/src/consumers.rs says how).
+# to the commit of the transaction that claimed and applied the event, at a steady 1,000
+# events/s (bench/src/consumers.rs says how; PostgreSQL runs with track_commit_timestamp = on).
 #
 #   scripts/bench-consumers.sh [bench consumers options: --events N --rate R --seconds S --partitions 1,6]
 #
@@ -18,6 +19,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 export STACK_DIR="${STACK_DIR:-$REPO/.stack-bench}"
 export PGPORT="${PGPORT:-16432}"
 export KAFKA_PORT="${KAFKA_PORT:-29192}"
+export PG_EXTRA_OPTS="${PG_EXTRA_OPTS:-} -c track_commit_timestamp=on"
 OUT="${OUT:-$REPO/target/bench-results/consumers}"
 
 infra/install-deps.sh

@@ -5,11 +5,15 @@
 //!
 //! Per partition count (1 and 6 by default):
 //! * **drain**: a backlog of `--events` records already in the topic; events/s from the first
-//!   claim to the last (the inbox's `processed_at`: each transaction's start), so group joins and
-//!   process starts do not count;
+//!   claiming transaction's commit to the last one's, so group joins and process starts do not
+//!   count;
 //! * **steady**: the consumer running, records produced at `--rate` for `--seconds`; the latency
-//!   of each event from its hand-off to the producer to the start of the transaction that
-//!   claimed it (`processed_at`, PostgreSQL's clock, the same host's), p50 and p99.
+//!   of each event from its hand-off to the producer (the writer) to the commit of the
+//!   transaction that claimed it and applied its effect (the claim's
+//!   `pg_xact_commit_timestamp(xmin)`, PostgreSQL's clock, the same host's), p50 and p99.
+//!
+//! Commit times need `track_commit_timestamp = on` (a server restart): scripts/bench-consumers.sh
+//! starts its stack with it; the run stops at once, saying so, on a server without it.
 //!
 //! Records: key `a-<i % 64>`, value `{"amount": 1}`, headers `id` (a UUIDv4) and `eventType`
 //! (`Amount`), as the relay publishes them.
@@ -117,6 +121,18 @@ async fn fresh_db(port: u16, name: &str) -> Result<Client> {
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await?;
     let c = pg::connect(port, name).await?;
+    let track: String = c
+        .query_one("SHOW track_commit_timestamp", &[])
+        .await?
+        .get(0);
+    if track != "on" {
+        bail!(
+            "track_commit_timestamp is off on port {port}: the latencies are measured to each \
+             transaction's commit. Restart the server with -c track_commit_timestamp=on \
+             (scripts/bench-consumers.sh starts its stack so; `infra/stack.sh down` first if one \
+             is running without it)"
+        );
+    }
     c.batch_execute(SCHEMA).await?;
     Ok(c)
 }
@@ -256,7 +272,8 @@ async fn drain(a: &ConsumersArgs, s: System, parts: i32, backlog_topic: &str) ->
     wait_claims(&c, a.events, Duration::from_secs(600), &mut run).await?;
     let row = c
         .query_one(
-            "SELECT extract(epoch from max(processed_at) - min(processed_at))::float8, \
+            "SELECT extract(epoch from max(pg_xact_commit_timestamp(xmin)) \
+               - min(pg_xact_commit_timestamp(xmin)))::float8, \
              (SELECT sum(events)::bigint FROM recipe_totals) FROM inbox",
             &[],
         )
@@ -304,7 +321,8 @@ async fn steady(a: &ConsumersArgs, s: System, parts: i32) -> Result<(f64, f64, u
     .await?;
     let rows = c
         .query(
-            "SELECT event_id, (extract(epoch from processed_at) * 1e6)::bigint FROM inbox",
+            "SELECT event_id, (extract(epoch from pg_xact_commit_timestamp(xmin)) * 1e6)::bigint \
+             FROM inbox",
             &[],
         )
         .await?;

@@ -108,6 +108,11 @@ async fn a_topic_created_after_the_start_joins_a_pattern_subscription() {
         send(&p, &first, &format!("a-{i}"), 1).await;
         send(&p, &other, &format!("o-{i}"), 100).await;
     }
+    // Copies of three events, in the same partition right after them: read in the same
+    // transaction as the first copies (the applier starts with all of them in the topic).
+    for i in 0..3 {
+        send(&p, &first, &format!("a-{i}"), 1).await;
+    }
     let mut a = Relay::start_with(&format!("{}-run", db.name), &cfg, &["apply", "run"], &[]);
     eventually(
         "the first topic's events",
@@ -141,7 +146,7 @@ async fn a_topic_created_after_the_start_joins_a_pattern_subscription() {
     assert_eq!(
         by_topic,
         [(first.clone(), 10, 10), (later.clone(), 5, 50)],
-        "the non-matching topic {other} is not read"
+        "each event applied once (copies absorbed); the non-matching topic {other} is not read"
     );
     let positions = count(
         &db,
@@ -151,9 +156,18 @@ async fn a_topic_created_after_the_start_joins_a_pattern_subscription() {
     )
     .await;
     assert_eq!(positions, 1, "the later topic's position is stored");
+    let addr = crate::support::http::relay_addr(&a).await;
+    let scrape = crate::support::http::scrape(addr).await;
+    assert_eq!(
+        scrape.value(
+            "outbox_relay_apply_records_total",
+            &[("topic", &first), ("result", "duplicate")]
+        ),
+        Some(3.0)
+    );
     assert!(a.terminate(Duration::from_secs(30)).success());
     check::note(
-        "applier_pattern: a topic created after the start applied (5/5), a non-matching one left alone",
+        "applier_pattern: a topic created after the start applied (5/5), a non-matching one left alone, 3 copies absorbed",
     );
     db.cleanup().await;
 }

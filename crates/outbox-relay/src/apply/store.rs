@@ -62,6 +62,7 @@ pub(crate) struct Conn {
     reset: Prepared,
     claim: Prepared,
     refresh: Prepared,
+    claim_all: Prepared,
     dead: Prepared,
     /// One per `[[handler]]`, in config order.
     pub(crate) handlers: Vec<(Prepared, Statement)>,
@@ -167,6 +168,23 @@ impl Conn {
             ))
             .await
             .map_err(table_hint(&a.inbox_table))?;
+        // One statement for a transaction's claims: the new ones are returned; the others, the
+        // duplicates, have their age refreshed (the UPDATE sees the rows that existed before
+        // the statement, never the ones it inserts).
+        let claim_all = client
+            .prepare_typed(
+                &format!(
+                    "WITH ids AS (SELECT DISTINCT unnest($2::text[]) AS id), \
+                     ins AS (INSERT INTO {inbox} (consumer, event_id) SELECT $1, id FROM ids \
+                       ON CONFLICT DO NOTHING RETURNING event_id), \
+                     upd AS (UPDATE {inbox} SET processed_at = now() \
+                       WHERE consumer = $1 AND event_id = ANY($2::text[])) \
+                     SELECT event_id FROM ins"
+                ),
+                &[Type::TEXT, Type::TEXT_ARRAY],
+            )
+            .await
+            .map_err(table_hint(&a.inbox_table))?;
         let dead = client
             .prepare_typed(
                 &format!(
@@ -214,6 +232,7 @@ impl Conn {
             reset,
             claim,
             refresh,
+            claim_all,
             dead,
             handlers,
             consumer: a.consumer.clone(),
@@ -275,6 +294,19 @@ impl Conn {
             .execute(&self.refresh, &[&self.consumer, &event_id])
             .await?;
         Ok(false)
+    }
+
+    /// Claims every id of `event_ids` in one statement: the ones whose claim is new (apply
+    /// their effects); the others are duplicates, their claims' age refreshed.
+    pub(crate) async fn claim_all(
+        &self,
+        event_ids: &[&str],
+    ) -> Result<std::collections::HashSet<String>, tokio_postgres::Error> {
+        let rows = self
+            .client
+            .query(&self.claim_all, &[&self.consumer, &event_ids])
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// Records `r` in the dead-letter table with `error` (idempotent on its coordinates).

@@ -1,6 +1,7 @@
 //! One PostgreSQL transaction over consecutive records of one partition: lock the position,
-//! claim each event id, run its handler when the claim is new, store the next position,
-//! commit. And the dead-letter transaction of one record.
+//! claim the event ids (one statement), run each new claim's handler, store the next position,
+//! commit; three round trips for any number of records, the handlers pipelined. And the
+//! dead-letter transaction of one record.
 //!
 //! Invariant: the claim, the effect and the position commit together or not at all; records
 //! below the stored position (applied by another instance since this one read them) are
@@ -70,7 +71,10 @@ fn broke(e: &tokio_postgres::Error, index: usize) -> Broke {
     }
 }
 
-/// Applies `records` (one partition, offsets increasing) in one transaction.
+/// Applies `records` (one partition, offsets increasing) in one transaction, in three round
+/// trips whatever their number: BEGIN with the position's lock; the claims (one statement);
+/// the handlers, the position and COMMIT (pipelined: sent together, run in order, the first
+/// error in order is the one that counts).
 pub(crate) async fn apply(
     conn: &Conn,
     cfg: &ApplyConfig,
@@ -78,93 +82,199 @@ pub(crate) async fn apply(
 ) -> Result<Applied, Broke> {
     let c = &conn.client;
     let first = records.first().expect("a transaction has records");
+    let last = records.last().expect("a transaction has records");
     let begin = format!(
         "BEGIN; SET LOCAL statement_timeout = {}",
         cfg.apply.statement_timeout_ms
     );
-    c.batch_execute(&begin).await.map_err(|e| broke(&e, 0))?;
-    let result = body(conn, cfg, records, first).await;
-    match result {
-        Ok(mut done) => match c.batch_execute("COMMIT").await {
-            Ok(()) => {
-                done.next = done.next.max(records.last().map_or(0, |r| r.offset + 1));
-                Ok(done)
-            }
-            Err(e) if e.code().is_none() => Err(Broke::CommitUnknown(describe(&e))),
-            Err(e) => match classify(sqlstate(&e).as_deref()) {
-                Kind::Transient => Err(Broke::Transient(describe(&e))),
-                Kind::Definite => Err(Broke::DefiniteAtCommit {
-                    error: describe(&e),
-                    sqlstate: sqlstate(&e),
-                }),
-            },
-        },
+    let (began, stored) = futures::join!(
+        c.batch_execute(&begin),
+        conn.position(&first.topic, first.partition, true)
+    );
+    began.map_err(|e| broke(&e, 0))?;
+    let stored = match stored {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = c.batch_execute("ROLLBACK").await;
+            return Err(broke(&e, 0));
+        }
+    };
+    let next = last.offset + 1;
+    let result = body(conn, cfg, records, stored).await;
+    let mut done = match result {
+        Ok(done) => done,
         Err(b) => {
             // A broken connection rolls back by itself; an error leaves it to be rolled back.
             let _ = c.batch_execute("ROLLBACK").await;
-            Err(b)
+            return Err(b);
         }
+    };
+    // COMMIT of a transaction the position's statement aborted answers ROLLBACK, no error:
+    // the position's own result decides.
+    let (positioned, committed) = futures::join!(
+        conn.store_position(&last.topic, last.partition, next),
+        c.batch_execute("COMMIT")
+    );
+    match (positioned, committed) {
+        (Ok(()), Ok(())) => {
+            done.next = stored.map_or(next, |s| s.max(next));
+            Ok(done)
+        }
+        (Err(e), _) | (Ok(()), Err(e)) if e.code().is_none() => {
+            Err(Broke::CommitUnknown(describe(&e)))
+        }
+        (Err(e), _) => {
+            let _ = c.batch_execute("ROLLBACK").await;
+            Err(broke(&e, records.len() - 1))
+        }
+        (Ok(()), Err(e)) => match classify(sqlstate(&e).as_deref()) {
+            Kind::Transient => Err(Broke::Transient(describe(&e))),
+            Kind::Definite => Err(Broke::DefiniteAtCommit {
+                error: describe(&e),
+                sqlstate: sqlstate(&e),
+            }),
+        },
     }
 }
 
+/// A record's part in the transaction, decided before anything runs.
+enum Part<'r> {
+    /// Below the stored position: left alone.
+    Behind,
+    /// To be claimed; `handler`: its handler's index, `None` for an ignored type.
+    Claim {
+        event_id: &'r str,
+        handler: Option<usize>,
+    },
+}
+
+/// What `r` is: behind the position, or its claim and handler; a definite error if it can
+/// be neither claimed nor handled.
+fn part<'r>(
+    cfg: &ApplyConfig,
+    r: &'r Record,
+    stored: Option<i64>,
+    index: usize,
+) -> Result<Part<'r>, Broke> {
+    if stored.is_some_and(|s| r.offset < s) {
+        return Ok(Part::Behind);
+    }
+    let definite = |error: String| Broke::Definite {
+        index,
+        error,
+        sqlstate: None,
+    };
+    let Some(event_id) = r.event_id.as_deref() else {
+        return Err(definite(format!(
+            "record {} has no {:?} header (apply.event_id_header): it cannot be claimed",
+            r.at(),
+            cfg.apply.event_id_header
+        )));
+    };
+    let event_type = r.event_type.as_deref().unwrap_or_default();
+    let ignored = cfg.apply.ignore_types.iter().any(|t| t == event_type);
+    let handler = cfg.handler_of(event_type).map(|(h, _)| h);
+    if handler.is_none() && !ignored {
+        return Err(definite(format!(
+            "record {} has event type {event_type:?} ({:?} header), which has no [[handler]] \
+             and is not in apply.ignore_types",
+            r.at(),
+            cfg.apply.event_type_header
+        )));
+    }
+    Ok(Part::Claim {
+        event_id,
+        handler: handler.filter(|_| !ignored),
+    })
+}
+
+/// The records' claims and effects, inside the open transaction. Records are taken in order up
+/// to the first that cannot be applied (its error is returned once the ones before it ran, so
+/// an earlier handler's failure is still the one reported, as if they ran one by one).
 async fn body(
     conn: &Conn,
     cfg: &ApplyConfig,
     records: &[Record],
-    first: &Record,
+    stored: Option<i64>,
 ) -> Result<Applied, Broke> {
     let mut done = Applied::default();
-    let stored = conn
-        .position(&first.topic, first.partition, true)
-        .await
-        .map_err(|e| broke(&e, 0))?;
+    let mut parts = Vec::with_capacity(records.len());
+    let mut pending = None;
     for (i, r) in records.iter().enumerate() {
-        if stored.is_some_and(|s| r.offset < s) {
+        match part(cfg, r, stored, i) {
+            Ok(p) => parts.push(p),
+            Err(b) => {
+                pending = Some(b);
+                break;
+            }
+        }
+    }
+    let ids: Vec<&str> = parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Claim { event_id, .. } => Some(*event_id),
+            Part::Behind => None,
+        })
+        .collect();
+    let mut new = if ids.is_empty() {
+        Default::default()
+    } else {
+        // A definite failure of the claims' statement names no record: like one at COMMIT,
+        // it narrows down attempt by attempt (relay_core::apply::batch::failed_at_commit).
+        conn.claim_all(&ids).await.map_err(|e| match broke(&e, 0) {
+            Broke::Definite {
+                error, sqlstate, ..
+            } => Broke::DefiniteAtCommit {
+                error: format!("claiming the event ids: {error}"),
+                sqlstate,
+            },
+            other => other,
+        })?
+    };
+    // The handlers to run, in order, with their parameters bound.
+    let mut calls = Vec::new();
+    for (i, (p, r)) in parts.iter().zip(records).enumerate() {
+        let Part::Claim { event_id, handler } = p else {
             done.behind += 1;
             continue;
-        }
-        let definite = |error: String| Broke::Definite {
-            index: i,
-            error,
-            sqlstate: None,
         };
-        let Some(event_id) = r.event_id.as_deref() else {
-            return Err(definite(format!(
-                "record {} has no {:?} header (apply.event_id_header): it cannot be claimed",
-                r.at(),
-                cfg.apply.event_id_header
-            )));
-        };
-        let event_type = r.event_type.as_deref().unwrap_or_default();
-        let ignored = cfg.apply.ignore_types.iter().any(|t| t == event_type);
-        let handler = cfg.handler_of(event_type);
-        if handler.is_none() && !ignored {
-            return Err(definite(format!(
-                "record {} has event type {event_type:?} ({:?} header), which has no [[handler]] \
-                 and is not in apply.ignore_types",
-                r.at(),
-                cfg.apply.event_type_header
-            )));
-        }
-        if !conn.claim(event_id).await.map_err(|e| broke(&e, i))? {
+        // `remove`: a second copy of an event in the same transaction is a duplicate.
+        if !new.remove(*event_id) {
             done.duplicates += 1;
             continue;
         }
-        let Some((h, handler)) = handler.filter(|_| !ignored) else {
+        let Some(h) = *handler else {
             done.ignored += 1;
             continue;
         };
-        let _ = handler;
         let (prepared, statement) = &conn.handlers[h];
-        let params = super::handler::bind(statement, r)
-            .map_err(|e| definite(format!("record {}: {e}", r.at())))?;
+        match super::handler::bind(statement, r) {
+            Ok(params) => calls.push((i, prepared, params)),
+            Err(e) => {
+                pending = Some(Broke::Definite {
+                    index: i,
+                    error: format!("record {}: {e}", r.at()),
+                    sqlstate: None,
+                });
+                break;
+            }
+        }
+    }
+    let started = Instant::now();
+    let results = futures::future::join_all(calls.iter().map(|(_, prepared, params)| async move {
         let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
             params.iter().map(|p| p.as_ref() as _).collect();
-        let started = Instant::now();
-        conn.client
-            .execute(prepared, &refs)
-            .await
-            .map_err(|e| match broke(&e, i) {
+        let result = conn.client.execute(*prepared, &refs).await;
+        (result, Instant::now())
+    }))
+    .await;
+    // Each handler's time: from the previous one's answer (they run back to back).
+    let mut since = started;
+    for ((i, _, _), (result, at)) in calls.iter().zip(results) {
+        let r = &records[*i];
+        let event_type = r.event_type.as_deref().unwrap_or_default();
+        if let Err(e) = result {
+            return Err(match broke(&e, *i) {
                 Broke::Definite {
                     index,
                     error,
@@ -172,24 +282,24 @@ async fn body(
                 } => Broke::Definite {
                     index,
                     error: format!(
-                        "handler of {event_type:?} failed on record {} (event {event_id}): {error}",
-                        r.at()
+                        "handler of {event_type:?} failed on record {} (event {}): {error}",
+                        r.at(),
+                        r.event_id.as_deref().unwrap_or_default()
                     ),
                     sqlstate,
                 },
                 other => other,
-            })?;
+            });
+        }
         metrics::histogram!(crate::metrics::APPLY_HANDLER_SECONDS, "event_type" => event_type.to_string())
-            .record(started.elapsed().as_secs_f64());
+            .record(at.saturating_duration_since(since).as_secs_f64());
+        since = at;
         done.applied += 1;
     }
-    let last = records.last().expect("a transaction has records");
-    let next = last.offset + 1;
-    conn.store_position(&last.topic, last.partition, next)
-        .await
-        .map_err(|e| broke(&e, records.len() - 1))?;
-    done.next = stored.map_or(next, |s| s.max(next));
-    Ok(done)
+    match pending {
+        Some(b) => Err(b),
+        None => Ok(done),
+    }
 }
 
 /// The dead-letter transaction of record `r`: its claim kept (or made), the record and `error`
