@@ -62,6 +62,10 @@ pub struct ConsumersArgs {
     /// Seconds of the steady run.
     #[arg(long, default_value_t = 20.0)]
     seconds: f64,
+    /// Only these systems (`applier`, `rust`, `go`; default: all, Go when `--go-recipe` is
+    /// given), e.g. to look at one of them between full runs.
+    #[arg(long, value_delimiter = ',')]
+    systems: Vec<String>,
     /// Where the results (results.json, report.md) go.
     #[arg(long, default_value = "target/bench-results/consumers")]
     out: PathBuf,
@@ -282,6 +286,15 @@ async fn drain(a: &ConsumersArgs, s: System, parts: i32, backlog_topic: &str) ->
     if applied as usize != a.events {
         bail!("{}: {applied} effects for {} events", s.name(), a.events);
     }
+    // The drain's database goes before the steady run, and a checkpoint is taken, so that
+    // its autovacuum and dirty pages do not land in the next system's latencies.
+    drop(run);
+    drop(c);
+    let admin = pg::connect(a.pg_port, "postgres").await?;
+    admin
+        .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
+        .await?;
+    admin.batch_execute("CHECKPOINT").await?;
     Ok(a.events as f64 / span.max(1e-3))
 }
 
@@ -336,7 +349,15 @@ async fn steady(a: &ConsumersArgs, s: System, parts: i32) -> Result<(f64, f64, u
         .collect();
     lat.sort_by(f64::total_cmp);
     let q = |x: f64| lat[((lat.len() as f64 - 1.0) * x).round() as usize];
-    Ok((q(0.5), q(0.99), lat.len()))
+    let (p50, p99) = (q(0.5), q(0.99));
+    drop(run);
+    drop(c);
+    let admin = pg::connect(a.pg_port, "postgres").await?;
+    admin
+        .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
+        .await?;
+    admin.batch_execute("CHECKPOINT").await?;
+    Ok((p50, p99, lat.len()))
 }
 
 pub async fn run(a: ConsumersArgs) -> Result<()> {
@@ -344,6 +365,9 @@ pub async fn run(a: ConsumersArgs) -> Result<()> {
     let mut systems = vec![System::Applier, System::RustRecipe];
     if a.go_recipe.is_some() {
         systems.push(System::GoRecipe);
+    }
+    if !a.systems.is_empty() {
+        systems.retain(|s| a.systems.iter().any(|x| x == s.slug()));
     }
     let mut rows = Vec::new();
     for &parts in &a.partitions {
