@@ -12,6 +12,9 @@
 //!   transaction that claimed it and applied its effect (the claim's
 //!   `pg_xact_commit_timestamp(xmin)`, PostgreSQL's clock, the same host's), p50 and p99.
 //!
+//! Ten untimed seconds of the steady load come first (a cold broker made the first system
+//! measured look slow).
+//!
 //! Commit times need `track_commit_timestamp = on` (a server restart): scripts/bench-consumers.sh
 //! starts its stack with it; the run stops at once, saying so, on a server without it.
 //!
@@ -298,7 +301,12 @@ async fn drain(a: &ConsumersArgs, s: System, parts: i32, backlog_topic: &str) ->
     Ok(a.events as f64 / span.max(1e-3))
 }
 
-async fn steady(a: &ConsumersArgs, s: System, parts: i32) -> Result<(f64, f64, usize)> {
+async fn steady(
+    a: &ConsumersArgs,
+    s: System,
+    parts: i32,
+    seconds: f64,
+) -> Result<(f64, f64, usize)> {
     let db = format!("cons_{}_{parts}_steady", s.slug());
     let c = fresh_db(a.pg_port, &db).await?;
     let topic = format!("cons.steady.{}.{parts}.{}", s.slug(), pg::now_us());
@@ -311,7 +319,7 @@ async fn steady(a: &ConsumersArgs, s: System, parts: i32) -> Result<(f64, f64, u
         produce(&p, &topic, i).await?;
     }
     wait_claims(&c, parts as usize * 4, Duration::from_secs(60), &mut run).await?;
-    let n = (a.rate * a.seconds) as usize;
+    let n = (a.rate * seconds) as usize;
     let every = Duration::from_secs_f64(1.0 / a.rate);
     let started = tokio::time::Instant::now();
     let mut sent: HashMap<String, i64> = HashMap::with_capacity(n);
@@ -369,6 +377,10 @@ pub async fn run(a: ConsumersArgs) -> Result<()> {
     if !a.systems.is_empty() {
         systems.retain(|s| a.systems.iter().any(|x| x == s.slug()));
     }
+    // A cold broker (JIT, page cache) and server made the first system measured look slow:
+    // 10 untimed seconds of the steady load first, results discarded.
+    eprintln!("warm-up: 10 s of the steady load (not measured)");
+    steady(&a, systems[0], 1, 10.0).await?;
     let mut rows = Vec::new();
     for &parts in &a.partitions {
         // One backlog per partition count, drained by every system with a group of its own.
@@ -385,7 +397,7 @@ pub async fn run(a: ConsumersArgs) -> Result<()> {
         }
         for &s in &systems {
             let rate = drain(&a, s, parts, &topic).await?;
-            let (p50, p99, n) = steady(&a, s, parts).await?;
+            let (p50, p99, n) = steady(&a, s, parts, a.seconds).await?;
             eprintln!(
                 "{} {parts} partitions: drain {rate:.0}/s, steady p50 {p50:.1} ms p99 {p99:.1} ms ({n} events)",
                 s.name()
