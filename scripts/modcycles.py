@@ -36,6 +36,13 @@ def self_test():
         (root / "pipe" / "b.rs").write_text("pub struct B;\n")
         out = subprocess.run([sys.executable, __file__, str(root)], capture_output=True, text=True)
         assert out.returncode == 0, out.stdout
+        # A test file of its own (`#[cfg(test)] mod tests;`) counts as test code.
+        (root / "pipe" / "b.rs").write_text("#[cfg(test)]\nmod tests;\npub struct B;\n")
+        (root / "pipe" / "b").mkdir()
+        (root / "pipe" / "b" / "tests.rs").write_text("use crate::pipe::a::A;\n")
+        (root / "pipe" / "a.rs").write_text("use super::b::B;\npub struct A;\n")
+        out = subprocess.run([sys.executable, __file__, str(root)], capture_output=True, text=True)
+        assert out.returncode == 0 and "[tests only: pipe::a]" in out.stdout, out.stdout
     print("modcycles self-test: ok")
 
 
@@ -188,9 +195,17 @@ modules = {module_path(p) for p in files}
 name = "::".join
 edges = {name(m): set() for m in modules}
 test_edges = {name(m): set() for m in modules}
+# Files of modules declared `#[cfg(test)] mod name;` (and their descendants) are test code.
+test_files = set()
+for p in src.rglob("*.rs"):
+    own = () if p.name in ("lib.rs", "main.rs") else module_path(p)
+    for m in re.finditer(r"#\[cfg\(test\)\]\s*(?:pub(?:\(\w+\))?\s+)?mod\s+(\w+)\s*;", strip(p.read_text())):
+        test_files.add(own + (m.group(1),))
 for p in files:
     own = module_path(p)
     code, tests = split_tests(strip(p.read_text()))
+    if any(own[: len(t)] == t for t in test_files):
+        code, tests = "", code + tests
     for part, graph in ((code, edges), (tests, test_edges)):
         for segs in use_paths(part) + inline_paths(part):
             t = resolve(own, segs, modules)
