@@ -62,7 +62,8 @@ pub(crate) struct Conn {
     reset: Prepared,
     claim: Prepared,
     refresh: Prepared,
-    claim_all: Prepared,
+    claim_new: Prepared,
+    refresh_all: Prepared,
     dead: Prepared,
     /// One per `[[handler]]`, in config order.
     pub(crate) handlers: Vec<(Prepared, Statement)>,
@@ -168,18 +169,32 @@ impl Conn {
             ))
             .await
             .map_err(table_hint(&a.inbox_table))?;
-        // One statement for a transaction's claims: the new ones are returned; the others, the
-        // duplicates, have their age refreshed (the UPDATE sees the rows that existed before
-        // the statement, never the ones it inserts).
-        let claim_all = client
+        // A transaction's claims in one statement: the ids of the records at or after the
+        // stored position (`$4` ids, `$5` their offsets); the new claims are returned.
+        let claim_new = client
             .prepare_typed(
                 &format!(
-                    "WITH ids AS (SELECT DISTINCT unnest($2::text[]) AS id), \
-                     ins AS (INSERT INTO {inbox} (consumer, event_id) SELECT $1, id FROM ids \
-                       ON CONFLICT DO NOTHING RETURNING event_id), \
-                     upd AS (UPDATE {inbox} SET processed_at = now() \
-                       WHERE consumer = $1 AND event_id = ANY($2::text[])) \
-                     SELECT event_id FROM ins"
+                    "INSERT INTO {inbox} (consumer, event_id) SELECT $1, u.id \
+                     FROM unnest($4::text[], $5::int8[]) AS u(id, off) \
+                     WHERE u.off >= coalesce((SELECT next_offset FROM {offsets} {pos}), -1) \
+                     ON CONFLICT DO NOTHING RETURNING event_id"
+                ),
+                &[
+                    Type::TEXT,
+                    Type::TEXT,
+                    Type::INT4,
+                    Type::TEXT_ARRAY,
+                    Type::INT8_ARRAY,
+                ],
+            )
+            .await
+            .map_err(table_hint(&a.inbox_table))?;
+        // The duplicates' claims, their age refreshed.
+        let refresh_all = client
+            .prepare_typed(
+                &format!(
+                    "UPDATE {inbox} SET processed_at = now() \
+                     WHERE consumer = $1 AND event_id = ANY($2::text[])"
                 ),
                 &[Type::TEXT, Type::TEXT_ARRAY],
             )
@@ -232,7 +247,8 @@ impl Conn {
             reset,
             claim,
             refresh,
-            claim_all,
+            claim_new,
+            refresh_all,
             dead,
             handlers,
             consumer: a.consumer.clone(),
@@ -296,17 +312,34 @@ impl Conn {
         Ok(false)
     }
 
-    /// Claims every id of `event_ids` in one statement: the ones whose claim is new (apply
-    /// their effects); the others are duplicates, their claims' age refreshed.
-    pub(crate) async fn claim_all(
+    /// Claims `event_ids` (their records' `offsets` alongside) in one statement, leaving out
+    /// those below the partition's stored position: the new claims.
+    pub(crate) async fn claim_new(
         &self,
+        topic: &str,
+        partition: i32,
         event_ids: &[&str],
+        offsets: &[i64],
     ) -> Result<std::collections::HashSet<String>, tokio_postgres::Error> {
         let rows = self
             .client
-            .query(&self.claim_all, &[&self.consumer, &event_ids])
+            .query(
+                &self.claim_new,
+                &[&self.consumer, &topic, &partition, &event_ids, &offsets],
+            )
             .await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Refreshes the age of claims that already existed (duplicates).
+    pub(crate) async fn refresh_all(
+        &self,
+        event_ids: &[&str],
+    ) -> Result<(), tokio_postgres::Error> {
+        self.client
+            .execute(&self.refresh_all, &[&self.consumer, &event_ids])
+            .await
+            .map(drop)
     }
 
     /// Records `r` in the dead-letter table with `error` (idempotent on its coordinates).

@@ -1,6 +1,6 @@
 //! One PostgreSQL transaction over consecutive records of one partition: lock the position,
 //! claim the event ids (one statement), run each new claim's handler, store the next position,
-//! commit; three round trips for any number of records, the handlers pipelined. And the
+//! commit; two round trips for any number of records, statements pipelined. And the
 //! dead-letter transaction of one record.
 //!
 //! Invariant: the claim, the effect and the position commit together or not at all; records
@@ -71,10 +71,13 @@ fn broke(e: &tokio_postgres::Error, index: usize) -> Broke {
     }
 }
 
-/// Applies `records` (one partition, offsets increasing) in one transaction, in three round
-/// trips whatever their number: BEGIN with the position's lock; the claims (one statement);
-/// the handlers, the position and COMMIT (pipelined: sent together, run in order, the first
-/// error in order is the one that counts).
+/// Applies `records` (one partition, offsets increasing) in one transaction, in two round
+/// trips whatever their number when every record can be claimed and handled: BEGIN, the
+/// position's lock and the claims; then the handlers, the position and COMMIT. Statements sent
+/// together run in order, and the first error in order is the one that counts. With a record
+/// that cannot be applied in the batch (no event id, no handler), the claims wait for the
+/// stored position (three round trips), since that record may be below it and so not an
+/// error at all. A batch with copies of claimed events costs one more (their claims' age).
 pub(crate) async fn apply(
     conn: &Conn,
     cfg: &ApplyConfig,
@@ -87,9 +90,30 @@ pub(crate) async fn apply(
         "BEGIN; SET LOCAL statement_timeout = {}",
         cfg.apply.statement_timeout_ms
     );
-    let (began, stored) = futures::join!(
+    let early = records
+        .iter()
+        .enumerate()
+        .all(|(i, r)| part(cfg, r, None, i).is_ok());
+    let (ids, offsets) = if early {
+        claimable(records.iter())
+    } else {
+        Default::default()
+    };
+    // If BEGIN fails, so do the statements after it (a broken connection, or an aborted
+    // transaction left on it): the claims never commit on their own.
+    let (began, stored, claimed) = futures::join!(
         c.batch_execute(&begin),
-        conn.position(&first.topic, first.partition, true)
+        conn.position(&first.topic, first.partition, true),
+        async {
+            if early {
+                Some(
+                    conn.claim_new(&first.topic, first.partition, &ids, &offsets)
+                        .await,
+                )
+            } else {
+                None
+            }
+        }
     );
     began.map_err(|e| broke(&e, 0))?;
     let stored = match stored {
@@ -100,7 +124,7 @@ pub(crate) async fn apply(
         }
     };
     let next = last.offset + 1;
-    let result = body(conn, cfg, records, stored).await;
+    let result = body(conn, cfg, records, stored, claimed).await;
     let mut done = match result {
         Ok(done) => done,
         Err(b) => {
@@ -188,6 +212,30 @@ fn part<'r>(
     })
 }
 
+/// The event ids of `records` to claim, each once (the first copy's offset), with their
+/// offsets. Records without an id are left out.
+fn claimable<'r>(records: impl Iterator<Item = &'r Record>) -> (Vec<&'r str>, Vec<i64>) {
+    let mut seen = std::collections::HashSet::new();
+    records
+        .filter_map(|r| r.event_id.as_deref().map(|id| (id, r.offset)))
+        .filter(|(id, _)| seen.insert(*id))
+        .unzip()
+}
+
+/// A definite failure of the claims' statement names no record: like one at COMMIT, it
+/// narrows down attempt by attempt (relay_core::apply::batch::failed_at_commit).
+fn claims_broke(e: &tokio_postgres::Error) -> Broke {
+    match broke(e, 0) {
+        Broke::Definite {
+            error, sqlstate, ..
+        } => Broke::DefiniteAtCommit {
+            error: format!("claiming the event ids: {error}"),
+            sqlstate,
+        },
+        other => other,
+    }
+}
+
 /// The records' claims and effects, inside the open transaction. Records are taken in order up
 /// to the first that cannot be applied (its error is returned once the ones before it ran, so
 /// an earlier handler's failure is still the one reported, as if they ran one by one).
@@ -196,6 +244,7 @@ async fn body(
     cfg: &ApplyConfig,
     records: &[Record],
     stored: Option<i64>,
+    claimed: Option<Result<std::collections::HashSet<String>, tokio_postgres::Error>>,
 ) -> Result<Applied, Broke> {
     let mut done = Applied::default();
     let mut parts = Vec::with_capacity(records.len());
@@ -209,28 +258,26 @@ async fn body(
             }
         }
     }
-    let ids: Vec<&str> = parts
-        .iter()
-        .filter_map(|p| match p {
-            Part::Claim { event_id, .. } => Some(*event_id),
-            Part::Behind => None,
-        })
-        .collect();
-    let mut new = if ids.is_empty() {
-        Default::default()
-    } else {
-        // A definite failure of the claims' statement names no record: like one at COMMIT,
-        // it narrows down attempt by attempt (relay_core::apply::batch::failed_at_commit).
-        conn.claim_all(&ids).await.map_err(|e| match broke(&e, 0) {
-            Broke::Definite {
-                error, sqlstate, ..
-            } => Broke::DefiniteAtCommit {
-                error: format!("claiming the event ids: {error}"),
-                sqlstate,
-            },
-            other => other,
-        })?
+    let mut new = match claimed {
+        Some(claimed) => claimed.map_err(|e| claims_broke(&e))?,
+        None => {
+            let claims = parts.iter().zip(records).filter_map(|(p, r)| match p {
+                Part::Claim { .. } => Some(r),
+                Part::Behind => None,
+            });
+            let (ids, offsets) = claimable(claims);
+            if ids.is_empty() {
+                Default::default()
+            } else {
+                let first = &records[0];
+                conn.claim_new(&first.topic, first.partition, &ids, &offsets)
+                    .await
+                    .map_err(|e| claims_broke(&e))?
+            }
+        }
     };
+    let mut duplicates = Vec::new();
+    let mut claimed_here = std::collections::HashSet::new();
     // The handlers to run, in order, with their parameters bound.
     let mut calls = Vec::new();
     for (i, (p, r)) in parts.iter().zip(records).enumerate() {
@@ -241,8 +288,13 @@ async fn body(
         // `remove`: a second copy of an event in the same transaction is a duplicate.
         if !new.remove(*event_id) {
             done.duplicates += 1;
+            // A copy of an event claimed by this very transaction needs no refresh.
+            if !claimed_here.contains(event_id) {
+                duplicates.push(*event_id);
+            }
             continue;
         }
+        claimed_here.insert(*event_id);
         let Some(h) = *handler else {
             done.ignored += 1;
             continue;
@@ -259,6 +311,11 @@ async fn body(
                 break;
             }
         }
+    }
+    if !duplicates.is_empty() {
+        conn.refresh_all(&duplicates)
+            .await
+            .map_err(|e| claims_broke(&e))?;
     }
     let started = Instant::now();
     let results = futures::future::join_all(calls.iter().map(|(_, prepared, params)| async move {
