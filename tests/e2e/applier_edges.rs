@@ -17,11 +17,11 @@ use rdkafka::{
 
 use crate::support::{TestDb, check, eventually, kafka, kafka_brokers, relay::Relay};
 
-async fn count(db: &TestDb, sql: &str) -> i64 {
+pub(crate) async fn count(db: &TestDb, sql: &str) -> i64 {
     db.client.query_one(sql, &[]).await.unwrap().get(0)
 }
 
-fn producer() -> FutureProducer {
+pub(crate) fn producer() -> FutureProducer {
     ClientConfig::new()
         .set("bootstrap.servers", kafka_brokers())
         .create()
@@ -29,7 +29,7 @@ fn producer() -> FutureProducer {
 }
 
 /// One event as the relay publishes it: headers `id` and `eventType` (`Add`), value `{"n": n}`.
-async fn send(p: &FutureProducer, topic: &str, id: &str, n: i64) {
+pub(crate) async fn send(p: &FutureProducer, topic: &str, id: &str, n: i64) {
     let headers = OwnedHeaders::new()
         .insert(Header {
             key: "id",
@@ -52,7 +52,7 @@ async fn send(p: &FutureProducer, topic: &str, id: &str, n: i64) {
 
 /// The effect table and its handler: one row per applied event, naming the instance (its
 /// `application_name`) and the topic; `sleep` seconds of work per event.
-async fn effect_schema(db: &TestDb, sleep: f64) {
+pub(crate) async fn effect_schema(db: &TestDb, sleep: f64) {
     db.client
         .batch_execute(&format!(
             "CREATE TABLE effects (event_id text NOT NULL, n int NOT NULL, topic text NOT NULL,
@@ -66,7 +66,7 @@ async fn effect_schema(db: &TestDb, sleep: f64) {
         .unwrap();
 }
 
-fn config(db: &TestDb, subscription: &str, instance: &str, extra_kafka: &str) -> String {
+pub(crate) fn config(db: &TestDb, subscription: &str, instance: &str, extra_kafka: &str) -> String {
     format!(
         "[postgres]\nport = {}\ndatabase = \"{}\"\napplication_name = \"{instance}\"\n\n\
          [kafka]\nbrokers = \"{}\"\ngroup_id = \"{}-group\"\n{subscription}\n{extra_kafka}\n\

@@ -6,6 +6,7 @@ mod support;
 mod applier;
 mod applier_edges;
 mod applier_ops;
+mod applier_pause;
 mod backpressure;
 mod balances;
 mod chaos;

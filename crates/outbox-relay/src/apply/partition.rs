@@ -35,13 +35,14 @@ pub(crate) trait Store: Send + Sync + 'static {
         &self,
         records: &[Record],
     ) -> impl std::future::Future<Output = Result<txn::Applied, Broke>> + Send;
-    /// The dead-letter transaction of `r` (txn::dead_letter): the next position.
+    /// The dead-letter transaction of `r` (txn::dead_letter): the next position, and whether
+    /// the dead letter was written (not when another instance moved the position past `r`).
     fn dead_letter(
         &self,
         r: &Record,
         error: &str,
         sqlstate: Option<&str>,
-    ) -> impl std::future::Future<Output = Result<i64, Broke>> + Send;
+    ) -> impl std::future::Future<Output = Result<(i64, bool), Broke>> + Send;
     /// The stored position, read on a new connection; `Err` when it could not be read.
     fn position(
         &self,
@@ -71,7 +72,7 @@ impl Store for PoolStore {
         r: &Record,
         error: &str,
         sqlstate: Option<&str>,
-    ) -> Result<i64, Broke> {
+    ) -> Result<(i64, bool), Broke> {
         let conn = self.pool.get().await;
         let out = txn::dead_letter(&conn, r, error, sqlstate).await;
         if out.is_err() {
@@ -276,7 +277,11 @@ impl<S: Store> PartitionTask<S> {
         let store = self.store.clone();
         loop {
             match store.dead_letter(r, error, sqlstate).await {
-                Ok(next) => {
+                Ok((next, false)) => {
+                    self.committed(next);
+                    return Ok(());
+                }
+                Ok((next, true)) => {
                     self.committed(next);
                     count(&r.topic, "dead_lettered", 1);
                     tracing::warn!(record = %r.at(), event_id = ?r.event_id, error = %error, "{APPLY_RECORD_DEAD_LETTERED}: in the dead-letter table; the partition goes on");

@@ -3,7 +3,10 @@
 //! is not returned; the next `get` opens a new one, retrying with backoff while the database is
 //! away (a restart, a failover) instead of failing the partition.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
 
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
@@ -39,7 +42,10 @@ impl Lent<'_> {
 
 impl Drop for Lent<'_> {
     fn drop(&mut self) {
-        if let Some(c) = self.conn.take().filter(|c| !c.client.is_closed())
+        if let Some(c) = self
+            .conn
+            .take()
+            .filter(|c| !c.client.is_closed() && !c.in_txn.load(Ordering::Acquire))
             && let Ok(mut idle) = self.pool.idle.try_lock()
         {
             idle.push(c);

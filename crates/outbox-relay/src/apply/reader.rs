@@ -117,9 +117,18 @@ impl Reader {
             cfg.apply.event_type_header.clone(),
         );
         let mut last_report = Instant::now();
+        // While records wait here: 1 ms after a flush that moved some, doubling up to 100 ms
+        // while none move (a task retrying through a database outage).
+        let mut wait = 100;
         while !self.stopping.load(Ordering::Relaxed) {
-            self.flush_pending();
-            let wait = if self.pending.is_empty() { 100 } else { 1 };
+            let moved = self.flush_pending();
+            wait = if self.pending.is_empty() {
+                100
+            } else if moved {
+                1
+            } else {
+                (wait * 2).min(100)
+            };
             match self.consumer.poll(Duration::from_millis(wait)) {
                 None => {}
                 Some(Ok(m)) => {
@@ -167,7 +176,10 @@ impl Reader {
         }
     }
 
-    fn flush_pending(&mut self) {
+    /// Hands waiting records to their tasks as far as their queues take them; `true` if any
+    /// moved.
+    fn flush_pending(&mut self) -> bool {
+        let mut moved = false;
         let tps: Vec<Tp> = self.pending.keys().cloned().collect();
         for tp in tps {
             let mut q = self.pending.remove(&tp).unwrap_or_default();
@@ -175,7 +187,7 @@ impl Reader {
             let Some(w) = workers.get(&tp) else { continue };
             while let Some(r) = q.pop_front() {
                 match w.records.try_send(r) {
-                    Ok(()) => {}
+                    Ok(()) => moved = true,
                     Err(mpsc::error::TrySendError::Full(r)) => {
                         q.push_front(r);
                         break;
@@ -196,10 +208,11 @@ impl Reader {
                 self.pending.insert(tp, q);
             }
         }
+        moved
     }
 
-    /// Pauses (always asked: a partition assigned again is not paused any more) or resumes
-    /// (only one this reader paused) `tp`.
+    /// Pauses (always asked: the set may name a partition revoked and assigned again since,
+    /// which the new assignment resumed) or resumes (only one this reader paused) `tp`.
     fn pause(&mut self, tp: &Tp, pause: bool) {
         if !pause && !self.paused.remove(tp) {
             return;

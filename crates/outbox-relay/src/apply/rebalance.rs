@@ -143,12 +143,23 @@ impl Ctx {
             tracing::error!(error = %e, "{APPLY_KAFKA_ERROR}: assign failed");
             return;
         }
-        let mut paused = TopicPartitionList::new();
-        for (tp, _) in &halted {
-            paused.add_partition(&tp.0, tp.1);
+        // librdkafka keeps a partition the application paused paused across a revoke and a
+        // new assignment (its pause flag is cleared by resume only): one the reader paused
+        // before this rebalance would never be fetched again. Every partition starts resumed,
+        // but the halted ones.
+        let (mut paused, mut resumed) = (TopicPartitionList::new(), TopicPartitionList::new());
+        for tp in &tps {
+            if halted.iter().any(|(h, _)| h == tp) {
+                paused.add_partition(&tp.0, tp.1);
+            } else {
+                resumed.add_partition(&tp.0, tp.1);
+            }
         }
         if paused.count() > 0 {
             let _ = consumer.pause(&paused);
+        }
+        if resumed.count() > 0 {
+            let _ = consumer.resume(&resumed);
         }
         let mut workers = self.workers();
         for tp in &tps {

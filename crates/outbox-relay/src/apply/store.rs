@@ -56,6 +56,10 @@ CREATE TABLE IF NOT EXISTS {dead} (
 /// A connection to the consumer's database with every statement prepared.
 pub(crate) struct Conn {
     pub(crate) client: Client,
+    /// Set from BEGIN until COMMIT or ROLLBACK has answered: a connection dropped with it set
+    /// (its task aborted, a ROLLBACK that failed) may hold an open transaction, and goes
+    /// instead of back to the pool (a later BEGIN would only warn and join it).
+    pub(crate) in_txn: std::sync::atomic::AtomicBool,
     lock: Prepared,
     read: Prepared,
     store: Prepared,
@@ -241,6 +245,7 @@ impl Conn {
         }
         Ok(Conn {
             client,
+            in_txn: Default::default(),
             lock,
             read,
             store,

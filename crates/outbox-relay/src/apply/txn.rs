@@ -7,7 +7,7 @@
 //! below the stored position (applied by another instance since this one read them) are
 //! passed over inside the transaction, under the position's row lock.
 
-use std::time::Instant;
+use std::{sync::atomic::Ordering, time::Instant};
 
 use relay_core::apply::failure::{Kind, QUERY_CANCELED, classify};
 
@@ -59,6 +59,22 @@ fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// A statement of the transaction's own bookkeeping (the position's lock, the claims, the
+/// duplicates' refresh, the position) failed: a statement timeout there is a wait on a lock
+/// another transaction holds (another instance on the partition, or on the same event id),
+/// not the record's fault, so it is retried; anything else as [`broke`].
+fn bookkeeping(e: &tokio_postgres::Error, index: usize) -> Broke {
+    if sqlstate(e).as_deref() == Some(QUERY_CANCELED) {
+        Broke::Transient(format!(
+            "{}: waited longer than apply.statement_timeout_ms, most likely on a lock another \
+             transaction holds",
+            crate::pg::describe_pg(e)
+        ))
+    } else {
+        broke(e, index)
+    }
+}
+
 /// A bookkeeping statement failed: transient or definite for the record at `index`.
 fn broke(e: &tokio_postgres::Error, index: usize) -> Broke {
     match classify(sqlstate(e).as_deref()) {
@@ -101,6 +117,7 @@ pub(crate) async fn apply(
     };
     // If BEGIN fails, so do the statements after it (a broken connection, or an aborted
     // transaction left on it): the claims never commit on their own.
+    conn.in_txn.store(true, Ordering::Release);
     let (began, stored, claimed) = futures::join!(
         c.batch_execute(&begin),
         conn.position(&first.topic, first.partition, true),
@@ -115,12 +132,17 @@ pub(crate) async fn apply(
             }
         }
     );
-    began.map_err(|e| broke(&e, 0))?;
+    if let Err(e) = began {
+        // Not the records' fault: an aborted transaction left on the connection (25P02) or a
+        // broken one. Transient: the connection is not reused.
+        rollback(conn).await;
+        return Err(Broke::Transient(describe(&e)));
+    }
     let stored = match stored {
         Ok(s) => s,
         Err(e) => {
-            let _ = c.batch_execute("ROLLBACK").await;
-            return Err(broke(&e, 0));
+            rollback(conn).await;
+            return Err(bookkeeping(&e, 0));
         }
     };
     let next = last.offset + 1;
@@ -129,7 +151,7 @@ pub(crate) async fn apply(
         Ok(done) => done,
         Err(b) => {
             // A broken connection rolls back by itself; an error leaves it to be rolled back.
-            let _ = c.batch_execute("ROLLBACK").await;
+            rollback(conn).await;
             return Err(b);
         }
     };
@@ -139,6 +161,13 @@ pub(crate) async fn apply(
         conn.store_position(&last.topic, last.partition, next),
         c.batch_execute("COMMIT")
     );
+    // COMMIT answered (OK, ROLLBACK, or an error of the server's): the transaction is over.
+    if committed
+        .as_ref()
+        .map_or_else(|e| e.code().is_some(), |()| true)
+    {
+        conn.in_txn.store(false, Ordering::Release);
+    }
     match (positioned, committed) {
         (Ok(()), Ok(())) => {
             done.next = stored.map_or(next, |s| s.max(next));
@@ -148,8 +177,8 @@ pub(crate) async fn apply(
             Err(Broke::CommitUnknown(describe(&e)))
         }
         (Err(e), _) => {
-            let _ = c.batch_execute("ROLLBACK").await;
-            Err(broke(&e, records.len() - 1))
+            rollback(conn).await;
+            Err(bookkeeping(&e, records.len() - 1))
         }
         (Ok(()), Err(e)) => match classify(sqlstate(&e).as_deref()) {
             Kind::Transient => Err(Broke::Transient(describe(&e))),
@@ -158,6 +187,13 @@ pub(crate) async fn apply(
                 sqlstate: sqlstate(&e),
             }),
         },
+    }
+}
+
+/// ROLLBACK; once it has answered, the connection holds no transaction.
+async fn rollback(conn: &Conn) {
+    if conn.client.batch_execute("ROLLBACK").await.is_ok() {
+        conn.in_txn.store(false, Ordering::Release);
     }
 }
 
@@ -212,20 +248,33 @@ fn part<'r>(
     })
 }
 
-/// The event ids of `records` to claim, each once (the first copy's offset), with their
-/// offsets. Records without an id are left out.
+/// The event ids of `records` to claim, each once (with its last copy's offset: records come
+/// in offset order), and those offsets. Records without an id are left out.
 fn claimable<'r>(records: impl Iterator<Item = &'r Record>) -> (Vec<&'r str>, Vec<i64>) {
-    let mut seen = std::collections::HashSet::new();
-    records
-        .filter_map(|r| r.event_id.as_deref().map(|id| (id, r.offset)))
-        .filter(|(id, _)| seen.insert(*id))
-        .unzip()
+    let mut at = std::collections::HashMap::new();
+    let (mut ids, mut offsets) = (Vec::new(), Vec::new());
+    for r in records {
+        let Some(id) = r.event_id.as_deref() else {
+            continue;
+        };
+        match at.get(id) {
+            // A later copy's offset wins: a copy below the stored position must not keep one
+            // at or above it from being claimed.
+            Some(&i) => offsets[i] = r.offset,
+            None => {
+                at.insert(id, ids.len());
+                ids.push(id);
+                offsets.push(r.offset);
+            }
+        }
+    }
+    (ids, offsets)
 }
 
 /// A definite failure of the claims' statement names no record: like one at COMMIT, it
 /// narrows down attempt by attempt (relay_core::apply::batch::failed_at_commit).
 fn claims_broke(e: &tokio_postgres::Error) -> Broke {
-    match broke(e, 0) {
+    match bookkeeping(e, 0) {
         Broke::Definite {
             error, sqlstate, ..
         } => Broke::DefiniteAtCommit {
@@ -360,33 +409,53 @@ async fn body(
 }
 
 /// The dead-letter transaction of record `r`: its claim kept (or made), the record and `error`
-/// in the dead-letter table, the position moved past it.
+/// in the dead-letter table, the position moved past it; the next position and `true`. Nothing
+/// is written when the stored position is already past `r` (another instance applied it):
+/// that position and `false`.
 pub(crate) async fn dead_letter(
     conn: &Conn,
     r: &Record,
     error: &str,
     sqlstate: Option<&str>,
-) -> Result<i64, Broke> {
+) -> Result<(i64, bool), Broke> {
     let c = &conn.client;
-    c.batch_execute("BEGIN")
-        .await
-        .map_err(|e| Broke::Transient(describe(&e)))?;
+    conn.in_txn.store(true, Ordering::Release);
+    if let Err(e) = c.batch_execute("BEGIN").await {
+        rollback(conn).await;
+        return Err(Broke::Transient(describe(&e)));
+    }
     let body = async {
-        conn.position(&r.topic, r.partition, true).await?;
+        let stored = conn.position(&r.topic, r.partition, true).await?;
+        // Applied by another instance since this one read it: nothing to dead-letter (a dead
+        // letter for it would let a re-drive apply it a second time).
+        if let Some(s) = stored.filter(|s| r.offset < *s) {
+            return Ok((s, false));
+        }
         if let Some(id) = r.event_id.as_deref() {
             conn.claim(id).await?;
         }
         conn.dead_letter(r, error, sqlstate).await?;
         conn.store_position(&r.topic, r.partition, r.offset + 1)
-            .await
+            .await?;
+        Ok((r.offset + 1, true))
     };
-    if let Err(e) = body.await {
-        let _ = c.batch_execute("ROLLBACK").await;
-        // Writing the dead letter cannot fail for the record's sake: anything is retried.
-        return Err(Broke::Transient(describe(&e)));
+    let next = match body.await {
+        Ok(next) => next,
+        Err(e) => {
+            rollback(conn).await;
+            // Writing the dead letter cannot fail for the record's sake: anything is retried.
+            return Err(Broke::Transient(describe(&e)));
+        }
+    };
+    let committed = c.batch_execute("COMMIT").await;
+    if committed
+        .as_ref()
+        .map_or_else(|e| e.code().is_some(), |()| true)
+    {
+        conn.in_txn.store(false, Ordering::Release);
     }
-    match c.batch_execute("COMMIT").await {
-        Ok(()) => Ok(r.offset + 1),
+    match committed {
+        Ok(()) => Ok(next),
         Err(e) if e.code().is_none() => Err(Broke::CommitUnknown(describe(&e))),
         Err(e) => Err(Broke::Transient(describe(&e))),
     }

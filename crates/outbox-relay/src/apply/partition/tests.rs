@@ -73,11 +73,16 @@ impl Store for FakeStore {
         Ok(done)
     }
 
-    async fn dead_letter(&self, r: &Record, _: &str, _: Option<&str>) -> Result<i64, Broke> {
+    async fn dead_letter(
+        &self,
+        r: &Record,
+        _: &str,
+        _: Option<&str>,
+    ) -> Result<(i64, bool), Broke> {
         let mut m = self.model();
         m.dead.push(r.offset);
         m.stored = Some(m.stored.map_or(r.offset + 1, |s| s.max(r.offset + 1)));
-        Ok(r.offset + 1)
+        Ok((r.offset + 1, true))
     }
 
     async fn position(&self, _: &str, _: i32) -> Result<Option<i64>, ()> {
