@@ -144,6 +144,17 @@ async fn fresh_db(port: u16, name: &str) -> Result<Client> {
     Ok(c)
 }
 
+/// Drops a phase's database and takes a checkpoint, so that its autovacuum and dirty pages do
+/// not land in the next system's figures.
+async fn retire_db(port: u16, name: &str) -> Result<()> {
+    let admin = pg::connect(port, "postgres").await?;
+    admin
+        .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .await?;
+    admin.batch_execute("CHECKPOINT").await?;
+    Ok(())
+}
+
 fn producer(brokers: &str) -> Result<FutureProducer> {
     Ok(ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -289,15 +300,9 @@ async fn drain(a: &ConsumersArgs, s: System, parts: i32, backlog_topic: &str) ->
     if applied as usize != a.events {
         bail!("{}: {applied} effects for {} events", s.name(), a.events);
     }
-    // The drain's database goes before the steady run, and a checkpoint is taken, so that
-    // its autovacuum and dirty pages do not land in the next system's latencies.
     drop(run);
     drop(c);
-    let admin = pg::connect(a.pg_port, "postgres").await?;
-    admin
-        .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
-        .await?;
-    admin.batch_execute("CHECKPOINT").await?;
+    retire_db(a.pg_port, &db).await?;
     Ok(a.events as f64 / span.max(1e-3))
 }
 
@@ -374,11 +379,7 @@ async fn steady(
     );
     drop(run);
     drop(c);
-    let admin = pg::connect(a.pg_port, "postgres").await?;
-    admin
-        .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
-        .await?;
-    admin.batch_execute("CHECKPOINT").await?;
+    retire_db(a.pg_port, &db).await?;
     Ok((p50, p99, lat.len()))
 }
 

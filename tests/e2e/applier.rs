@@ -20,8 +20,8 @@ use std::{
 };
 
 use crate::support::{
-    TestDb, broker::OwnBroker, check, cluster::PgCluster, eventually, inbox::example_binary, kafka,
-    kafka_brokers, relay::Relay, repo_root,
+    TestDb, applier::count, broker::OwnBroker, check, cluster::PgCluster, eventually,
+    inbox::example_binary, kafka, kafka_brokers, relay::Relay, repo_root,
 };
 
 /// The consumer's own PostgreSQL (it is crashed on purpose).
@@ -30,10 +30,6 @@ const CONSUMER_PG_PORT: u16 = 25493;
 const KAFKA_PORT: u16 = 28020;
 const CHANGES: i64 = 1500;
 const NOTES: i64 = 210;
-
-async fn count(db: &TestDb, sql: &str) -> i64 {
-    db.client.query_one(sql, &[]).await.unwrap().get(0)
-}
 
 async fn query_map(c: &tokio_postgres::Client, sql: &str) -> BTreeMap<String, i64> {
     c.query(sql, &[])

@@ -9,77 +9,14 @@ use std::{
     time::Duration,
 };
 
-use rdkafka::{
-    ClientConfig,
-    message::{Header, OwnedHeaders},
-    producer::{FutureProducer, FutureRecord},
+use rdkafka::ClientConfig;
+
+use crate::support::{
+    TestDb,
+    applier::{apply_cmd, config, count, effect_schema, producer, send, setup},
+    check, eventually, kafka, kafka_brokers,
+    relay::Relay,
 };
-
-use crate::support::{TestDb, check, eventually, kafka, kafka_brokers, relay::Relay};
-
-pub(crate) async fn count(db: &TestDb, sql: &str) -> i64 {
-    db.client.query_one(sql, &[]).await.unwrap().get(0)
-}
-
-pub(crate) fn producer() -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
-        .create()
-        .unwrap()
-}
-
-/// One event as the relay publishes it: headers `id` and `eventType` (`Add`), value `{"n": n}`.
-pub(crate) async fn send(p: &FutureProducer, topic: &str, id: &str, n: i64) {
-    let headers = OwnedHeaders::new()
-        .insert(Header {
-            key: "id",
-            value: Some(id),
-        })
-        .insert(Header {
-            key: "eventType",
-            value: Some("Add"),
-        });
-    p.send(
-        FutureRecord::to(topic)
-            .key("k")
-            .payload(&format!("{{\"n\": {n}}}"))
-            .headers(headers),
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
-}
-
-/// The effect table and its handler: one row per applied event, naming the instance (its
-/// `application_name`) and the topic; `sleep` seconds of work per event.
-pub(crate) async fn effect_schema(db: &TestDb, sleep: f64) {
-    db.client
-        .batch_execute(&format!(
-            "CREATE TABLE effects (event_id text NOT NULL, n int NOT NULL, topic text NOT NULL,
-               applied_by text NOT NULL);
-             CREATE FUNCTION add_effect(v jsonb, id text, t text) RETURNS void LANGUAGE sql AS $$
-               SELECT pg_sleep({sleep});
-               INSERT INTO effects VALUES (id, (v->>'n')::int, t, current_setting('application_name'));
-             $$;"
-        ))
-        .await
-        .unwrap();
-}
-
-pub(crate) fn config(db: &TestDb, subscription: &str, instance: &str, extra_kafka: &str) -> String {
-    format!(
-        "[postgres]\nport = {}\ndatabase = \"{}\"\napplication_name = \"{instance}\"\n\n\
-         [kafka]\nbrokers = \"{}\"\ngroup_id = \"{}-group\"\n{subscription}\n{extra_kafka}\n\
-         [apply]\nconsumer = \"edges\"\n\n[[handler]]\nevent_type = \"Add\"\n\
-         sql = \"SELECT add_effect(:value, :event_id, :topic)\"\n\n\
-         [http]\nlisten = \"127.0.0.1:{}\"\n",
-        db.port,
-        db.name,
-        kafka_brokers(),
-        db.name,
-        crate::support::http::free_port()
-    )
-}
 
 /// Under `topic_pattern`, a topic created while the applier runs joins within
 /// `pattern_refresh_ms` and its events are applied; a topic that does not match is left alone.
@@ -96,13 +33,7 @@ async fn a_topic_created_after_the_start_joins_a_pattern_subscription() {
     kafka::create_topic(&other, 1).await;
     let pattern = format!("topic_pattern = \"{}\\\\.pat\\\\..*\"", db.name);
     let cfg = config(&db, &pattern, "pat", "pattern_refresh_ms = 1000\n");
-    let (status, log) = Relay::once(
-        &format!("{}-setup", db.name),
-        &cfg,
-        &["apply", "setup"],
-        &[],
-    );
-    assert!(status.success(), "apply setup: {log}");
+    setup(&db, &cfg);
     let p = producer();
     for i in 0..10 {
         send(&p, &first, &format!("a-{i}"), 1).await;
@@ -182,13 +113,7 @@ async fn a_position_below_the_log_start_halts_the_partition_until_reset() {
     let topic = format!("{}.gone", db.name);
     kafka::create_topic(&topic, 1).await;
     let cfg = config(&db, &format!("topics = [\"{topic}\"]"), "gone", "");
-    let (status, log) = Relay::once(
-        &format!("{}-setup", db.name),
-        &cfg,
-        &["apply", "setup"],
-        &[],
-    );
-    assert!(status.success(), "apply setup: {log}");
+    setup(&db, &cfg);
     let p = producer();
     for i in 0..6 {
         send(&p, &topic, &format!("g-{i}"), 1).await;
@@ -252,24 +177,17 @@ async fn a_position_below_the_log_start_halts_the_partition_until_reset() {
         "nothing applied"
     );
     assert!(a.terminate(Duration::from_secs(30)).success());
-    let status = std::process::Command::new(crate::support::relay::binary())
-        .args(["apply", "status", "--config"])
-        .arg(&a.config)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
+    let status = apply_cmd("status", &a.config, &[]);
     let text = String::from_utf8_lossy(&status.stdout);
     assert_eq!(status.status.code(), Some(4), "{text}");
     assert!(text.contains("OUTSIDE THE LOG"), "{text}");
 
     // The operator accepts the loss: the position moves to the log start, the rest is applied.
-    let reset = std::process::Command::new(crate::support::relay::binary())
-        .args(["apply", "reset", "--config"])
-        .arg(&a.config)
-        .args(["--topic", &topic, "--partition", "0", "--to", "4"])
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
+    let reset = apply_cmd(
+        "reset",
+        &a.config,
+        &["--topic", &topic, "--partition", "0", "--to", "4"],
+    );
     assert!(
         reset.status.success(),
         "{}",
@@ -313,13 +231,7 @@ async fn a_frozen_instance_that_wakes_after_losing_its_partition_applies_nothing
     let session = "session_timeout_ms = 6000\n";
     let cfg_a = config(&db, &sub, "zombie-a", session);
     let cfg_b = config(&db, &sub, "zombie-b", session);
-    let (status, log) = Relay::once(
-        &format!("{}-setup", db.name),
-        &cfg_a,
-        &["apply", "setup"],
-        &[],
-    );
-    assert!(status.success(), "apply setup: {log}");
+    setup(&db, &cfg_a);
 
     // A writer at ~100 events/s for the whole scenario; each handler call takes 20 ms, so the
     // applier is inside a transaction nearly all the time.

@@ -2,13 +2,15 @@
 //! refusal, `/metrics`, `apply status`, halt, dead-letter, `apply redrive`, `apply reset` and a
 //! handler typo at `apply setup`. The fault-tolerance run is tests/e2e/applier.rs.
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
-use crate::support::{TestDb, check, eventually, kafka, kafka_brokers, relay::Relay, repo_root};
-
-async fn count(db: &TestDb, sql: &str) -> i64 {
-    db.client.query_one(sql, &[]).await.unwrap().get(0)
-}
+use crate::support::{
+    TestDb,
+    applier::{apply_cmd, count, producer, send},
+    check, eventually, kafka, kafka_brokers,
+    relay::Relay,
+    repo_root,
+};
 
 /// The inbox cleanup deletes this consumer's claims older than what its topic can replay (a
 /// topic keeping records 60 s, segments rolled every 60 s: 7 minutes with the margin) and no
@@ -231,31 +233,9 @@ async fn operators_halt_dead_letter_redrive_reset_and_see_handler_typos_at_setup
     let (status, log) = Relay::once(&name("setup"), &cfg("halt", good), &["apply", "setup"], &[]);
     assert!(status.success(), "{log}");
 
-    let p: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", kafka_brokers())
-        .create()
-        .unwrap();
+    let p = producer();
     for (i, n) in [1, -1, 2].into_iter().enumerate() {
-        use rdkafka::message::{Header, OwnedHeaders};
-        let (id, value) = (format!("ev-{i}"), format!("{{\"n\": {n}}}"));
-        let headers = OwnedHeaders::new()
-            .insert(Header {
-                key: "id",
-                value: Some(&id),
-            })
-            .insert(Header {
-                key: "eventType",
-                value: Some("Add"),
-            });
-        p.send(
-            rdkafka::producer::FutureRecord::to(&topic)
-                .key("k")
-                .payload(&value)
-                .headers(headers),
-            Duration::from_secs(30),
-        )
-        .await
-        .unwrap();
+        send(&p, &topic, &format!("ev-{i}"), n).await;
     }
     let sums = || async {
         db.client
@@ -268,12 +248,7 @@ async fn operators_halt_dead_letter_redrive_reset_and_see_handler_typos_at_setup
     };
     let dead = || async { count(&db, "SELECT count(*) FROM outbox_apply_dead_letter").await };
     let status_of = |config: &std::path::Path| {
-        let out = Command::new(crate::support::relay::binary())
-            .args(["apply", "status", "--config"])
-            .arg(config)
-            .env("RUST_LOG", "warn")
-            .output()
-            .unwrap();
+        let out = apply_cmd("status", config, &[]);
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -324,12 +299,7 @@ async fn operators_halt_dead_letter_redrive_reset_and_see_handler_typos_at_setup
         "re-driven: 1; failed again: 0",
         "re-driven: 0; failed again: 0",
     ] {
-        let out = Command::new(crate::support::relay::binary())
-            .args(["apply", "redrive", "--config"])
-            .arg(&a.config)
-            .env("RUST_LOG", "warn")
-            .output()
-            .unwrap();
+        let out = apply_cmd("redrive", &a.config, &[]);
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success() && text.contains(expected),
@@ -340,13 +310,11 @@ async fn operators_halt_dead_letter_redrive_reset_and_see_handler_typos_at_setup
 
     // A position beyond the log's end: status says so (exit 4), the partition does not start.
     let reset = |to: &str| {
-        let out = Command::new(crate::support::relay::binary())
-            .args(["apply", "reset", "--config"])
-            .arg(&a.config)
-            .args(["--topic", &topic, "--partition", "0", "--to", to])
-            .env("RUST_LOG", "warn")
-            .output()
-            .unwrap();
+        let out = apply_cmd(
+            "reset",
+            &a.config,
+            &["--topic", &topic, "--partition", "0", "--to", to],
+        );
         assert!(
             out.status.success(),
             "{}",

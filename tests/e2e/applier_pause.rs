@@ -4,9 +4,11 @@
 
 use std::time::Duration;
 
-use crate::{
-    applier_edges::{config, count, effect_schema, producer, send},
-    support::{TestDb, check, eventually, kafka, relay::Relay},
+use crate::support::{
+    TestDb,
+    applier::{config, count, effect_schema, producer, send, setup},
+    check, eventually, kafka,
+    relay::Relay,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -23,13 +25,7 @@ async fn a_paused_partition_taken_away_and_given_back_is_read_again() {
         config(&db, &sub, "pause-a", session),
         config(&db, &sub, "pause-b", session),
     );
-    let (status, log) = Relay::once(
-        &format!("{}-setup", db.name),
-        &cfg_a,
-        &["apply", "setup"],
-        &[],
-    );
-    assert!(status.success(), "apply setup: {log}");
+    setup(&db, &cfg_a);
     let p = producer();
     let n = 3000;
     for i in 0..n {

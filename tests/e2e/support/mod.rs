@@ -10,6 +10,7 @@
 
 #![allow(dead_code)]
 
+pub mod applier;
 pub mod broker;
 pub mod certs;
 pub mod check;
