@@ -174,25 +174,32 @@ async fn chaos_no_event_is_lost_or_reordered() {
     let fencing = std::env::var("CHAOS_TRANSACTIONAL_ID")
         .map(|id| format!("transactional_id = \"{id}\"\n"))
         .unwrap_or_default();
-    let f = chaos(AT_LEAST_ONCE, "chaos", &fencing, "").await;
-    f.assert_nothing_lost_or_reordered("");
+    let (f, lost) = chaos(AT_LEAST_ONCE, "chaos", &fencing, "").await;
+    f.assert_nothing_lost_or_reordered(&lost);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_exactly_once_nothing_lost_reordered_or_duplicated() {
-    let f = chaos(
+    let (f, lost) = chaos(
         EXACTLY_ONCE,
         "chaos_eos",
         "transactional_id = \"chaos-eos\"\n",
         "delivery = \"exactly-once\"\n",
     )
     .await;
-    f.assert_nothing_lost_or_reordered("");
+    f.assert_nothing_lost_or_reordered(&lost);
     assert_eq!(f.duplicated, 0, "exactly-once: {f:?}");
 }
 
-/// One chaos run; `kafka` and `relay` are extra keys of those sections.
-async fn chaos(p: Ports, name: &str, kafka_keys: &str, relay_keys: &str) -> check::Figures {
+/// One chaos run; `kafka` and `relay` are extra keys of those sections. Returns the figures
+/// and, for a failure's message, where each lost event lies ([`check::explain_lost`]) and the
+/// relay's log.
+async fn chaos(
+    p: Ports,
+    name: &str,
+    kafka_keys: &str,
+    relay_keys: &str,
+) -> (check::Figures, String) {
     let rounds: usize = std::env::var("CHAOS_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -362,5 +369,14 @@ async fn chaos(p: Ports, name: &str, kafka_keys: &str, relay_keys: &str) -> chec
         faults.join(","),
     ));
     relay.terminate(Duration::from_secs(30));
-    f
+    let lost = if f.lost > 0 || f.order_violations > 0 {
+        format!(
+            "{}\nrelay logs: {}",
+            check::explain_lost(&written, &got),
+            relay.log.parent().unwrap_or(&relay.log).display()
+        )
+    } else {
+        String::new()
+    };
+    (f, lost)
 }

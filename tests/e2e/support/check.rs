@@ -98,6 +98,37 @@ impl Figures {
     }
 }
 
+/// For a failure's message: each lost event with the commit LSNs of the delivered events of
+/// its aggregate just before and after it (its own commit lies between them), to be read
+/// against the relay's log (slot start, checkpoint, confirmed positions).
+pub fn explain_lost(written: &[Written], got: &[Rec]) -> String {
+    let delivered: HashMap<&str, &str> = got
+        .iter()
+        .map(|r| (r.header("id"), r.header("outbox-relay.commit-lsn")))
+        .collect();
+    let mut by_agg: HashMap<&str, Vec<&Written>> = HashMap::new();
+    for w in written {
+        by_agg.entry(w.aggregate.as_str()).or_default().push(w);
+    }
+    let mut out = String::new();
+    for events in by_agg.values_mut() {
+        events.sort_by_key(|w| w.seq);
+        for (i, w) in events.iter().enumerate() {
+            if delivered.contains_key(w.id.as_str()) {
+                continue;
+            }
+            let lsn = |w: &&Written| delivered.get(w.id.as_str()).copied();
+            let before = events[..i].iter().rev().find_map(lsn).unwrap_or("-");
+            let after = events[i + 1..].iter().find_map(lsn).unwrap_or("-");
+            out.push_str(&format!(
+                "lost {} ({} #{}): committed after {before}, before {after}\n",
+                w.id, w.aggregate, w.seq
+            ));
+        }
+    }
+    out
+}
+
 /// Appends the figures of a test to `target/test-figures.log` (printed by scripts/test.sh).
 pub fn record(test: &str, f: &Figures) {
     let mut pass = if std::env::var("RELAY_TEST_FENCED").is_ok_and(|v| v == "1") {
