@@ -21,6 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use outbox_relay::events;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use crate::support::{
@@ -107,6 +108,46 @@ fn kafka_node_once(p: Ports, script: &str, args: &[&str]) -> Result<(), String> 
             ),
         ],
     )
+}
+
+/// The relays' log level: every checkpoint written and every LSN confirmed too (debug), so
+/// that a failure can be read against those positions.
+const RELAY_LOG: &str = "info,outbox_relay::pipeline=debug";
+
+fn start_relay(name: &str, cfg: &str) -> Relay {
+    Relay::start_with(name, cfg, &["run"], &[("RUST_LOG", RELAY_LOG)])
+}
+
+/// After a failure, before [`Stack`]'s drop deletes them: PostgreSQL's log, the broker's log
+/// and the topic's partition files (for `kafka-dump-log.sh`) go next to the relay's logs.
+fn keep_server_logs(p: Ports, topic: &str, dest: &std::path::Path) {
+    let stack = std::env::var("STACK_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join(".stack"));
+    let kafka = stack.join(format!("kafka-{}", p.kafka));
+    let copies = [
+        (
+            stack.join(format!("pg-{}/pg.log", p.pg)),
+            dest.join("pg.log"),
+        ),
+        (kafka.join("server.out"), dest.join("kafka-server.out")),
+    ];
+    for (from, to) in copies {
+        if let Err(e) = std::fs::copy(&from, &to) {
+            eprintln!("chaos: could not keep {}: {e}", from.display());
+        }
+    }
+    let partitions = std::fs::read_dir(kafka.join("data")).into_iter().flatten();
+    for dir in partitions.flatten() {
+        let name = dir.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&format!("{topic}-")) {
+            let _ = Command::new("cp")
+                .arg("-r")
+                .arg(dir.path())
+                .arg(dest.join(&name))
+                .status();
+        }
+    }
 }
 
 struct Stack(Ports);
@@ -237,7 +278,10 @@ async fn chaos(
             &crate::support::kafka_brokers(),
             &format!("127.0.0.1:{}", p.kafka_proxy),
         );
-    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let mut relay = start_relay(&db.name, &cfg);
+    relay
+        .wait_log(events::STREAMING_STARTED, Duration::from_secs(60))
+        .await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..2)
@@ -272,7 +316,7 @@ async fn chaos(
         match fault {
             "kill9" => {
                 relay.kill9();
-                relay = Relay::start(&db.name, &cfg);
+                relay = start_relay(&db.name, &cfg);
             }
             "sigterm" => {
                 let status = relay.terminate(Duration::from_secs(60));
@@ -281,7 +325,7 @@ async fn chaos(
                     "graceful stop failed: {status}\n{}",
                     relay.log_text()
                 );
-                relay = Relay::start(&db.name, &cfg);
+                relay = start_relay(&db.name, &cfg);
             }
             "kafka_stop" => {
                 kafka_node(p, "stop.sh", &[]);
@@ -370,6 +414,8 @@ async fn chaos(
     ));
     relay.terminate(Duration::from_secs(30));
     let lost = if f.lost > 0 || f.order_violations > 0 {
+        let kept = relay.log.parent().unwrap_or(&relay.log);
+        keep_server_logs(p, &db.topic("order"), kept);
         format!(
             "{}\nrelay logs: {}",
             check::explain_lost(&written, &got),

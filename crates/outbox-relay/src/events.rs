@@ -97,6 +97,10 @@ pub const CHECKPOINT_IGNORED: &str = "checkpoint_ignored";
 pub const CHECKPOINT_SKIP_DONE: &str = "checkpoint_skip_done";
 /// At-least-once mode: a checkpoint could not be written (warned once per cause).
 pub const CHECKPOINT_WRITE_FAILED: &str = "checkpoint_write_failed";
+/// Debug: a checkpoint was handed to the producer (its covered LSN and last change).
+pub const CHECKPOINT_WRITTEN: &str = "checkpoint_written";
+/// Debug: an LSN was confirmed to PostgreSQL (sent with the next status update).
+pub const LSN_CONFIRMED: &str = "lsn_confirmed";
 /// The open Kafka transaction was aborted after a pipeline error; its records are sent again.
 pub const KAFKA_TRANSACTION_ABORTED: &str = "kafka_transaction_aborted";
 /// Aborting the open Kafka transaction failed or timed out; Kafka ends it itself.
@@ -248,6 +252,8 @@ pub const ALL: &[&str] = &[
     CHECKPOINT_SKIP_DONE,
     CHECKPOINT_IGNORED,
     CHECKPOINT_WRITE_FAILED,
+    CHECKPOINT_WRITTEN,
+    LSN_CONFIRMED,
     KAFKA_TRANSACTION_ABORTED,
     KAFKA_TRANSACTION_ABORT_FAILED,
     KAFKA_CLIENT_ERROR,

@@ -29,7 +29,7 @@ use crate::{
     error::{Definite, RelayError},
     events::{
         CHECKPOINT_FOUND, CHECKPOINT_IGNORED, CHECKPOINT_MISSING, CHECKPOINT_STANDBY_KEY_KEPT,
-        CHECKPOINT_TOPIC_UNUSABLE, CHECKPOINT_WRITE_FAILED,
+        CHECKPOINT_TOPIC_UNUSABLE, CHECKPOINT_WRITE_FAILED, CHECKPOINT_WRITTEN,
     },
     metrics as m,
     sink::Sink,
@@ -184,6 +184,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             self.trail.within(covered)
         };
         let c = id.at(covered, last);
+        tracing::debug!(covered = %covered, last = ?c.last.as_ref().map(ChangeRef::to_string), "{CHECKPOINT_WRITTEN}");
         let (key, value) = (c.key(), c.to_json());
         let topic = &self.cfg.kafka.checkpoint_topic;
         self.sink

@@ -25,7 +25,7 @@ use crate::{
     checkpoint::Identity,
     config::{Config, Delivery},
     error::RelayError,
-    events::CHECKPOINT_SKIP_DONE,
+    events::{CHECKPOINT_SKIP_DONE, LSN_CONFIRMED},
     failover::Memory,
     health::Shared,
     metrics as m,
@@ -260,6 +260,7 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
             );
         }
         if let Some(w) = self.progress.take_confirmation() {
+            tracing::debug!(lsn = %w, "{LSN_CONFIRMED}");
             self.client.update_applied_lsn(w);
             self.carry.refusals.forget_below(w);
             metrics::gauge!(m::CONFIRMED_LSN).set(w.0 as f64);
