@@ -231,3 +231,102 @@ async fn a_commit_whose_records_are_not_all_acknowledged_does_not_start_the_next
     );
     mock.broker_up(1).unwrap();
 }
+
+/// What a consumer reads back is what was handed over, field by field: topic, explicit and
+/// key-chosen partitions, key, value or none, timestamp, headers in order (a repeated name
+/// and a valueless one included), with the records' topics alternating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_read_back_as_handed_over() {
+    use rdkafka::{
+        Message, TopicPartitionList,
+        consumer::{BaseConsumer, Consumer},
+        message::Headers,
+    };
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("t.a", 3, 1).unwrap();
+    mock.create_topic("t.b", 1, 1).unwrap();
+    let cfg = kafka_config(&mock.bootstrap_servers(), "");
+    let (sink, mut reports) = KafkaSink::new(&cfg).unwrap();
+    let origin = origins();
+    let mut sent = Vec::new();
+    for i in 0..6u64 {
+        let mut r = record(if i % 2 == 0 { "t.a" } else { "t.b" }, &format!("k{i}"));
+        match i {
+            0 => {
+                r.partition = Some(2);
+                r.timestamp_ms = Some(1_700_000_000_123);
+                r.headers = vec![
+                    ("id".into(), Some(bytes::Bytes::from_static(b"e-0"))),
+                    ("none".into(), None),
+                    ("id".into(), Some(bytes::Bytes::from_static(b"again"))),
+                ];
+            }
+            1 => r.value = None,
+            _ => r.headers = vec![("n".into(), Some(i.to_string().into_bytes().into()))],
+        }
+        sink.send(&r, origin(i)).await.unwrap();
+        sent.push(r);
+    }
+    assert!(sink.reports_served(Duration::from_secs(10)).await);
+    for _ in 0..6 {
+        let d = reports.recv().await.unwrap();
+        assert!(d.outcome.is_ok(), "{:?}", d.outcome);
+    }
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", mock.bootstrap_servers())
+        .set("group.id", "readback")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for (t, n) in [("t.a", 3), ("t.b", 1)] {
+        for p in 0..n {
+            tpl.add_partition_offset(t, p, rdkafka::Offset::Beginning)
+                .unwrap();
+        }
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while got.len() < 6 && std::time::Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.unwrap();
+            let headers: Vec<(String, Option<Vec<u8>>)> = m
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            got.push((
+                m.topic().to_string(),
+                m.partition(),
+                m.key().map(<[u8]>::to_vec),
+                m.payload().map(<[u8]>::to_vec),
+                m.timestamp().to_millis(),
+                headers,
+            ));
+        }
+    }
+    assert_eq!(got.len(), 6, "read back {got:?}");
+    for r in &sent {
+        let back = got
+            .iter()
+            .find(|g| g.2.as_deref() == Some(&r.key[..]))
+            .unwrap_or_else(|| panic!("{:?} not read back", r.key));
+        assert_eq!(back.0, r.topic);
+        if let Some(p) = r.partition {
+            assert_eq!(back.1, p);
+        }
+        assert_eq!(back.3.as_deref(), r.value.as_deref());
+        if let Some(t) = r.timestamp_ms {
+            assert_eq!(back.4, Some(t));
+        }
+        let headers: Vec<(String, Option<Vec<u8>>)> = r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.as_ref().map(|v| v.to_vec())))
+            .collect();
+        assert_eq!(back.5, headers, "headers of {:?}", r.key);
+    }
+}
