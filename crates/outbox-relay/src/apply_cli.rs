@@ -6,9 +6,8 @@ use clap::Subcommand;
 use outbox_relay::{
     apply::{self, ApplyError},
     config::ApplyConfig,
-    events::{APPLY_FAILED, METRICS_DISABLED, SIGNAL_RECEIVED},
+    events::APPLY_FAILED,
 };
-use tokio::sync::watch;
 
 #[derive(Subcommand)]
 pub(crate) enum Action {
@@ -82,20 +81,9 @@ async fn dispatch(
     match action {
         Action::Run { config } => {
             let cfg = load(&config)?;
-            let prom = match outbox_relay::metrics::install_apply() {
-                Ok(h) => Some(h),
-                Err(e) => {
-                    tracing::error!(error = %e, "{METRICS_DISABLED}: cannot install the Prometheus recorder");
-                    None
-                }
-            };
-            let (tx, rx) = watch::channel(false);
-            tokio::spawn(async move {
-                signal.await;
-                tracing::info!("{SIGNAL_RECEIVED}: finishing the open transactions");
-                let _ = tx.send(true);
-            });
-            apply::run(cfg, rx, prom).await?;
+            let prom = crate::recorder(outbox_relay::metrics::install_apply());
+            let stop = crate::stop_flag(signal, "finishing the open transactions");
+            apply::run(cfg, stop, prom).await?;
         }
         Action::Setup { config } => apply::setup(&load(&config)?).await?,
         Action::Reset {

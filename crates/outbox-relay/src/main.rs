@@ -5,6 +5,7 @@ mod apply_cli;
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
+use metrics_exporter_prometheus::{BuildError, PrometheusHandle};
 use outbox_relay::{
     alert::Severity,
     config::Config,
@@ -174,20 +175,14 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run { config } => {
                 let cfg = load(config)?;
-                let prom = match outbox_relay::metrics::install(outbox_relay::alert::LABELS) {
-                    Ok(h) => Some(h),
-                    Err(e) => {
-                        tracing::error!(error = %e, "{METRICS_DISABLED}: cannot install the Prometheus recorder");
-                        None
-                    }
-                };
-                let (tx, rx) = watch::channel(false);
-                tokio::spawn(async move {
-                    wait_for_signal().await;
-                    tracing::info!("{SIGNAL_RECEIVED}: stopping intake, waiting for in-flight acks");
-                    let _ = tx.send(true);
-                });
-                outbox_relay::run::run(&cfg, rx, prom).await.map(|()| ExitCode::SUCCESS)
+                let prom = recorder(outbox_relay::metrics::install(outbox_relay::alert::LABELS));
+                let stop = stop_flag(
+                    wait_for_signal(),
+                    "stopping intake, waiting for in-flight acks",
+                );
+                outbox_relay::run::run(&cfg, stop, prom)
+                    .await
+                    .map(|()| ExitCode::SUCCESS)
             }
             Command::Setup {
                 config,
@@ -233,7 +228,8 @@ fn main() -> ExitCode {
             } => {
                 let cfg = load(config)?;
                 if watch {
-                    let every = std::time::Duration::from_secs_f64(interval_secs.clamp(0.1, 3600.0));
+                    let every =
+                        std::time::Duration::from_secs_f64(interval_secs.clamp(0.1, 3600.0));
                     outbox_relay::status::watch::run(&cfg, every, wait_for_signal()).await;
                     return Ok(ExitCode::SUCCESS);
                 }
@@ -287,6 +283,30 @@ fn init_logging(format: &str) {
     } else {
         builder.init();
     }
+}
+
+/// The Prometheus recorder behind `/metrics`. Without one (logged) the process runs on
+/// without metrics rather than not at all.
+fn recorder(installed: Result<PrometheusHandle, BuildError>) -> Option<PrometheusHandle> {
+    installed
+        .map_err(|e| {
+            tracing::error!(error = %e, "{METRICS_DISABLED}: cannot install the Prometheus recorder");
+        })
+        .ok()
+}
+
+/// A stop flag raised once `signal` fires, logging `then` (what stopping does).
+fn stop_flag(
+    signal: impl Future<Output = ()> + Send + 'static,
+    then: &'static str,
+) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        signal.await;
+        tracing::info!("{SIGNAL_RECEIVED}: {then}");
+        let _ = tx.send(true);
+    });
+    rx
 }
 
 async fn wait_for_signal() {
