@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::support::{
     TestDb,
-    applier::{apply_cmd, count, producer, send},
+    applier::{apply_cmd, count, producer, send, send_event},
     check, eventually, kafka, kafka_brokers,
     relay::Relay,
     repo_root,
@@ -51,36 +51,9 @@ async fn the_inbox_cleanup_deletes_only_claims_the_topic_can_no_longer_replay() 
         )
         .await
         .unwrap();
-    {
-        use rdkafka::{
-            ClientConfig,
-            message::{Header, OwnedHeaders},
-            producer::{FutureProducer, FutureRecord},
-        };
-        let p: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", kafka_brokers())
-            .create()
-            .unwrap();
-        for id in ["new-1", "new-2"] {
-            let headers = OwnedHeaders::new()
-                .insert(Header {
-                    key: "id",
-                    value: Some(id),
-                })
-                .insert(Header {
-                    key: "eventType",
-                    value: Some("Note"),
-                });
-            p.send(
-                FutureRecord::to(&topic)
-                    .key("k")
-                    .payload("{}")
-                    .headers(headers),
-                Duration::from_secs(30),
-            )
-            .await
-            .unwrap();
-        }
+    let p = producer();
+    for id in ["new-1", "new-2"] {
+        send_event(&p, &topic, id, "Note", "{}").await;
     }
     let mut applier = Relay::start_with(&format!("{}-run", db.name), &cfg, &["apply", "run"], &[]);
     let claims = || async {

@@ -25,6 +25,11 @@ pub fn producer() -> FutureProducer {
 
 /// One event as the relay publishes it: headers `id` and `eventType` (`Add`), value `{"n": n}`.
 pub async fn send(p: &FutureProducer, topic: &str, id: &str, n: i64) {
+    send_event(p, topic, id, "Add", &format!("{{\"n\": {n}}}")).await
+}
+
+/// One event with headers `id` and `eventType` and key `k`.
+pub async fn send_event(p: &FutureProducer, topic: &str, id: &str, event_type: &str, value: &str) {
     let headers = OwnedHeaders::new()
         .insert(Header {
             key: "id",
@@ -32,12 +37,12 @@ pub async fn send(p: &FutureProducer, topic: &str, id: &str, n: i64) {
         })
         .insert(Header {
             key: "eventType",
-            value: Some("Add"),
+            value: Some(event_type),
         });
     p.send(
         FutureRecord::to(topic)
             .key("k")
-            .payload(&format!("{{\"n\": {n}}}"))
+            .payload(value)
             .headers(headers),
         Duration::from_secs(30),
     )

@@ -20,7 +20,7 @@ mod partition;
 mod pool;
 mod reader;
 mod rebalance;
-mod record;
+pub(crate) mod record;
 mod redrive;
 mod retention;
 pub mod status;
