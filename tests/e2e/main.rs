@@ -38,6 +38,7 @@ mod restart;
 mod schema;
 mod security;
 mod slot_trends;
+mod sources;
 mod standby;
 mod status_watch;
 mod stop;

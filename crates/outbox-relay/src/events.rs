@@ -129,6 +129,10 @@ pub const STATE_FILE_WRITTEN_AGAIN: &str = "state_file_written_again";
 pub const PIPELINE_RESTART: &str = "pipeline_restart";
 /// A restart for the same reason as the last one (debug).
 pub const PIPELINE_RESTART_REPEATED: &str = "pipeline_restart_repeated";
+/// A source of a multi-source config started (`[source.<name>]`).
+pub const SOURCE_STARTED: &str = "source_started";
+/// A source stopped on a definite error; the process goes on relaying the other sources.
+pub const SOURCE_STOPPED: &str = "source_stopped";
 /// SIGTERM or SIGINT arrived: the relay stops intake and drains.
 pub const SIGNAL_RECEIVED: &str = "signal_received";
 /// The Prometheus recorder could not be installed; the relay runs without `/metrics` data.
@@ -264,6 +268,8 @@ pub const ALL: &[&str] = &[
     STATE_FILE_WRITTEN_AGAIN,
     PIPELINE_RESTART,
     PIPELINE_RESTART_REPEATED,
+    SOURCE_STARTED,
+    SOURCE_STOPPED,
     SIGNAL_RECEIVED,
     METRICS_DISABLED,
     SETUP_OK,

@@ -47,6 +47,9 @@ pub(crate) struct Shared {
     passive: AtomicBool,
     /// The slot's `wal_status` left `reserved`/`extended` ([`set_wal_at_risk`](Self::set_wal_at_risk)).
     wal_at_risk: AtomicBool,
+    /// Why this source stopped for good ([`set_stopped`](Self::set_stopped)), in a process
+    /// that goes on relaying its other sources.
+    stopped: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -116,6 +119,12 @@ impl Shared {
         self.restart.notified().await;
     }
 
+    /// The source ended on a definite error while the process relays other sources: it stays
+    /// not ready, with `why`, until a reload restarts it.
+    pub(crate) fn set_stopped(&self, why: Option<String>) {
+        *lock(&self.stopped) = why;
+    }
+
     pub(crate) fn set_alerts(&self, active: Vec<Active>) {
         *lock(&self.alerts) = active;
     }
@@ -125,7 +134,9 @@ impl Shared {
     /// its job too, so it counts as ready (critical alerts still make it unready).
     pub(crate) fn readiness(&self, passive_ok: bool) -> Result<(), Vec<String>> {
         let mut reasons = Vec::new();
-        if !(self.streaming() || (passive_ok && self.passive())) {
+        if let Some(why) = lock(&self.stopped).as_ref() {
+            reasons.push(format!("stopped: {why}"));
+        } else if !(self.streaming() || (passive_ok && self.passive())) {
             reasons.push(
                 "not streaming: the replication stream is not open (see the relay log for \
                  pipeline_restart)"

@@ -5,7 +5,7 @@ mod apply_cli;
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use metrics_exporter_prometheus::{BuildError, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use outbox_relay::{
     alert::Severity,
     config::Config,
@@ -74,6 +74,9 @@ enum Command {
         /// must start at or before Debezium's committed position.
         #[arg(long, value_name = "SLOT", requires = "from_debezium")]
         debezium_slot: Option<String>,
+        /// With `[source.<name>]` tables: prepare this source only (default: every source).
+        #[arg(long, value_name = "NAME")]
+        source: Option<String>,
     },
     /// Print the slot's health on one screen: slot, active PID, wal_status, lag, retained WAL,
     /// safe_wal_size, last confirmation and alert state. Exit 0 when healthy, 4 on a critical
@@ -92,6 +95,10 @@ enum Command {
         /// Seconds between two refreshes of `--watch`.
         #[arg(long, default_value_t = 1.0)]
         interval_secs: f64,
+        /// With `[source.<name>]` tables: this source only (default: every source, one after
+        /// the other; `--watch` needs one).
+        #[arg(long, value_name = "NAME")]
+        source: Option<String>,
     },
     /// Parse and validate the config, print it with secrets redacted, and exit.
     CheckConfig {
@@ -175,14 +182,22 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run { config } => {
                 let cfg = load(config)?;
-                let prom = recorder(outbox_relay::metrics::install(outbox_relay::alert::LABELS));
+                // Several sources: every series is labelled by its source.
+                let prom = if cfg.sources.is_empty() {
+                    recorder(outbox_relay::metrics::install(outbox_relay::alert::LABELS))
+                } else {
+                    recorder(outbox_relay::fleet::install_labelled())
+                };
                 let stop = stop_flag(
                     wait_for_signal(),
                     "stopping intake, waiting for in-flight acks",
                 );
-                outbox_relay::run::run(&cfg, stop, prom)
-                    .await
-                    .map(|()| ExitCode::SUCCESS)
+                if cfg.sources.is_empty() {
+                    outbox_relay::run::run(&cfg, stop, prom).await
+                } else {
+                    outbox_relay::fleet::run(&cfg, stop, prom).await
+                }
+                .map(|()| ExitCode::SUCCESS)
             }
             Command::Setup {
                 config,
@@ -192,10 +207,23 @@ fn main() -> ExitCode {
                 offsets_file,
                 topic_prefix,
                 debezium_slot,
+                source,
             } => {
-                let cfg = load(config)?;
+                let root = load(config)?;
+                let streams = pick(&root, source.as_deref())?;
+                if from_debezium.is_some() && streams.len() > 1 {
+                    return Err(usage(
+                        "--from-debezium cuts one source over: add --source <name>",
+                    ));
+                }
+                let cfg = streams[0];
                 match from_debezium {
-                    None => outbox_relay::run::setup(&cfg, recreate_slot).await,
+                    None => {
+                        for cfg in streams {
+                            outbox_relay::run::setup(cfg, recreate_slot).await?;
+                        }
+                        Ok(())
+                    }
                     Some(connector) => {
                         let storage = match (offsets_topic, offsets_file) {
                             (Some(t), None) => OffsetStorage::Topic(t),
@@ -215,7 +243,7 @@ fn main() -> ExitCode {
                             server: topic_prefix,
                             debezium_slot,
                         };
-                        outbox_relay::cutover::setup(&cfg, &from).await
+                        outbox_relay::cutover::setup(cfg, &from).await
                     }
                 }
                 .map(|()| ExitCode::SUCCESS)
@@ -225,21 +253,35 @@ fn main() -> ExitCode {
                 fail_on,
                 watch,
                 interval_secs,
+                source,
             } => {
-                let cfg = load(config)?;
+                let root = load(config)?;
+                let streams = pick(&root, source.as_deref())?;
                 if watch {
+                    let [cfg] = streams[..] else {
+                        return Err(usage(
+                            "status --watch shows one source: add --source <name>",
+                        ));
+                    };
                     let every =
                         std::time::Duration::from_secs_f64(interval_secs.clamp(0.1, 3600.0));
-                    outbox_relay::status::watch::run(&cfg, every, wait_for_signal()).await;
+                    outbox_relay::status::watch::run(cfg, every, wait_for_signal()).await;
                     return Ok(ExitCode::SUCCESS);
                 }
-                let report = outbox_relay::status::collect(&cfg).await?;
-                print!("{}", report.render());
                 let limit = match fail_on {
                     FailOn::Warning => Severity::Warning,
                     FailOn::Critical => Severity::Critical,
                 };
-                Ok(if report.worst().is_some_and(|w| w >= limit) {
+                let mut alert = false;
+                for (i, cfg) in streams.iter().enumerate() {
+                    let report = outbox_relay::status::collect(cfg).await?;
+                    if i > 0 {
+                        println!();
+                    }
+                    print!("{}", report.render());
+                    alert |= report.worst().is_some_and(|w| w >= limit);
+                }
+                Ok(if alert {
                     ExitCode::from(EXIT_ALERT)
                 } else {
                     ExitCode::SUCCESS
@@ -271,6 +313,35 @@ fn load(path: Option<PathBuf>) -> Result<Config, RelayError> {
     Ok(Config::load(path.as_deref(), std::env::vars())?)
 }
 
+/// The configs a command works on: every source, or the one `--source` names.
+fn pick<'a>(root: &'a Config, source: Option<&str>) -> Result<Vec<&'a Config>, RelayError> {
+    let streams = root.streams();
+    let Some(want) = source else {
+        return Ok(streams);
+    };
+    let names: Vec<&str> = streams.iter().filter_map(|s| s.source.as_deref()).collect();
+    match streams
+        .into_iter()
+        .find(|s| s.source.as_deref() == Some(want))
+    {
+        Some(s) => Ok(vec![s]),
+        None if names.is_empty() => Err(usage(
+            "--source: the config has no [source.<name>] tables (it relays one database)",
+        )),
+        None => Err(usage(&format!(
+            "--source {want:?}: no such source; the config has {}",
+            names.join(", ")
+        ))),
+    }
+}
+
+/// A command line that cannot work with this config (exit code 2).
+fn usage(why: &str) -> RelayError {
+    RelayError::from(Definite::Config(outbox_relay::config::ConfigError::Parse(
+        why.to_string(),
+    )))
+}
+
 fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -287,7 +358,9 @@ fn init_logging(format: &str) {
 
 /// The Prometheus recorder behind `/metrics`. Without one (logged) the process runs on
 /// without metrics rather than not at all.
-fn recorder(installed: Result<PrometheusHandle, BuildError>) -> Option<PrometheusHandle> {
+fn recorder(
+    installed: Result<PrometheusHandle, impl std::fmt::Display>,
+) -> Option<PrometheusHandle> {
     installed
         .map_err(|e| {
             tracing::error!(error = %e, "{METRICS_DISABLED}: cannot install the Prometheus recorder");

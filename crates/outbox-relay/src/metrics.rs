@@ -31,6 +31,7 @@ pub const TIME_LAG_SECONDS: &str = "outbox_relay_time_lag_seconds";
 pub const RESTARTS: &str = "outbox_relay_restarts_total";
 pub const STREAMING: &str = "outbox_relay_streaming";
 pub const READY: &str = "outbox_relay_ready";
+pub const SOURCE_STOPPED: &str = "outbox_relay_source_stopped";
 
 // The slot monitor (its own SQL connection; see monitor.rs).
 pub const MONITOR_UP: &str = "outbox_relay_slot_monitor_up";
@@ -103,6 +104,7 @@ pub const ALL: &[&str] = &[
     RESTARTS,
     STREAMING,
     READY,
+    SOURCE_STOPPED,
     MONITOR_UP,
     MONITOR_ERRORS,
     SLOT_PRESENT,
@@ -280,6 +282,10 @@ pub fn describe() {
         BYTES_PRODUCED,
         Unit::Bytes,
         "Key and value bytes acknowledged by Kafka, per topic."
+    );
+    describe_gauge!(
+        SOURCE_STOPPED,
+        "1 while a source of a multi-source relay is stopped on a definite error (the others go on)."
     );
     describe_counter!(
         DELIVERY_ERRORS,

@@ -52,7 +52,7 @@ async fn connect_to(cfg: &Config, host: &str, port: u16) -> Result<Client, Relay
                 .connect(NoTls)
                 .await
                 .map_err(|e| classify_connect(e, &target, cfg))?;
-            tokio::spawn(watch_connection(conn));
+            crate::source_scope::spawn(watch_connection(conn));
             client
         }
         Some(tls) => {
@@ -61,7 +61,7 @@ async fn connect_to(cfg: &Config, host: &str, port: u16) -> Result<Client, Relay
                 .connect(tls)
                 .await
                 .map_err(|e| classify_connect(e, &target, cfg))?;
-            tokio::spawn(watch_connection(conn));
+            crate::source_scope::spawn(watch_connection(conn));
             client
         }
     };

@@ -19,7 +19,7 @@ use rand::Rng;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::{
-    config::Config,
+    config::{Config, HttpConfig},
     error::{RelayError, Transient},
     events::{PIPELINE_RESTART, PIPELINE_RESTART_REPEATED, SETUP_OK, SHUTDOWN_COMPLETE},
     health::Shared,
@@ -28,6 +28,7 @@ use crate::{
     pipeline,
     setup::{self, SlotPolicy},
     sink::KafkaSink,
+    source_scope::carry,
     stop::unless_stopped,
     webhook::Dispatcher,
 };
@@ -38,50 +39,75 @@ const FIRST_POLL_WAIT: Duration = Duration::from_secs(3);
 const WEBHOOK_FLUSH: Duration = Duration::from_secs(10);
 
 /// Runs the relay until `shutdown` flips to true (returns `Ok`) or a definite error. With a
-/// Prometheus handle, serves it on `[http]` and runs its upkeep.
+/// Prometheus handle, serves it on `[http]` and runs its upkeep. One database: a config with
+/// `[source.<name>]` tables runs with [`crate::fleet::run`].
 pub async fn run(
     cfg: &Config,
     shutdown: watch::Receiver<bool>,
     prom: Option<PrometheusHandle>,
 ) -> Result<(), RelayError> {
-    let cfg = Arc::new(cfg.clone());
     let shared = Arc::new(Shared::new());
-    // Stops the helper tasks, whatever ended the run.
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut helpers = tokio::task::JoinSet::new();
     if let Some(prom) = prom {
-        let upkeep = prom.clone();
-        let mut stop = stop_rx.clone();
-        helpers.spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(5));
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => upkeep.run_upkeep(),
-                    _ = stop.changed() => return,
-                }
-            }
-        });
-        if cfg.http.enabled {
-            helpers.spawn(http::serve(
-                cfg.http.listen,
-                prom,
-                shared.clone(),
-                stop_rx.clone(),
-            ));
-        }
+        endpoint(&mut helpers, &cfg.http, prom, shared.clone(), &stop_rx);
     }
+    let result = run_source(Arc::new(cfg.clone()), shared, shutdown).await;
+    let _ = stop_tx.send(true);
+    helpers.shutdown().await;
+    result
+}
+
+/// The process's HTTP endpoint and the Prometheus upkeep, until `stop` flips.
+pub(crate) fn endpoint<R: http::Readiness>(
+    helpers: &mut tokio::task::JoinSet<()>,
+    cfg: &HttpConfig,
+    prom: PrometheusHandle,
+    readiness: Arc<R>,
+    stop: &watch::Receiver<bool>,
+) {
+    let upkeep = prom.clone();
+    let mut upkeep_stop = stop.clone();
+    helpers.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => upkeep.run_upkeep(),
+                _ = upkeep_stop.changed() => return,
+            }
+        }
+    });
+    if cfg.enabled {
+        helpers.spawn(http::serve(cfg.listen, prom, readiness, stop.clone()));
+    }
+}
+
+/// One database: its slot monitor, heartbeat and slot keeper beside the supervisor, until
+/// `shutdown` flips (`Ok`) or a definite error.
+pub(crate) async fn run_source(
+    cfg: Arc<Config>,
+    shared: Arc<Shared>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), RelayError> {
+    // Stops the helper tasks, whatever ended the run.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut helpers = tokio::task::JoinSet::new();
     if cfg.heartbeat.enabled {
-        helpers.spawn(heartbeat::run(cfg.clone(), shared.clone(), stop_rx.clone()));
+        helpers.spawn(carry(heartbeat::run(
+            cfg.clone(),
+            shared.clone(),
+            stop_rx.clone(),
+        )));
     }
     // PostgreSQL 18's idle_replication_slot_timeout: the slot is held while nothing streams.
-    helpers.spawn(crate::slot_keeper::run(
+    helpers.spawn(carry(crate::slot_keeper::run(
         cfg.clone(),
         shared.clone(),
         stop_rx.clone(),
-    ));
+    )));
     let (fatal_tx, mut fatal_rx) = mpsc::channel(1);
     let (first_tx, first_rx) = oneshot::channel();
-    let monitor = tokio::spawn(
+    let monitor = crate::source_scope::spawn(
         MonitorTask {
             cfg: cfg.clone(),
             shared: shared.clone(),

@@ -40,6 +40,8 @@ pub struct RelayView {
 
 #[derive(Debug)]
 pub struct StatusReport {
+    /// The source's name, in a multi-source config.
+    pub source: Option<String>,
     pub slot_name: String,
     pub server: String,
     /// What is published: the outbox tables and message prefixes ([`sources`]).
@@ -87,12 +89,13 @@ pub(crate) async fn collect_on(
     } else {
         let t = Target::local(cfg.http.listen, "/metrics");
         match http::get(&t, Duration::from_secs(2)).await {
-            Ok((s, body)) if s.is_success() => Ok(relay_view(&body)),
+            Ok((s, body)) if s.is_success() => Ok(relay_view(&body, cfg.source.as_deref())),
             Ok((s, _)) => Err(format!("{} answered {s}", t.redacted())),
             Err(e) => Err(format!("{} not reachable: {e}", t.redacted())),
         }
     };
     Ok(StatusReport {
+        source: cfg.source.clone(),
         slot_name: cfg.postgres.slot.clone(),
         server: format!(
             "{}:{} database {}",
@@ -133,10 +136,13 @@ pub fn sources(cfg: &Config) -> String {
     format!("{tables}; message prefixes {}", prefixes.join(", "))
 }
 
-/// Reads the relay's own metrics from Prometheus text.
-pub fn relay_view(text: &str) -> RelayView {
+/// Reads the relay's own metrics from Prometheus text; with `source`, only that source's series
+/// (a multi-source relay labels every series with `source`).
+pub fn relay_view(text: &str, source: Option<&str>) -> RelayView {
     let mut v = RelayView::default();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
+    let label = source.map(|s| format!("source=\"{s}\""));
+    let mine = |l: &&str| label.as_deref().is_none_or(|want| l.contains(want));
+    for line in text.lines().filter(|l| !l.starts_with('#')).filter(mine) {
         let Some((series, value)) = line.rsplit_once(' ') else {
             continue;
         };
@@ -197,7 +203,11 @@ impl StatusReport {
         let snap = &self.snapshot;
         let _ = writeln!(
             o,
-            "outbox-relay status: slot {:?} on {} at {}",
+            "outbox-relay status: {}slot {:?} on {} at {}",
+            self.source
+                .as_ref()
+                .map(|s| format!("source {s}, "))
+                .unwrap_or_default(),
             self.slot_name,
             self.server,
             rfc3339(std::time::SystemTime::now())

@@ -46,7 +46,7 @@ mod tests {
     async fn a_stop_ends_a_wait_that_never_returns_and_a_finished_one_returns() {
         let (tx, rx) = watch::channel(false);
         assert_eq!(unless_stopped(&rx, async { 7 }).await, Some(7));
-        tokio::spawn(async move {
+        crate::source_scope::spawn(async move {
             tokio::time::sleep(Duration::from_millis(20)).await;
             let _ = tx.send(true);
         });

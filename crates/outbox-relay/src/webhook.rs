@@ -255,7 +255,7 @@ impl Dispatcher {
         let auth = w.authorization.as_ref().map(|s| s.expose().to_string());
         let ctx = Context::from_config(cfg);
         tracing::info!(target = %target.redacted(), format = ?format, "{WEBHOOK_ENABLED}");
-        let task = tokio::spawn(async move {
+        let task = crate::source_scope::spawn(async move {
             while let Some(n) = rx.recv().await {
                 let payload = body(format, &ctx, &n).to_string();
                 let mut result = Err(String::new());

@@ -212,6 +212,16 @@ const FIRST_CLASS_KAFKA_PROPERTIES: &[(&str, &str)] = &[
 ];
 
 impl KafkaConfig {
+    /// The transactional ids of the relay's producers: none without `kafka.transactional_id`,
+    /// else `<id>` and, with `kafka.transaction_producers = 2`, `<id>.2`.
+    pub(crate) fn transactional_ids(&self) -> Vec<String> {
+        match &self.transactional_id {
+            None => Vec::new(),
+            Some(id) if self.transaction_producers >= 2 => vec![id.clone(), format!("{id}.2")],
+            Some(id) => vec![id.clone()],
+        }
+    }
+
     pub(super) fn validate(&self) -> Result<(), InvalidOption> {
         for key in self.properties.keys() {
             if FORBIDDEN_KAFKA_PROPERTIES.contains(&key.as_str()) {

@@ -15,14 +15,30 @@ pub(super) fn from_file_and_environment(
     path: Option<&Path>,
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<Config, ConfigError> {
-    let (table, origins) = read_table(path, env)?;
+    let (mut table, origins) = read_table(path, env)?;
+    // `[source.<name>]` tables: each is a config of its own over the rest of the file.
+    let sources = table.remove("source");
+    let mut cfg = build(table.clone(), "", &origins)?;
+    if let Some(sources) = sources {
+        cfg.sources =
+            super::sources::expand(&table, sources, |t, prefix| build(t, prefix, &origins))?;
+    }
+    Ok(cfg)
+}
+
+/// One [`Config`] from its table; errors name options under `prefix` (`source.<name>`).
+fn build(table: toml::Table, prefix: &str, origins: &Origins) -> Result<Config, ConfigError> {
+    let under = |key: String| match prefix {
+        "" => key,
+        p => format!("{p}.{key}"),
+    };
     // `[[outbox]]` entries one by one first: toml does not say which entry of an array failed.
     if let Some(toml::Value::Array(entries)) = table.get("outbox") {
         for (i, entry) in entries.iter().enumerate() {
             if let Err(e) = entry.clone().try_into::<OutboxTable>() {
-                let prefix = format!("outbox[{i}]");
+                let prefix = under(format!("outbox[{i}]"));
                 return Err(ConfigError::Parse(name_the_option(
-                    &e, entry, &prefix, &origins,
+                    &e, entry, &prefix, origins,
                 )));
             }
         }
@@ -30,9 +46,9 @@ pub(super) fn from_file_and_environment(
     if let Some(toml::Value::Array(entries)) = table.get("message") {
         for (i, entry) in entries.iter().enumerate() {
             if let Err(e) = entry.clone().try_into::<MessageRoute>() {
-                let prefix = format!("message[{i}]");
+                let prefix = under(format!("message[{i}]"));
                 return Err(ConfigError::Parse(name_the_option(
-                    &e, entry, &prefix, &origins,
+                    &e, entry, &prefix, origins,
                 )));
             }
         }
@@ -43,7 +59,7 @@ pub(super) fn from_file_and_environment(
     let mut cfg: Config = root
         .clone()
         .try_into()
-        .map_err(|e| ConfigError::Parse(name_the_option(&e, &root, "", &origins)))?;
+        .map_err(|e| ConfigError::Parse(name_the_option(&e, &root, prefix, origins)))?;
     if tableless {
         cfg.outbox.clear();
     }
@@ -190,6 +206,11 @@ fn name_the_option(
 }
 
 fn is_secret(key: &str) -> bool {
+    // A source's options are its section's: `source.<name>.postgres.password`.
+    let key = match key.strip_prefix("source.") {
+        Some(rest) => rest.split_once('.').map_or(rest, |(_, k)| k),
+        None => key,
+    };
     matches!(
         key,
         "postgres.password"

@@ -21,6 +21,7 @@ mod observability;
 mod postgres;
 mod relay;
 mod secret;
+mod sources;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -75,6 +76,14 @@ pub struct Config {
     /// Periodic heartbeat messages, so confirmations advance while the outbox is quiet.
     #[serde(default)]
     pub heartbeat: HeartbeatConfig,
+    /// The `[source.<name>]` tables, each loaded as a config of its own over the top-level
+    /// sections (docs/configuration.md, "Several databases"). Empty: the file describes one
+    /// database, the top level itself.
+    #[serde(skip)]
+    pub sources: Vec<Config>,
+    /// This config's source name, when it is one of [`sources`](Self::sources).
+    #[serde(skip)]
+    pub source: Option<String>,
 }
 
 fn default_outbox() -> Vec<OutboxTable> {
@@ -221,7 +230,18 @@ impl Config {
         }
         self.alerts.validate()?;
         self.monitor.validate()?;
-        self.heartbeat.validate()
+        self.heartbeat.validate()?;
+        sources::validate(&self.sources)
+    }
+
+    /// The configs of the databases this process relays: the sources, or the config itself
+    /// when it has none.
+    pub fn streams(&self) -> Vec<&Config> {
+        if self.sources.is_empty() {
+            vec![self]
+        } else {
+            self.sources.iter().collect()
+        }
     }
 
     /// The PostgreSQL password, from `postgres.password_file` or `postgres.password`.

@@ -253,7 +253,7 @@ impl KafkaSink {
             last_topic: Default::default(),
             unreported: Default::default(),
         };
-        let ids = transactional_ids(cfg);
+        let ids = cfg.transactional_ids();
         let mut producers = Vec::new();
         for id in ids.iter().map(Some).chain(ids.is_empty().then_some(None)) {
             if let Some(id) = id {
@@ -593,4 +593,4 @@ mod transaction;
 pub(crate) use seam::Sink;
 
 use transaction::is_fenced;
-pub(crate) use transaction::{CommitEnded, RunningCommit, transactional_ids};
+pub(crate) use transaction::{CommitEnded, RunningCommit};

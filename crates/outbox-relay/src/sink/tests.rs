@@ -4,7 +4,7 @@ use std::{sync::atomic::Ordering, time::Duration};
 
 use rdkafka::{mocking::MockCluster, producer::Producer};
 
-use super::{KafkaSink, transactional_ids};
+use super::KafkaSink;
 use crate::config::Config;
 
 fn kafka_config(brokers: &str, extra: &str) -> crate::config::KafkaConfig {
@@ -25,7 +25,7 @@ fn kafka_config(brokers: &str, extra: &str) -> crate::config::KafkaConfig {
 
 #[test]
 fn two_transactional_ids_by_default_one_on_request_none_without() {
-    let ids = |extra| transactional_ids(&kafka_config("127.0.0.1:1", extra));
+    let ids = |extra| kafka_config("127.0.0.1:1", extra).transactional_ids();
     assert_eq!(ids("transactional_id = \"r\"\n"), ["r", "r.2"]);
     assert_eq!(
         ids("transactional_id = \"r\"\ntransaction_producers = 1\n"),

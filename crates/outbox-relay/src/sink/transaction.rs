@@ -12,10 +12,7 @@ use rdkafka::{
 };
 
 use super::{KafkaSink, SinkContext};
-use crate::{
-    config::KafkaConfig,
-    error::{Definite, RelayError, Transient},
-};
+use crate::error::{Definite, RelayError, Transient};
 
 impl KafkaSink {
     /// `kafka.transactional_id`, once the slot is ours: registers the id with the transaction
@@ -99,7 +96,7 @@ impl KafkaSink {
         let producer =
             self.producers[self.active.load(Ordering::Relaxed) % self.producers.len()].clone();
         let id = self.transactional_id.clone();
-        let handle = tokio::spawn(async move {
+        let handle = crate::source_scope::spawn(async move {
             let joined =
                 tokio::task::spawn_blocking(move || producer.commit_transaction(timeout)).await;
             transaction_outcome(id.as_deref(), joined)
@@ -211,14 +208,4 @@ pub(super) fn is_fenced(code: RDKafkaErrorCode) -> bool {
             | RDKafkaErrorCode::ProducerFenced
             | RDKafkaErrorCode::InvalidProducerEpoch
     )
-}
-
-/// The transactional ids of the relay's producers: none without `kafka.transactional_id`,
-/// else `<id>` and, with `kafka.transaction_producers = 2`, `<id>.2`.
-pub(crate) fn transactional_ids(cfg: &KafkaConfig) -> Vec<String> {
-    match &cfg.transactional_id {
-        None => Vec::new(),
-        Some(id) if cfg.transaction_producers >= 2 => vec![id.clone(), format!("{id}.2")],
-        Some(id) => vec![id.clone()],
-    }
 }

@@ -11,6 +11,7 @@ fn report(slot: Option<SlotState>, relay: Result<RelayView, String>) -> StatusRe
     };
     let cfg = crate::config::AlertsConfig::default();
     StatusReport {
+        source: None,
         slot_name: "s".into(),
         server: "h:1 database d".into(),
         sources: "no outbox table; message prefixes \"outbox\"".into(),
@@ -97,6 +98,7 @@ fn lost_missing_and_relay_reported_critical_alerts_are_critical() {
          outbox_relay_alert_level{alert=\"retained_wal\"} 0\n\
          outbox_relay_streaming 0\noutbox_relay_ready 0\n\
          outbox_relay_slot_lag_seconds 12.5\n",
+        None,
     );
     assert_eq!(view.streaming, Some(false));
     assert_eq!(view.time_lag_secs, Some(12.5));
@@ -180,4 +182,18 @@ fn outbox_table_lines() {
         r.render()
             .contains("  outbox table     UNREADABLE: cannot read\n")
     );
+}
+
+/// A multi-source relay labels every series by source: a source's view reads only its own.
+#[test]
+fn a_source_reads_only_its_own_series() {
+    let text = "outbox_relay_streaming{source=\"a\"} 1\n\
+                outbox_relay_streaming{source=\"ab\"} 0\n\
+                outbox_relay_events_produced_total{topic=\"t\",source=\"a\"} 5\n\
+                outbox_relay_events_produced_total{topic=\"t\",source=\"ab\"} 7\n";
+    let a = relay_view(text, Some("a"));
+    assert_eq!((a.streaming, a.events_produced), (Some(true), Some(5.0)));
+    let ab = relay_view(text, Some("ab"));
+    assert_eq!((ab.streaming, ab.events_produced), (Some(false), Some(7.0)));
+    assert_eq!(relay_view(text, None).events_produced, Some(12.0));
 }
