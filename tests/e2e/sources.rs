@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    TestDb, check, cluster::PgCluster, connect, eventually, http, kafka, kafka_brokers,
+    TestDb, check, cluster::PgCluster, connect, eventually, http, kafka, kafka_brokers, pg_port,
     relay::Relay, writer,
 };
 
@@ -313,6 +313,104 @@ async fn one_relay_many_databases_failures_stay_with_their_source() {
     let exit = relay.terminate(Duration::from_secs(40));
     assert_eq!(exit.code(), Some(0), "{}", relay.log_text());
     for db in dbs {
+        db.cleanup().await;
+    }
+}
+
+/// The top level of a multi-source config on the shared test cluster.
+fn top_level(first: &TestDb, port: u16) -> String {
+    format!(
+        "[postgres]\nport = {port}\ncreate_slot = true\n\n[kafka]\nbrokers = \"{brokers}\"\n\
+         checkpoint_topic = \"{first}.checkpoints\"\n\n[http]\nlisten = \"127.0.0.1:0\"\n\n",
+        brokers = kafka_brokers(),
+        first = first.name,
+    )
+}
+
+/// SIGHUP changes sources one by one: a new one starts, a removed one stops (its slot is
+/// released), an unchanged one keeps its replication connection, and a config that does not
+/// load changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adds_and_removes_sources_without_touching_the_others() {
+    let a = TestDb::new("reload_a").await;
+    let b = TestDb::new("reload_b").await;
+    let c = TestDb::new("reload_c").await;
+    let top = top_level(&a, pg_port());
+    let cfg = format!(
+        "{top}{}{}",
+        source_section("a", &a, ""),
+        source_section("b", &b, "")
+    );
+    let mut relay = Relay::start("sources_reload", &cfg);
+    for db in [&a, &b] {
+        eventually(
+            "sources a and b to stream",
+            Duration::from_secs(60),
+            || async { db.slot_active_pid().await.map(|_| ()) },
+        )
+        .await;
+    }
+    let a_pid = a.slot_active_pid().await;
+    let status = relay.status();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.contains("source a, slot") && text.contains("source b, slot"),
+        "{text}"
+    );
+
+    // A config that does not load: logged, nothing changes.
+    std::fs::write(&relay.config, format!("{cfg}\n[source.x]\nhttp = {{}}\n")).unwrap();
+    relay.signal("-HUP");
+    relay
+        .wait_log("config_reload_failed", Duration::from_secs(20))
+        .await;
+    assert!(
+        b.slot_active_pid().await.is_some(),
+        "source b stopped on a bad reload"
+    );
+
+    // b removed, c added, a unchanged.
+    std::fs::write(
+        &relay.config,
+        format!(
+            "{top}{}{}",
+            source_section("a", &a, ""),
+            source_section("c", &c, "")
+        ),
+    )
+    .unwrap();
+    relay.signal("-HUP");
+    relay
+        .wait_log(
+            "config_reloaded added=1 removed=1 restarted=0",
+            Duration::from_secs(20),
+        )
+        .await;
+    eventually("source c to stream", Duration::from_secs(60), || async {
+        c.slot_active_pid().await.map(|_| ())
+    })
+    .await;
+    eventually(
+        "source b to release its slot",
+        Duration::from_secs(60),
+        || async { b.slot_active_pid().await.is_none().then_some(()) },
+    )
+    .await;
+    assert_eq!(a.slot_active_pid().await, a_pid, "source a was restarted");
+
+    // Both running sources deliver.
+    for db in [&a, &c] {
+        let client = connect(&db.conninfo()).await;
+        let w = writer::insert_event(&client, "order", "k-1", 0)
+            .await
+            .unwrap();
+        let got = kafka::consume(vec![db.topic("order")], Duration::from_secs(30), 1).await;
+        let f = check::check("sources_reload", |t| db.topic(t), &[w], &got);
+        f.assert_nothing_lost_or_reordered(&db.name);
+    }
+    let exit = relay.terminate(Duration::from_secs(30));
+    assert_eq!(exit.code(), Some(0), "{}", relay.log_text());
+    for db in [a, b, c] {
         db.cleanup().await;
     }
 }

@@ -133,6 +133,10 @@ pub const PIPELINE_RESTART_REPEATED: &str = "pipeline_restart_repeated";
 pub const SOURCE_STARTED: &str = "source_started";
 /// A source stopped on a definite error; the process goes on relaying the other sources.
 pub const SOURCE_STOPPED: &str = "source_stopped";
+/// SIGHUP re-read the config of a multi-source relay: sources added, removed, restarted.
+pub const CONFIG_RELOADED: &str = "config_reloaded";
+/// SIGHUP found a config that does not load; the sources run on as they were.
+pub const CONFIG_RELOAD_FAILED: &str = "config_reload_failed";
 /// SIGTERM or SIGINT arrived: the relay stops intake and drains.
 pub const SIGNAL_RECEIVED: &str = "signal_received";
 /// The Prometheus recorder could not be installed; the relay runs without `/metrics` data.
@@ -270,6 +274,8 @@ pub const ALL: &[&str] = &[
     PIPELINE_RESTART_REPEATED,
     SOURCE_STARTED,
     SOURCE_STOPPED,
+    CONFIG_RELOADED,
+    CONFIG_RELOAD_FAILED,
     SIGNAL_RECEIVED,
     METRICS_DISABLED,
     SETUP_OK,

@@ -11,7 +11,7 @@ use outbox_relay::{
     config::Config,
     cutover::{FromDebezium, OffsetStorage},
     error::{Definite, RelayError},
-    events::{METRICS_DISABLED, SIGNAL_RECEIVED},
+    events::{CONFIG_RELOAD_FAILED, METRICS_DISABLED, SIGNAL_RECEIVED},
 };
 use tokio::sync::watch;
 
@@ -181,6 +181,7 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         match cli.command {
             Command::Run { config } => {
+                let path = config.clone();
                 let cfg = load(config)?;
                 // Several sources: every series is labelled by its source.
                 let prom = if cfg.sources.is_empty() {
@@ -195,7 +196,7 @@ fn main() -> ExitCode {
                 if cfg.sources.is_empty() {
                     outbox_relay::run::run(&cfg, stop, prom).await
                 } else {
-                    outbox_relay::fleet::run(&cfg, stop, prom).await
+                    outbox_relay::fleet::run(&cfg, stop, prom, reloads(path)).await
                 }
                 .map(|()| ExitCode::SUCCESS)
             }
@@ -379,6 +380,35 @@ fn stop_flag(
         tracing::info!("{SIGNAL_RECEIVED}: {then}");
         let _ = tx.send(true);
     });
+    rx
+}
+
+/// Configs re-read on SIGHUP (a multi-source relay applies them source by source). A config
+/// that does not load is logged and skipped.
+fn reloads(path: Option<PathBuf>) -> tokio::sync::mpsc::Receiver<Config> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            match Config::load(path.as_deref(), std::env::vars()) {
+                Ok(cfg) => {
+                    if tx.send(cfg).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "{CONFIG_RELOAD_FAILED}: the sources run on with the config they have"
+                ),
+            }
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = (path, tx);
     rx
 }
 

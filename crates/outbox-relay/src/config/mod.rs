@@ -84,6 +84,10 @@ pub struct Config {
     /// This config's source name, when it is one of [`sources`](Self::sources).
     #[serde(skip)]
     pub source: Option<String>,
+    /// A source's settings as loaded (file and environment), hashed: a reload restarts the
+    /// sources whose fingerprint changed.
+    #[serde(skip)]
+    pub(crate) fingerprint: u64,
 }
 
 fn default_outbox() -> Vec<OutboxTable> {

@@ -9,7 +9,8 @@
 //!
 //! Invariant: two sources never share anything that is one stream's: its slot (on one server),
 //! its state file, or a Kafka transactional id. Derived values keep that true: a source that does
-//! not set its own `kafka.transactional_id` gets `<id>.source.<name>` (and `<id>.source.<name>.2`),
+//! not set its own `kafka.transactional_id` gets `<id>.source.<name>` (and `<id>.source.<name>.2`)
+//! and its own checkpoint topic `<kafka.checkpoint_topic>.<name>`,
 //! and names are `[a-z0-9_]`, without dots, so no derived id equals another source's, nor the
 //! single-database `<id>` / `<id>.2`. A file without `[source.*]` loads exactly as before.
 
@@ -82,7 +83,14 @@ pub(super) fn expand(
             }
         }
         let prefix = format!("source.{name}");
+        let fingerprint = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            table.to_string().hash(&mut h);
+            h.finish()
+        };
         let mut cfg = build(table, &prefix)?;
+        cfg.fingerprint = fingerprint;
         derive(&mut cfg, &name, root, &own);
         out.push(cfg);
     }
@@ -132,6 +140,11 @@ fn derive(cfg: &mut Config, name: &str, root: &toml::Table, own: &toml::Table) {
         && let Some(id) = &cfg.kafka.transactional_id
     {
         cfg.kafka.transactional_id = Some(format!("{id}.source.{name}"));
+    }
+    // The checkpoint topic has one partition, read read-committed from its start: a source's
+    // Kafka transaction left open by a crash would hold every other source's start behind it.
+    if !own_key("kafka", "checkpoint_topic") {
+        cfg.kafka.checkpoint_topic = format!("{}.{name}", cfg.kafka.checkpoint_topic);
     }
     if !own_key("relay", "state_file")
         && let Some(path) = &cfg.relay.state_file
