@@ -133,6 +133,8 @@ pub const PIPELINE_RESTART_REPEATED: &str = "pipeline_restart_repeated";
 pub const SOURCE_STARTED: &str = "source_started";
 /// A source stopped on a definite error; the process goes on relaying the other sources.
 pub const SOURCE_STOPPED: &str = "source_stopped";
+/// The process streams `relay.max_sources` sources: this one waits for one of them to stop.
+pub const SOURCE_AT_CAPACITY: &str = "source_at_capacity";
 /// SIGHUP re-read the config of a multi-source relay: sources added, removed, restarted.
 pub const CONFIG_RELOADED: &str = "config_reloaded";
 /// SIGHUP found a config that does not load; the sources run on as they were.
@@ -274,6 +276,7 @@ pub const ALL: &[&str] = &[
     PIPELINE_RESTART_REPEATED,
     SOURCE_STARTED,
     SOURCE_STOPPED,
+    SOURCE_AT_CAPACITY,
     CONFIG_RELOADED,
     CONFIG_RELOAD_FAILED,
     SIGNAL_RECEIVED,

@@ -105,6 +105,8 @@ struct Member {
 type Ended = (String, u64, Result<(), RelayError>);
 
 struct Sources {
+    /// `relay.max_sources`, shared by every source of the process.
+    capacity: Option<Arc<tokio::sync::Semaphore>>,
     tasks: JoinSet<Ended>,
     members: HashMap<String, Member>,
     fleet: Arc<Fleet>,
@@ -114,7 +116,7 @@ struct Sources {
 impl Sources {
     fn start(&mut self, cfg: Config) {
         let name = name(&cfg);
-        let shared = Arc::new(Shared::new());
+        let shared = Arc::new(Shared::with_capacity(self.capacity.clone()));
         let (stop, stop_rx) = watch::channel(false);
         self.generation += 1;
         let generation = self.generation;
@@ -216,7 +218,11 @@ pub async fn run(
     if let Some(prom) = prom {
         endpoint(&mut helpers, &cfg.http, prom, fleet.clone(), &stop_rx);
     }
+    let limit = usize::try_from(cfg.relay.max_sources)
+        .unwrap_or(usize::MAX)
+        .min(tokio::sync::Semaphore::MAX_PERMITS);
     let mut sources = Sources {
+        capacity: (limit > 0).then(|| Arc::new(tokio::sync::Semaphore::new(limit))),
         tasks: JoinSet::new(),
         members: HashMap::new(),
         fleet,

@@ -50,11 +50,26 @@ pub(crate) struct Shared {
     /// Why this source stopped for good ([`set_stopped`](Self::set_stopped)), in a process
     /// that goes on relaying its other sources.
     stopped: Mutex<Option<String>>,
+    /// `relay.max_sources`: the permits of the process's streaming sources, shared by all of
+    /// them; none without a limit.
+    capacity: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 impl Shared {
     pub(crate) fn new() -> Self {
         Self::default()
+    }
+
+    /// A source of a process that streams at most `capacity`'s permits of sources at once.
+    pub(crate) fn with_capacity(capacity: Option<std::sync::Arc<tokio::sync::Semaphore>>) -> Self {
+        Self {
+            capacity,
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn capacity(&self) -> Option<&std::sync::Arc<tokio::sync::Semaphore>> {
+        self.capacity.as_ref()
     }
 
     /// Called by the pipeline when the replication stream opens (`true`) and closes (`false`).

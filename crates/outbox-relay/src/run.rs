@@ -21,7 +21,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::{
     config::{Config, HttpConfig},
     error::{RelayError, Transient},
-    events::{PIPELINE_RESTART, PIPELINE_RESTART_REPEATED, SETUP_OK, SHUTDOWN_COMPLETE},
+    events::{
+        PIPELINE_RESTART, PIPELINE_RESTART_REPEATED, SETUP_OK, SHUTDOWN_COMPLETE,
+        SOURCE_AT_CAPACITY,
+    },
     health::Shared,
     heartbeat, http, metrics as m,
     monitor::MonitorTask,
@@ -148,6 +151,10 @@ async fn supervise(
     crate::failover::recall(cfg, &mut carry)?;
     let mut last_reason: Option<String> = None;
     loop {
+        // relay.max_sources: a permit is held for the whole attempt, released when it ends.
+        let Some(permit) = capacity(shared, &mut shutdown).await else {
+            return Ok(());
+        };
         let started = Instant::now();
         let outcome = tokio::select! {
             r = attempt(cfg, &mut shutdown, &mut carry, shared) => r,
@@ -156,6 +163,7 @@ async fn supervise(
                 Err(Transient::Stalled { secs: cfg.alerts.stalled_secs }.into())
             }
         };
+        drop(permit);
         let err = match outcome {
             Ok(()) => return Ok(()),
             Err(e) if !e.is_transient() => return Err(e),
@@ -203,6 +211,33 @@ async fn supervise(
             _ = shutdown.changed() => return Ok(()),
         }
         backoff = (backoff * 2).min(max);
+    }
+}
+
+/// A permit to attempt streaming (`Some(None)` without `relay.max_sources`), waiting while the
+/// process streams as many sources as it may; `None` when a stop comes first.
+async fn capacity(
+    shared: &Shared,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Option<tokio::sync::OwnedSemaphorePermit>> {
+    let Some(cap) = shared.capacity() else {
+        return Some(None);
+    };
+    if let Ok(permit) = cap.clone().try_acquire_owned() {
+        return Some(Some(permit));
+    }
+    // Waiting for capacity is a passive instance's job for this source: ready with role=any.
+    shared.set_passive(true);
+    tracing::info!(
+        "{SOURCE_AT_CAPACITY}: this process streams relay.max_sources sources; this one waits \
+         for one of them to stop (another instance may stream it meanwhile)"
+    );
+    if *shutdown.borrow() {
+        return None;
+    }
+    tokio::select! {
+        p = cap.clone().acquire_owned() => p.ok().map(Some),
+        _ = shutdown.changed() => None,
     }
 }
 

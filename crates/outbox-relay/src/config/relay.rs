@@ -114,6 +114,13 @@ pub struct RelayConfig {
     /// volume that survives restarts. Default: none (the checks cover one process's lifetime).
     #[serde(default)]
     pub state_file: Option<PathBuf>,
+    /// With `[source.<name>]` tables: the most sources this process streams at once; the others
+    /// wait (as passive instances do) until one of its sources stops. Instances sharing one
+    /// config thereby share its sources: with S sources on I instances, `ceil(S / (I - F))`
+    /// keeps every source streaming after F instances are lost (docs/operations.md, "Several
+    /// instances"). Top level only. Default 0: no limit.
+    #[serde(default, deserialize_with = "from_str_or_native")]
+    pub max_sources: u64,
 }
 
 fn default_max_in_flight_records() -> u64 {

@@ -61,6 +61,19 @@ pub(super) fn expand(
                 "source.{name}: expected a table `[source.{name}]`"
             )));
         };
+        if own
+            .get("relay")
+            .and_then(|r| r.get("max_sources"))
+            .is_some()
+        {
+            return Err(ConfigError::Invalid(InvalidOption::new(
+                format!("source.{name}.relay.max_sources"),
+                format!(
+                    "source.{name}.relay.max_sources: the limit is the process's; set \
+                     relay.max_sources at the top level"
+                ),
+            )));
+        }
         let mut table = root.clone();
         for (key, value) in &own {
             if !PER_SOURCE.contains(&key.as_str()) {

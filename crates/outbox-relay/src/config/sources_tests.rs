@@ -161,6 +161,10 @@ fn sources_are_checked_and_named() {
             "is also source.a's",
         ),
         (
+            "[source.a]\npostgres = { slot = \"a\" }\nrelay = { max_sources = 2 }\n",
+            "source.a.relay.max_sources: the limit is the process's",
+        ),
+        (
             "[source.a.postgres]\nslot = \"Bad-Slot\"\n",
             "source.a: postgres.slot",
         ),

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# One relay serving N databases ([source.<name>]) against N single-database relays, side by
+# side on the same stack: resident memory and idle CPU (docs/benchmarks.md, "Many databases").
+# Each mode streams from N databases of its own (created here, dropped at the end), waits
+# until every slot is active, then samples every relay process for SAMPLE seconds.
+#
+#   scripts/bench-sources.sh                 N=20, SAMPLE=30 (seconds)
+#   N=50 SAMPLE=60 scripts/bench-sources.sh
+#
+# Env: PGPORT (15432) and KAFKA (127.0.0.1:19092): the stack to use (infra/stack.sh up);
+#   RELAY: the outbox-relay binary (default: a release build); OUT (target/bench-sources).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+PGPORT="${PGPORT:-15432}"
+KAFKA="${KAFKA:-127.0.0.1:19092}"
+N="${N:-20}"
+SAMPLE="${SAMPLE:-30}"
+OUT="${OUT:-target/bench-sources}"
+PSQL="$(ls /usr/lib/postgresql/*/bin/psql | head -1)"
+log() { printf '[bench-sources %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+sql() { "$PSQL" -qAtX -h 127.0.0.1 -p "$PGPORT" -U postgres -d "${2:-postgres}" -c "$1"; }
+
+if [ -z "${RELAY:-}" ]; then
+  cargo build --release --locked -q -p outbox-relay
+  RELAY="${CARGO_TARGET_DIR:-target}/release/outbox-relay"
+fi
+mkdir -p "$OUT"
+PIDS=()
+drop_dbs() { # mode
+  for i in $(seq 0 $((N - 1))); do
+    db="bs_$1_$i"
+    sql "SELECT pg_drop_replication_slot('$db') FROM pg_replication_slots WHERE slot_name = '$db' AND NOT active" >/dev/null 2>&1 || true
+    sql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+  done
+}
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  drop_dbs one
+  drop_dbs many
+}
+trap cleanup EXIT
+
+make_dbs() { # mode
+  for i in $(seq 0 $((N - 1))); do
+    db="bs_$1_$i"
+    sql "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+    sql "CREATE DATABASE $db"
+    "$PSQL" -qAtX -h 127.0.0.1 -p "$PGPORT" -U postgres -d "$db" -f migrations/0001_outbox.sql >/dev/null
+  done
+}
+
+# The shared sections; `postgres_keys` ends up in `[postgres]` (a single database's own keys).
+top() { # postgres_keys
+  printf '[postgres]\nport = %s\ncreate_slot = true\n%s\n[kafka]\nbrokers = "%s"\n\n' "$PGPORT" "${1:-}" "$KAFKA"
+}
+
+source_keys() { # mode i
+  db="bs_$1_$2"
+  printf 'database = "%s"\nslot = "%s"\npublication = "%s"\n' "$db" "$db" "$db"
+}
+
+wait_active() { # mode
+  for _ in $(seq 1 240); do
+    n=$(sql "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'bs\_$1\_%' AND active")
+    [ "$n" -ge "$N" ] && return 0
+    sleep 0.5
+  done
+  log "only $n of $N slots active"; return 1
+}
+
+# Sum over the given pids: RSS (KiB) now, and CPU ticks (utime + stime).
+rss() { local s=0; for p in "$@"; do s=$((s + $(awk '/VmRSS/ {print $2}' "/proc/$p/status"))); done; echo $s; }
+ticks() { local s=0; for p in "$@"; do s=$((s + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $s; }
+
+measure() { # label pids...
+  local label=$1; shift
+  sleep 5
+  local t0 c0 t1 c1 hz
+  hz=$(getconf CLK_TCK)
+  t0=$(date +%s.%N); c0=$(ticks "$@")
+  sleep "$SAMPLE"
+  t1=$(date +%s.%N); c1=$(ticks "$@")
+  local r; r=$(rss "$@")
+  python3 -c "
+import sys
+cpu = ($c1 - $c0) / $hz / ($t1 - $t0) * 100
+print(f'$label: processes=$#, rss_total_mib={$r/1024:.1f}, rss_per_source_mib={$r/1024/$N:.2f}, idle_cpu_percent={cpu:.2f}')
+" | tee -a "$OUT/result.txt"
+}
+
+: > "$OUT/result.txt"
+log "one process, $N sources"
+make_dbs one
+{
+  top
+  printf '[http]\nlisten = "127.0.0.1:0"\n\n'
+  for i in $(seq 0 $((N - 1))); do
+    printf '[source.s%s.postgres]\n%s\n\n' "$i" "$(source_keys one "$i")"
+  done
+} > "$OUT/one.toml"
+RUST_LOG=warn "$RELAY" run --config "$OUT/one.toml" 2> "$OUT/one.log" &
+ONE=$!
+PIDS+=("$ONE")
+wait_active one
+threads() { # pid: "<thread name> <ticks>" per thread, names without their numbers
+  for t in /proc/"$1"/task/*; do
+    # Threads come and go (tokio's blocking pool): skip one that ended meanwhile.
+    name=$( { tr -d '0-9' < "$t/comm"; } 2>/dev/null | tr ' ' '_') || continue
+    ticks=$(awk '{print $14 + $15}' "$t/stat" 2>/dev/null) || continue
+    [ -n "$name" ] && [ -n "$ticks" ] && printf '%s %s\n' "$name" "$ticks"
+  done
+}
+threads "$ONE" > "$OUT/threads-before"
+measure "one process, $N sources" "$ONE"
+threads "$ONE" > "$OUT/threads-after"
+# Where the idle CPU goes, by thread name (ticks over the sample, all threads of a name).
+python3 - "$OUT/threads-before" "$OUT/threads-after" <<'PY' | tee -a "$OUT/result.txt"
+import collections, sys
+def load(p):
+    d = collections.Counter(); n = collections.Counter()
+    for line in open(p):
+        name, ticks = line.rsplit(' ', 1); d[name] += int(ticks); n[name] += 1
+    return d, n
+(b, _), (a, n) = load(sys.argv[1]), load(sys.argv[2])
+for name, t in sorted(((k, a[k] - b.get(k, 0)) for k in a), key=lambda x: -x[1])[:8]:
+    print(f'  threads {name!r} x{n[name]}: {t} ticks')
+PY
+kill "$ONE"; wait "$ONE" || true
+drop_dbs one
+
+log "$N processes, one source each"
+make_dbs many
+MANY=()
+for i in $(seq 0 $((N - 1))); do
+  { top "$(source_keys many "$i")"; printf '[http]\nenabled = false\n'; } > "$OUT/many-$i.toml"
+  RUST_LOG=warn "$RELAY" run --config "$OUT/many-$i.toml" 2> "$OUT/many-$i.log" &
+  MANY+=("$!")
+  PIDS+=("$!")
+done
+wait_active many
+measure "$N processes, one source each" "${MANY[@]}"
+cat "$OUT/result.txt"
