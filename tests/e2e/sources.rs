@@ -448,10 +448,10 @@ fn streaming_sources(relay: &Relay) -> std::collections::BTreeSet<String> {
 /// Three instances run one exactly-once config of several sources with `relay.max_sources`
 /// set so that two can carry them all. Each takes no more than its share; the instance that
 /// streams the most is killed -9, twice (restarted in between); the others take its sources
-/// over, at default backoff settings, and a read-committed consumer sees every event of every
-/// source exactly once.
+/// over, at default backoff settings; then a rolling restart (SIGTERM, start, one instance at
+/// a time); and a read-committed consumer sees every event of every source exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_instances_share_sources_and_take_over_exactly_once() {
+async fn three_instances_share_sources_take_over_and_roll_exactly_once() {
     let n = shared_sources();
     let cap = n.div_ceil(2);
     let mut dbs = Vec::new();
@@ -556,6 +556,25 @@ async fn three_instances_share_sources_and_take_over_exactly_once() {
         // The killed instance comes back (and waits: the others hold every slot).
         relays[victim] = Relay::start(&format!("sources_share_{victim}"), &cfg);
     }
+    // A rolling restart: each instance in turn stops (SIGTERM: drained) and starts again,
+    // once every source streams again.
+    for (k, relay) in relays.iter_mut().enumerate() {
+        eventually(
+            "every source to stream",
+            Duration::from_secs(60),
+            || async { active(&dbs).await.iter().all(|a| *a).then_some(()) },
+        )
+        .await;
+        let exit = relay.terminate(Duration::from_secs(40));
+        assert_eq!(exit.code(), Some(0), "instance {k}: {}", relay.log_text());
+        *relay = Relay::start(&format!("sources_share_{k}"), &cfg);
+    }
+    eventually(
+        "every source to stream",
+        Duration::from_secs(60),
+        || async { active(&dbs).await.iter().all(|a| *a).then_some(()) },
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut total = check::Figures {
