@@ -17,7 +17,8 @@ use crate::support::{
     relay::Relay, writer,
 };
 
-const PORT: u16 = 25491;
+const PORT: u16 = 25497;
+const SHARED_PORT: u16 = 25498;
 
 fn sources() -> usize {
     std::env::var("RELAY_TEST_SOURCES")
@@ -39,7 +40,16 @@ fn source_section(name: &str, db: &TestDb, extra: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_relay_many_databases_failures_stay_with_their_source() {
     let n = sources();
-    let cluster = PgCluster::start(PORT, "-c max_slot_wal_keep_size=256MB");
+    // A walsender, a monitor and a heartbeat connection per source, and room for the test's.
+    let cluster = PgCluster::start(
+        PORT,
+        &format!(
+            "-c max_slot_wal_keep_size=256MB -c max_wal_senders={s} -c max_replication_slots={s} \
+             -c max_connections={c}",
+            s = n + 10,
+            c = 4 * n + 50
+        ),
+    );
     let mut dbs = Vec::new();
     for i in 0..n {
         dbs.push(TestDb::new_on(&cluster.base(), cluster.port, &format!("src{i}")).await);
@@ -454,13 +464,23 @@ fn streaming_sources(relay: &Relay) -> std::collections::BTreeSet<String> {
 async fn three_instances_share_sources_take_over_and_roll_exactly_once() {
     let n = shared_sources();
     let cap = n.div_ceil(2);
+    // Three instances hold up to three connections per source each (walsender or slot poll,
+    // monitor, heartbeat): a cluster of its own, sized for them.
+    let cluster = PgCluster::start(
+        SHARED_PORT,
+        &format!(
+            "-c max_wal_senders={s} -c max_replication_slots={s} -c max_connections={c}",
+            s = n + 10,
+            c = 12 * n + 50
+        ),
+    );
     let mut dbs = Vec::new();
     for i in 0..n {
-        dbs.push(TestDb::new(&format!("share{i}")).await);
+        dbs.push(TestDb::new_on(&cluster.base(), cluster.port, &format!("share{i}")).await);
     }
     let mut cfg = format!(
         "{}[relay]\ndelivery = \"exactly-once\"\nmax_sources = {cap}\n\n",
-        top_level(&dbs[0], pg_port()).replace(
+        top_level(&dbs[0], cluster.port).replace(
             "[kafka]\n",
             &format!("[kafka]\ntransactional_id = \"t-{}\"\n", dbs[0].name)
         )

@@ -21,7 +21,7 @@ use rdkafka::{
     config::RDKafkaLogLevel,
     error::{KafkaError, RDKafkaErrorCode},
     message::{Header, OwnedHeaders},
-    producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer},
+    producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext},
 };
 use relay_core::{Lsn, route::Record, watermark::TxId};
 use tokio::sync::mpsc;
@@ -199,7 +199,7 @@ impl ProducerContext for SinkContext {
     }
 }
 
-type Handle = Arc<ThreadedProducer<SinkContext>>;
+type Handle = Arc<poller::Polled<SinkContext>>;
 
 /// The producer plus the receiving end of its delivery reports.
 ///
@@ -259,10 +259,11 @@ impl KafkaSink {
             if let Some(id) = id {
                 c.set("transactional.id", id);
             }
-            let producer: ThreadedProducer<SinkContext> = c
+            let producer: BaseProducer<SinkContext> = c
                 .create_with_context(context.clone())
                 .map_err(Definite::kafka_setup_by)?;
-            producers.push(Arc::new(producer));
+            let polled = poller::Polled::new(producer).map_err(Definite::kafka_setup_by)?;
+            producers.push(Arc::new(polled));
         }
         Ok((
             Self {
@@ -585,6 +586,7 @@ pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
 }
 
 mod kick;
+mod poller;
 mod seam;
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use std::{
 
 use rdkafka::{
     error::RDKafkaErrorCode,
-    producer::{Producer, ThreadedProducer},
+    producer::{BaseProducer, Producer},
 };
 
 use super::{KafkaSink, SinkContext};
@@ -122,7 +122,7 @@ impl KafkaSink {
     /// Runs a blocking transaction call off the runtime's thread.
     async fn transaction(
         &self,
-        call: impl FnOnce(&ThreadedProducer<SinkContext>) -> rdkafka::error::KafkaResult<()>
+        call: impl FnOnce(&BaseProducer<SinkContext>) -> rdkafka::error::KafkaResult<()>
         + Send
         + 'static,
     ) -> Result<(), RelayError> {
@@ -134,7 +134,7 @@ impl KafkaSink {
     pub(super) async fn transaction_on(
         &self,
         index: usize,
-        call: impl FnOnce(&ThreadedProducer<SinkContext>) -> rdkafka::error::KafkaResult<()>
+        call: impl FnOnce(&BaseProducer<SinkContext>) -> rdkafka::error::KafkaResult<()>
         + Send
         + 'static,
     ) -> Result<(), RelayError> {
