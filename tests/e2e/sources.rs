@@ -345,7 +345,9 @@ async fn a_reload_adds_and_removes_sources_without_touching_the_others() {
     let a = TestDb::new("reload_a").await;
     let b = TestDb::new("reload_b").await;
     let c = TestDb::new("reload_c").await;
-    let top = top_level(&a, pg_port());
+    // A fixed port: `status` reads the relay's /metrics at http.listen.
+    let top = top_level(&a, pg_port())
+        .replace("127.0.0.1:0", &format!("127.0.0.1:{}", http::free_port()));
     let cfg = format!(
         "{top}{}{}",
         source_section("a", &a, ""),
@@ -417,6 +419,23 @@ async fn a_reload_adds_and_removes_sources_without_touching_the_others() {
         let got = kafka::consume(vec![db.topic("order")], Duration::from_secs(30), 1).await;
         let f = check::check("sources_reload", |t| db.topic(t), &[w], &got);
         f.assert_nothing_lost_or_reordered(&db.name);
+    }
+    // `status --watch` piped: one line per source and refresh, each naming its source.
+    let out = std::process::Command::new("timeout")
+        .args(["-s", "TERM", "3"])
+        .arg(crate::support::relay::binary())
+        .args(["status", "--watch", "--interval-secs", "0.5", "--config"])
+        .arg(&relay.config)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 4, "{text}");
+    for (i, l) in lines.iter().enumerate() {
+        let want = if i % 2 == 0 { "source=a " } else { "source=c " };
+        assert!(l.starts_with(want), "line {i}: {l}");
+        assert!(l.contains(" streaming=yes "), "line {i}: {l}");
     }
     let exit = relay.terminate(Duration::from_secs(30));
     assert_eq!(exit.code(), Some(0), "{}", relay.log_text());

@@ -95,8 +95,8 @@ enum Command {
         /// Seconds between two refreshes of `--watch`.
         #[arg(long, default_value_t = 1.0)]
         interval_secs: f64,
-        /// With `[source.<name>]` tables: this source only (default: every source, one after
-        /// the other; `--watch` needs one).
+        /// With `[source.<name>]` tables: this source only (default: every source, one report
+        /// after the other; `--watch`: one line per source).
         #[arg(long, value_name = "NAME")]
         source: Option<String>,
     },
@@ -259,14 +259,9 @@ fn main() -> ExitCode {
                 let root = load(config)?;
                 let streams = pick(&root, source.as_deref())?;
                 if watch {
-                    let [cfg] = streams[..] else {
-                        return Err(usage(
-                            "status --watch shows one source: add --source <name>",
-                        ));
-                    };
                     let every =
                         std::time::Duration::from_secs_f64(interval_secs.clamp(0.1, 3600.0));
-                    outbox_relay::status::watch::run(cfg, every, wait_for_signal()).await;
+                    outbox_relay::status::watch::run(&streams, every, wait_for_signal()).await;
                     return Ok(ExitCode::SUCCESS);
                 }
                 let limit = match fail_on {

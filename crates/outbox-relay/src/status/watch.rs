@@ -5,7 +5,8 @@
 //! and the alerts read from PostgreSQL.
 //!
 //! On a terminal each frame replaces the previous one; otherwise (a pipe, a log) each frame is
-//! one plain `key=value` line without escape codes. A failed reading is shown, never fatal:
+//! one plain `key=value` line without escape codes. With several sources each frame is one
+//! such line per source, prefixed `source=<name>`. A failed reading is shown, never fatal:
 //! the view keeps trying, so it can watch a relay (or a server) come back.
 
 use std::{
@@ -215,45 +216,82 @@ pub fn render_line(r: &StatusReport, events_per_sec: Option<f64>) -> String {
     )
 }
 
-/// Redraws every `every` until `stop` completes.
-pub async fn run(cfg: &Config, every: Duration, stop: impl Future<Output = ()>) {
+/// One source's connection and last counter reading, kept from frame to frame.
+#[derive(Default)]
+struct Watched {
+    client: Option<tokio_postgres::Client>,
+    prev: Option<(Instant, f64)>,
+}
+
+impl Watched {
+    /// The source's report and events per second now, or why there is none.
+    async fn read(
+        &mut self,
+        cfg: &Config,
+        now: Instant,
+    ) -> Result<(StatusReport, Option<f64>), String> {
+        if self.client.as_ref().is_none_or(|c| c.is_closed()) {
+            self.client = pg::connect(cfg).await.ok();
+        }
+        let Some(c) = &self.client else {
+            return Err(format!(
+                "PostgreSQL at {}:{} not reachable",
+                cfg.postgres.host, cfg.postgres.port
+            ));
+        };
+        match collect_on(c, cfg).await {
+            Ok(r) => {
+                let total = r.relay.as_ref().ok().and_then(|v| v.events_produced);
+                let eps = total.and_then(|t| rate(self.prev, (now, t)));
+                self.prev = total.map(|t| (now, t));
+                Ok((r, eps))
+            }
+            Err(e) => {
+                self.client = None;
+                Err(format!("cannot read the slot: {e}"))
+            }
+        }
+    }
+}
+
+/// Redraws every `every` until `stop` completes: one source's full view, or with several
+/// sources (`[source.<name>]`) one line per source.
+pub async fn run(sources: &[&Config], every: Duration, stop: impl Future<Output = ()>) {
     let tty = std::io::stdout().is_terminal();
-    let mut client = None;
-    let mut prev: Option<(Instant, f64)> = None;
+    let mut watched: Vec<Watched> = sources.iter().map(|_| Watched::default()).collect();
     tokio::pin!(stop);
     loop {
-        if client
-            .as_ref()
-            .is_none_or(|c: &tokio_postgres::Client| c.is_closed())
-        {
-            client = pg::connect(cfg).await.ok();
-        }
         let now = Instant::now();
-        let text = match &client {
-            None => format!(
-                "{} PostgreSQL at {}:{} not reachable; retrying every {}\n",
-                rfc3339(SystemTime::now()),
-                cfg.postgres.host,
-                cfg.postgres.port,
-                human_duration(every)
-            ),
-            Some(c) => match collect_on(c, cfg).await {
-                Ok(r) => {
-                    let total = r.relay.as_ref().ok().and_then(|v| v.events_produced);
-                    let eps = total.and_then(|t| rate(prev, (now, t)));
-                    prev = total.map(|t| (now, t));
-                    if tty {
-                        render_frame(&r, eps, every)
-                    } else {
-                        render_line(&r, eps) + "\n"
-                    }
-                }
-                Err(e) => {
-                    client = None;
-                    format!("{} cannot read the slot: {e}\n", rfc3339(SystemTime::now()))
-                }
-            },
-        };
+        let mut text = String::new();
+        if let [cfg] = sources {
+            text = match watched[0].read(cfg, now).await {
+                Ok((r, eps)) if tty => render_frame(&r, eps, every),
+                Ok((r, eps)) => render_line(&r, eps) + "\n",
+                Err(e) => format!(
+                    "{} {e}; retrying every {}\n",
+                    rfc3339(SystemTime::now()),
+                    human_duration(every)
+                ),
+            };
+        } else {
+            if tty {
+                let _ = writeln!(
+                    text,
+                    "outbox-relay status --watch: {} sources  (every {}, Ctrl-C quits; \
+                     --source <name> for one in full)",
+                    sources.len(),
+                    human_duration(every)
+                );
+            }
+            for (cfg, w) in sources.iter().zip(&mut watched) {
+                let name = cfg.source.as_deref().unwrap_or_default();
+                let line = match w.read(cfg, now).await {
+                    Ok((r, eps)) => render_line(&r, eps),
+                    Err(e) => format!("{} {e}", rfc3339(SystemTime::now())),
+                };
+                let _ = writeln!(text, "source={name} {line}");
+            }
+        }
         let mut out = std::io::stdout().lock();
         let _ = if tty {
             // Home, clear the screen, draw.
