@@ -95,7 +95,7 @@ for panel in dash["panels"]:
     assert targets, f"panel {panel.get('title')!r} has no query"
     for t in targets:
         expr = t["expr"]
-        for var in ("$job", "$instance"):
+        for var in ("$job", "$instance", "$source"):
             expr = expr.replace(var, ".*")
         exprs.append((panel["title"], expr))
 with open(out, "w") as f:
