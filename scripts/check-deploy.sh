@@ -15,7 +15,8 @@
 #      bundled schemas lack) against the Prometheus Operator's own CRD schema (its
 #      openAPIV3Schema, unknown fields rejected, with Python jsonschema), and its selector and
 #      port against the Deployment's;
-#   6. the relay configs: examples/relay.toml and the ConfigMap's relay.toml pass
+#   6. the relay configs: examples/relay.toml, the ConfigMap's relay.toml and the many-databases
+#      example's (deploy/kubernetes/many-databases/relay.yaml) pass
 #      `outbox-relay check-config` (parses and validates; connects to nothing), and the
 #      applier's examples/applier/applier.toml `outbox-relay apply check-config`;
 #   7. the release artefacts: scripts/release.sh packages the debug build (RELEASE_BINARY, no
@@ -129,7 +130,7 @@ PY
 
 echo "== Kubernetes manifests (deploy/kubernetes)"
 kubernetes-validate --strict --quiet deploy/kubernetes/configmap.yaml deploy/kubernetes/secret.yaml \
-  deploy/kubernetes/deployment.yaml deploy/kubernetes/pdb.yaml
+  deploy/kubernetes/deployment.yaml deploy/kubernetes/pdb.yaml deploy/kubernetes/many-databases/relay.yaml
 # The module cache first (offline), the Go module proxy only when it lacks the module.
 operator_dir() {
   go mod download -json "$PROMETHEUS_OPERATOR" \
@@ -186,17 +187,20 @@ module = sys.argv[1].split("/pkg/mod/")[-1].split("/example/")[0]
 print(f"PodMonitor valid against the CRD schema of {module}; selector, port and probes ok")
 PY
 
-echo "== relay configs: examples/relay.toml and the ConfigMap's relay.toml (check-config)"
+echo "== relay configs: examples/relay.toml, the ConfigMaps' relay.toml (check-config)"
 cargo build -q --locked -p outbox-relay --bin outbox-relay
 bin="$target/debug/outbox-relay"
 "$PY" -c 'import sys, yaml; sys.stdout.write(yaml.safe_load(open(sys.argv[1]))["data"]["relay.toml"])' \
   deploy/kubernetes/configmap.yaml >"$tmp/configmap-relay.toml"
-for cfg in examples/relay.toml "$tmp/configmap-relay.toml"; do
+# The many-databases example: its ConfigMap is the file's first document.
+"$PY" -c 'import sys, yaml; sys.stdout.write(next(yaml.safe_load_all(open(sys.argv[1])))["data"]["relay.toml"])' \
+  deploy/kubernetes/many-databases/relay.yaml >"$tmp/many-databases-relay.toml"
+for cfg in examples/relay.toml "$tmp/configmap-relay.toml" "$tmp/many-databases-relay.toml"; do
   # Without this environment's OUTBOX_RELAY__* variables: the file alone must be valid.
   env -i "$bin" check-config --config "$cfg" >/dev/null
 done
 env -i "$bin" apply check-config --config examples/applier/applier.toml >/dev/null
-echo "both valid, and the applier's examples/applier/applier.toml"
+echo "all valid, and the applier's examples/applier/applier.toml"
 
 echo "== release artefacts (scripts/release.sh packaging the debug build)"
 RELEASE_BINARY="$bin" DIST_DIR="$tmp/dist" scripts/release.sh >/dev/null
