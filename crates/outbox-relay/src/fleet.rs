@@ -107,6 +107,8 @@ type Ended = (String, u64, Result<(), RelayError>);
 struct Sources {
     /// `relay.max_sources`, shared by every source of the process.
     capacity: Option<Arc<tokio::sync::Semaphore>>,
+    /// `relay.max_in_flight_bytes_total`, shared likewise.
+    budget: Option<Arc<crate::budget::Budget>>,
     tasks: JoinSet<Ended>,
     members: HashMap<String, Member>,
     fleet: Arc<Fleet>,
@@ -116,7 +118,7 @@ struct Sources {
 impl Sources {
     fn start(&mut self, cfg: Config) {
         let name = name(&cfg);
-        let shared = Arc::new(Shared::with_capacity(self.capacity.clone()));
+        let shared = Arc::new(Shared::of_fleet(self.capacity.clone(), self.budget.clone()));
         let (stop, stop_rx) = watch::channel(false);
         self.generation += 1;
         let generation = self.generation;
@@ -223,6 +225,11 @@ pub async fn run(
         .min(tokio::sync::Semaphore::MAX_PERMITS);
     let mut sources = Sources {
         capacity: (limit > 0).then(|| Arc::new(tokio::sync::Semaphore::new(limit))),
+        budget: (cfg.relay.max_in_flight_bytes_total > 0).then(|| {
+            Arc::new(crate::budget::Budget::new(
+                cfg.relay.max_in_flight_bytes_total,
+            ))
+        }),
         tasks: JoinSet::new(),
         members: HashMap::new(),
         fleet,

@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     /// `relay.max_sources`: the permits of the process's streaming sources, shared by all of
     /// them; none without a limit.
     capacity: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    /// `relay.max_in_flight_bytes_total`: the in-flight bytes of every source of the process.
+    budget: Option<std::sync::Arc<crate::budget::Budget>>,
 }
 
 impl Shared {
@@ -60,12 +62,21 @@ impl Shared {
         Self::default()
     }
 
-    /// A source of a process that streams at most `capacity`'s permits of sources at once.
-    pub(crate) fn with_capacity(capacity: Option<std::sync::Arc<tokio::sync::Semaphore>>) -> Self {
+    /// A source of a process that streams at most `capacity`'s permits of sources at once and
+    /// holds at most `budget`'s bytes in flight over all its sources.
+    pub(crate) fn of_fleet(
+        capacity: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+        budget: Option<std::sync::Arc<crate::budget::Budget>>,
+    ) -> Self {
         Self {
             capacity,
+            budget,
             ..Self::default()
         }
+    }
+
+    pub(crate) fn budget(&self) -> Option<&std::sync::Arc<crate::budget::Budget>> {
+        self.budget.as_ref()
     }
 
     pub(crate) fn capacity(&self) -> Option<&std::sync::Arc<tokio::sync::Semaphore>> {

@@ -16,6 +16,7 @@
 
 pub mod alert;
 pub mod apply;
+mod budget;
 mod carry;
 mod checkpoint;
 pub mod config;

@@ -5,6 +5,7 @@
 //!        ──route::Router──▶ Record { topic, key, value, headers } ──(Kafka, in the binary)
 //! Begin/Commit/keepalive/ack ──▶ watermark::AckTracker ──▶ the one LSN safe to confirm
 //!   + in-flight limits, Kafka commits ──progress::Progress──▶ may read? what to confirm?
+//!   + every source's in-flight bytes (several databases) ──budget::may_read──▶ may read?
 //!   + skip status, checkpoints written ──progress (gate)──▶ skip over? checkpoint now, covering what? commit now?
 //! checkpoint (last record of a Kafka txn) + stream ──skip::Skip──▶ skip or publish after a restart
 //! idle_replication_slot_timeout, slot idle for ──idle_timeout::hold_due──▶ hold the slot now?
@@ -20,6 +21,7 @@
 //! Everything here is deterministic so it can be unit-, property- and fuzz-tested.
 
 pub mod apply;
+pub mod budget;
 pub mod checkpoint;
 pub mod deadletter;
 pub mod debezium_position;

@@ -283,6 +283,11 @@ impl Progress {
         self.tracker.outstanding_records()
     }
 
+    /// Payload bytes handed to Kafka and not yet acknowledged.
+    pub fn in_flight_bytes(&self) -> u64 {
+        self.in_flight_bytes
+    }
+
     pub fn pending_txns(&self) -> usize {
         self.tracker.pending_txns()
     }

@@ -121,6 +121,13 @@ pub struct RelayConfig {
     /// instances"). Top level only. Default 0: no limit.
     #[serde(default, deserialize_with = "from_str_or_native")]
     pub max_sources: u64,
+    /// With `[source.<name>]` tables: the most payload bytes in flight over all sources of the
+    /// process, beside each source's own `max_in_flight_bytes`. A source with nothing in flight
+    /// may always read (none starves, and none trips its back-pressure release on the others'
+    /// load), so the total may pass this by about one loop turn (64 events) per source. Top
+    /// level only. Default 0: no limit (the total is the sum of the sources' limits).
+    #[serde(default, deserialize_with = "from_str_or_native")]
+    pub max_in_flight_bytes_total: u64,
 }
 
 fn default_max_in_flight_records() -> u64 {

@@ -30,6 +30,9 @@ const PER_SOURCE: &[&str] = &[
     "monitor",
 ];
 
+/// `[relay]` keys that are the process's, not a source's.
+const PROCESS_WIDE: &[&str] = &["max_sources", "max_in_flight_bytes_total"];
+
 /// Arrays of tables: a source's list replaces the top-level one.
 const REPLACED: &[&str] = &["outbox", "message"];
 
@@ -61,18 +64,16 @@ pub(super) fn expand(
                 "source.{name}: expected a table `[source.{name}]`"
             )));
         };
-        if own
-            .get("relay")
-            .and_then(|r| r.get("max_sources"))
-            .is_some()
-        {
-            return Err(ConfigError::Invalid(InvalidOption::new(
-                format!("source.{name}.relay.max_sources"),
-                format!(
-                    "source.{name}.relay.max_sources: the limit is the process's; set \
-                     relay.max_sources at the top level"
-                ),
-            )));
+        for key in PROCESS_WIDE {
+            if own.get("relay").and_then(|r| r.get(key)).is_some() {
+                return Err(ConfigError::Invalid(InvalidOption::new(
+                    format!("source.{name}.relay.{key}"),
+                    format!(
+                        "source.{name}.relay.{key}: the limit is the process's; set relay.{key} \
+                         at the top level"
+                    ),
+                )));
+            }
         }
         let mut table = root.clone();
         for (key, value) in &own {

@@ -165,6 +165,10 @@ fn sources_are_checked_and_named() {
             "source.a.relay.max_sources: the limit is the process's",
         ),
         (
+            "[source.a]\npostgres = { slot = \"a\" }\nrelay = { max_in_flight_bytes_total = 2 }\n",
+            "source.a.relay.max_in_flight_bytes_total: the limit is the process's",
+        ),
+        (
             "[source.a.postgres]\nslot = \"Bad-Slot\"\n",
             "source.a: postgres.slot",
         ),

@@ -46,7 +46,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         commit_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let stop = shutdown.clone();
         loop {
-            let can_read = self.progress.can_read();
+            let can_read = self.may_read();
             self.pace.paused = match self.pace.paused {
                 _ if can_read => None,
                 Some((_, acked)) if acked != self.progress.acked() => {
@@ -81,6 +81,22 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             };
             if turn == Turn::Stop {
                 return Ok(());
+            }
+        }
+    }
+
+    /// The in-flight limits: this connection's (`relay.max_in_flight_*`) and, with several
+    /// sources, the process's (`relay.max_in_flight_bytes_total`, whose share this publishes).
+    fn may_read(&mut self) -> bool {
+        let own = self.progress.can_read();
+        match &mut self.budget {
+            None => own,
+            Some(share) => {
+                let shared = share.may_read(
+                    self.progress.outstanding_records(),
+                    self.progress.in_flight_bytes(),
+                );
+                own && shared
             }
         }
     }
@@ -209,6 +225,8 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             }
             handled += 1;
             if handled < EVENTS_PER_TURN && self.progress.can_read() {
+                // The process-wide budget is looked at once per turn (`may_read`), so the
+                // total passes it by at most a turn per source (relay_core::budget).
                 next = self.client.recv().now_or_never();
             }
         }

@@ -54,6 +54,9 @@ pub(super) struct Pipeline<'a, S, K> {
     /// What may be read, committed, checkpointed and confirmed ([`relay_core::progress`]).
     /// This connection: the next one starts from the slot's confirmed position.
     pub(super) progress: Progress,
+    /// This connection's part of the process-wide in-flight budget
+    /// (`relay.max_in_flight_bytes_total`, several sources), withdrawn when it ends.
+    pub(super) budget: Option<crate::budget::Share>,
     /// pgoutput to records; its relation cache is this stream's (PostgreSQL sends every
     /// relation again on a new connection).
     pub(super) decoder: Decoder,
@@ -193,6 +196,7 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
             carry,
             health,
             progress,
+            budget: health.budget().cloned().map(crate::budget::Share::new),
             decoder: conn.decoder,
             messages: MessageRoutes::new(&cfg.message, cfg.relay.relay_headers),
             txn: None,

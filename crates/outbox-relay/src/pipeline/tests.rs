@@ -286,7 +286,18 @@ fn pipeline<'a, S: Session, K: Sink>(
     session: S,
     checkpoints: Option<Identity>,
 ) -> Pipeline<'a, S, K> {
-    let conn = Connection {
+    let health = HEALTH.get_or_init(crate::health::Shared::new);
+    let conn = connection(cfg, session, checkpoints);
+    Pipeline::new(cfg, sink, reports, carry, health, conn)
+}
+
+/// A connection over `session` from the start of the stream, as [`pipeline`] builds it.
+fn connection<S: Session>(
+    cfg: &Config,
+    session: S,
+    checkpoints: Option<Identity>,
+) -> Connection<S> {
+    Connection {
         client: session,
         start: Start {
             start: Lsn::ZERO,
@@ -296,9 +307,7 @@ fn pipeline<'a, S: Session, K: Sink>(
         },
         decoder: Decoder::new(&cfg.outbox, cfg.relay.relay_headers),
         memory: None,
-    };
-    let health = HEALTH.get_or_init(crate::health::Shared::new);
-    Pipeline::new(cfg, sink, reports, carry, health, conn)
+    }
 }
 
 /// The loop tests' run-wide state (no other task reads it here).

@@ -290,3 +290,81 @@ async fn sigterm_with_a_full_window_drains_and_confirms_what_kafka_acknowledged(
         started.elapsed()
     );
 }
+
+/// Reads a 70-row transaction while Kafka acknowledges every 100 ms; returns the most records
+/// ever unacknowledged at once, and the loop's result after 8 s more (past
+/// `backpressure_release_ms`).
+async fn read_under(health: &crate::health::Shared) -> (usize, Result<(), RelayError>, usize) {
+    let cfg = memory_config("[relay]\nbackpressure_release_ms = 5000\n");
+    let (sink, mut reports) = MemorySink::new(false, false, Duration::ZERO);
+    let names: Vec<String> = (0..70).map(|i| format!("k{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let Script(script, pause_before) = rows(&names);
+    let session = Scripted {
+        events: script,
+        applied: Arc::new(Mutex::new(Lsn::ZERO)),
+        pause_before,
+        played: 0,
+    };
+    let mut carry = Carry::default();
+    let conn = super::connection(&cfg, session, None);
+    let mut p = Pipeline::new(&cfg, &sink, &mut reports, &mut carry, health, conn);
+    let (stop, mut shutdown) = watch::channel(false);
+    let most = Arc::new(Mutex::new(0usize));
+    let driver = {
+        let (sink, most) = (&sink, most.clone());
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let pending = sink.pending();
+                let mut m = most.lock().unwrap();
+                *m = (*m).max(pending);
+                drop(m);
+                sink.ack_all();
+                if sink.sent().len() >= 70 || Instant::now() >= deadline {
+                    break;
+                }
+            }
+            // Past the back-pressure release: the loop must still be running.
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            let _ = stop.send(true);
+        }
+    };
+    let (result, ()) = tokio::join!(p.run(&mut shutdown), driver);
+    let most = *most.lock().unwrap();
+    (most, result, sink.sent().len())
+}
+
+/// `relay.max_in_flight_bytes_total` held entirely by another source: this source still reads
+/// (nothing of its own in flight), one turn at a time, each after its own acknowledgements, and
+/// never releases its connection on the others' load. Without the budget it reads everything at
+/// once.
+#[tokio::test(start_paused = true)]
+async fn a_budget_held_by_other_sources_slows_a_source_but_never_starves_it() {
+    let budget = Arc::new(crate::budget::Budget::new(100));
+    let mut other = crate::budget::Share::new(budget.clone());
+    other.publish(1_000_000);
+    let health = crate::health::Shared::of_fleet(None, Some(budget.clone()));
+    let (most, result, sent) = read_under(&health).await;
+    result.unwrap();
+    assert_eq!(sent, 70, "every record read despite the exhausted budget");
+    assert!(
+        most > 0 && most < 70,
+        "one turn at a time, not all at once: {most}"
+    );
+    assert_eq!(
+        budget.total(),
+        1_000_000,
+        "the ended pipeline withdrew its share"
+    );
+
+    let alone = crate::health::Shared::new();
+    let (most, result, sent) = read_under(&alone).await;
+    result.unwrap();
+    assert_eq!(
+        (most, sent),
+        (70, 70),
+        "without the budget the loop reads it all at once"
+    );
+}
