@@ -7,6 +7,8 @@
 #   scripts/bench-sources.sh                 N=20, SAMPLE=30 (seconds)
 #   N=50 SAMPLE=60 scripts/bench-sources.sh
 #
+# Then, in the one-process mode, RATE events/s (default 1000) into the first database only: the
+# CPU of every source's walsender, since each reads the whole cluster's WAL.
 # Env: PGPORT (15432) and KAFKA (127.0.0.1:19092): the stack to use (infra/stack.sh up);
 #   RELAY: the outbox-relay binary (default: a release build); OUT (target/bench-sources).
 set -euo pipefail
@@ -16,6 +18,7 @@ PGPORT="${PGPORT:-15432}"
 KAFKA="${KAFKA:-127.0.0.1:19092}"
 N="${N:-20}"
 SAMPLE="${SAMPLE:-30}"
+RATE="${RATE:-1000}"
 OUT="${OUT:-target/bench-sources}"
 PSQL="$(ls /usr/lib/postgresql/*/bin/psql | head -1)"
 log() { printf '[bench-sources %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -126,6 +129,40 @@ def load(p):
 (b, _), (a, n) = load(sys.argv[1]), load(sys.argv[2])
 for name, t in sorted(((k, a[k] - b.get(k, 0)) for k in a), key=lambda x: -x[1])[:8]:
     print(f'  threads {name!r} x{n[name]}: {t} ticks')
+PY
+
+# Every walsender reads the whole cluster's WAL: RATE events/s into the first database only,
+# then the CPU of each source's walsender (the written one against the others) and the relay's.
+log "WAL readers: $RATE events/s into bs_one_0 for ${SAMPLE}s"
+mapfile -t WALSENDERS < <(sql "SELECT active_pid FROM pg_replication_slots WHERE slot_name LIKE 'bs\_one\_%' ORDER BY slot_name = 'bs_one_0' DESC, slot_name")
+per_tick=$((RATE / 10))
+(
+  end=$((SECONDS + SAMPLE + 5))
+  while [ "$SECONDS" -lt "$end" ]; do
+    sql "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) SELECT gen_random_uuid(), 'order', 'k' || g, 'Event', '{\"n\": 1}' FROM generate_series(1, $per_tick) g" bs_one_0
+    sleep 0.1
+  done
+) &
+WRITER=$!
+PIDS+=("$WRITER")
+sleep 5
+hz=$(getconf CLK_TCK)
+w0=(); for p in "${WALSENDERS[@]}"; do w0+=("$(ticks "$p")"); done
+r0=$(ticks "$ONE"); t0=$(date +%s.%N)
+sleep "$SAMPLE"
+w1=(); for p in "${WALSENDERS[@]}"; do w1+=("$(ticks "$p")"); done
+r1=$(ticks "$ONE"); t1=$(date +%s.%N)
+wait "$WRITER" || true
+python3 - "$hz" "$t0" "$t1" "$r0" "$r1" "${w0[*]}" "${w1[*]}" <<'PY' | tee -a "$OUT/result.txt"
+import sys
+hz, t0, t1, r0, r1 = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+w0 = [int(x) for x in sys.argv[6].split()]; w1 = [int(x) for x in sys.argv[7].split()]
+pct = lambda d: d / hz / (t1 - t0) * 100
+ws = [pct(b - a) for a, b in zip(w0, w1)]
+others = ws[1:]
+print(f"WAL readers at the written rate: walsender of the written database {ws[0]:.2f} %, "
+      f"each other walsender {sum(others)/max(len(others),1):.2f} % (mean of {len(others)}, max {max(others, default=0):.2f} %), "
+      f"all {len(ws)} walsenders {sum(ws):.2f} %, relay process {pct(r1 - r0):.2f} % of one core")
 PY
 kill "$ONE"; wait "$ONE" || true
 drop_dbs one
