@@ -26,13 +26,7 @@ async fn a_null_key_halts_with_the_reason_and_confirms_nothing_past_it() {
     db.wait_confirmed(commit_lsn_after(&db).await, Duration::from_secs(30))
         .await;
     let before = db.current_wal_lsn().await;
-    c.execute(
-        "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) \
-         VALUES (gen_random_uuid(), 'order', NULL, 'Event', '{}')",
-        &[],
-    )
-    .await
-    .unwrap();
+    writer::insert_null_key(&c).await;
     let status = relay
         .wait(Duration::from_secs(30))
         .expect("the relay must stop on a poison event");

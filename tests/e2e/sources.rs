@@ -87,19 +87,13 @@ async fn one_relay_many_databases_failures_stay_with_their_source() {
     let mut relay = Relay::start("sources", &cfg);
     let addr = http::relay_addr(&relay).await;
     // Every source but `lost` streams.
-    for db in dbs
+    let streaming: Vec<&TestDb> = dbs
         .iter()
         .enumerate()
         .filter(|(i, _)| *i != 1)
         .map(|(_, d)| d)
-    {
-        eventually(
-            "every source to stream",
-            Duration::from_secs(90),
-            || async { db.slot_active_pid().await.map(|_| ()) },
-        )
-        .await;
-    }
+        .collect();
+    all_streaming(&streaming, Duration::from_secs(90)).await;
     eventually("the slot of `lost`", Duration::from_secs(60), || async {
         dbs[1].confirmed_flush().await.map(|_| ())
     })
@@ -135,13 +129,7 @@ async fn one_relay_many_databases_failures_stay_with_their_source() {
     let head = dbs[0].current_wal_lsn().await;
     dbs[0].wait_confirmed(head, Duration::from_secs(30)).await;
     let before_poison = dbs[0].current_wal_lsn().await;
-    c.execute(
-        "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) \
-         VALUES (gen_random_uuid(), 'order', NULL, 'Event', '{}')",
-        &[],
-    )
-    .await
-    .unwrap();
+    writer::insert_null_key(&c).await;
     // down: no connections for a while (the relay's are cut).
     let admin = connect(&format!("{} dbname=postgres", cluster.base())).await;
     admin
@@ -295,22 +283,18 @@ async fn one_relay_many_databases_failures_stay_with_their_source() {
     f.assert_nothing_lost_or_reordered("down");
 
     let m = http::scrape(addr).await;
-    assert_eq!(
-        m.value("outbox_relay_source_stopped", &[("source", "halt")]),
-        Some(1.0)
-    );
-    assert_eq!(
-        m.value("outbox_relay_source_stopped", &[("source", "lost")]),
-        Some(1.0)
-    );
-    assert_eq!(
-        m.value("outbox_relay_source_stopped", &[("source", "s03")]),
-        Some(0.0)
-    );
-    assert_eq!(
-        m.value("outbox_relay_streaming", &[("source", "s03")]),
-        Some(1.0)
-    );
+    for (metric, source, want) in [
+        ("outbox_relay_source_stopped", "halt", 1.0),
+        ("outbox_relay_source_stopped", "lost", 1.0),
+        ("outbox_relay_source_stopped", "s03", 0.0),
+        ("outbox_relay_streaming", "s03", 1.0),
+    ] {
+        assert_eq!(
+            m.value(metric, &[("source", source)]),
+            Some(want),
+            "{metric} {source}"
+        );
+    }
     check::note(&format!(
         "sources: {n} databases in one relay; healthy sources delivered {} events ({} after the \
          three faults were seen, checked within {:.1} s)",
@@ -354,14 +338,7 @@ async fn a_reload_adds_and_removes_sources_without_touching_the_others() {
         source_section("b", &b, "")
     );
     let mut relay = Relay::start("sources_reload", &cfg);
-    for db in [&a, &b] {
-        eventually(
-            "sources a and b to stream",
-            Duration::from_secs(60),
-            || async { db.slot_active_pid().await.map(|_| ()) },
-        )
-        .await;
-    }
+    all_streaming(&[&a, &b], Duration::from_secs(60)).await;
     let a_pid = a.slot_active_pid().await;
     let status = relay.status();
     let text = String::from_utf8_lossy(&status.stdout);
@@ -398,10 +375,7 @@ async fn a_reload_adds_and_removes_sources_without_touching_the_others() {
             Duration::from_secs(20),
         )
         .await;
-    eventually("source c to stream", Duration::from_secs(60), || async {
-        c.slot_active_pid().await.map(|_| ())
-    })
-    .await;
+    all_streaming(&[&c], Duration::from_secs(60)).await;
     eventually(
         "source b to release its slot",
         Duration::from_secs(60),
@@ -452,6 +426,16 @@ fn shared_sources() -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(6)
         .max(2)
+}
+
+/// Waits until every one of `dbs` has its slot active (a relay streams from it).
+async fn all_streaming(dbs: &[&TestDb], timeout: Duration) {
+    for db in dbs {
+        eventually(&format!("{} to stream", db.name), timeout, || async {
+            db.slot_active_pid().await.map(|_| ())
+        })
+        .await;
+    }
 }
 
 /// Which slots are active now, per database index.
@@ -510,12 +494,8 @@ async fn three_instances_share_sources_take_over_and_roll_exactly_once() {
     let mut relays: Vec<Relay> = (0..3)
         .map(|k| Relay::start(&format!("sources_share_{k}"), &cfg))
         .collect();
-    eventually(
-        "every source to stream",
-        Duration::from_secs(120),
-        || async { active(&dbs).await.iter().all(|a| *a).then_some(()) },
-    )
-    .await;
+    let all: Vec<&TestDb> = dbs.iter().collect();
+    all_streaming(&all, Duration::from_secs(120)).await;
     for r in &relays {
         let held = streaming_sources(r);
         assert!(
@@ -598,22 +578,12 @@ async fn three_instances_share_sources_take_over_and_roll_exactly_once() {
     // A rolling restart: each instance in turn stops (SIGTERM: drained) and starts again,
     // once every source streams again.
     for (k, relay) in relays.iter_mut().enumerate() {
-        eventually(
-            "every source to stream",
-            Duration::from_secs(60),
-            || async { active(&dbs).await.iter().all(|a| *a).then_some(()) },
-        )
-        .await;
+        all_streaming(&all, Duration::from_secs(60)).await;
         let exit = relay.terminate(Duration::from_secs(40));
         assert_eq!(exit.code(), Some(0), "instance {k}: {}", relay.log_text());
         *relay = Relay::start(&format!("sources_share_{k}"), &cfg);
     }
-    eventually(
-        "every source to stream",
-        Duration::from_secs(60),
-        || async { active(&dbs).await.iter().all(|a| *a).then_some(()) },
-    )
-    .await;
+    all_streaming(&all, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut total = check::Figures {

@@ -64,6 +64,17 @@ pub async fn insert_event(
     })
 }
 
+/// A poison event: an outbox row whose key (`aggregateid`, made nullable by the test) is NULL.
+pub async fn insert_null_key(c: &impl GenericClient) {
+    c.execute(
+        "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) \
+         VALUES (gen_random_uuid(), 'order', NULL, 'Event', '{}')",
+        &[],
+    )
+    .await
+    .unwrap();
+}
+
 /// Like [`insert_event`], as a transactional logical message with the Debezium envelope.
 pub async fn emit_event(
     c: &impl GenericClient,
