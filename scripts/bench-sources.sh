@@ -148,19 +148,20 @@ PIDS+=("$WRITER")
 sleep 5
 hz=$(getconf CLK_TCK)
 w0=(); for p in "${WALSENDERS[@]}"; do w0+=("$(ticks "$p")"); done
-r0=$(ticks "$ONE"); t0=$(date +%s.%N)
+r0=$(ticks "$ONE"); t0=$(date +%s.%N); n0=$(sql "SELECT count(*) FROM outbox" bs_one_0)
 sleep "$SAMPLE"
 w1=(); for p in "${WALSENDERS[@]}"; do w1+=("$(ticks "$p")"); done
-r1=$(ticks "$ONE"); t1=$(date +%s.%N)
+r1=$(ticks "$ONE"); t1=$(date +%s.%N); n1=$(sql "SELECT count(*) FROM outbox" bs_one_0)
 wait "$WRITER" || true
-python3 - "$hz" "$t0" "$t1" "$r0" "$r1" "${w0[*]}" "${w1[*]}" <<'PY' | tee -a "$OUT/result.txt"
+python3 - "$hz" "$t0" "$t1" "$r0" "$r1" "${w0[*]}" "${w1[*]}" "$n0" "$n1" <<'PY' | tee -a "$OUT/result.txt"
 import sys
 hz, t0, t1, r0, r1 = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 w0 = [int(x) for x in sys.argv[6].split()]; w1 = [int(x) for x in sys.argv[7].split()]
+rate = (int(sys.argv[9]) - int(sys.argv[8])) / (t1 - t0)
 pct = lambda d: d / hz / (t1 - t0) * 100
 ws = [pct(b - a) for a, b in zip(w0, w1)]
 others = ws[1:]
-print(f"WAL readers at the written rate: walsender of the written database {ws[0]:.2f} %, "
+print(f"WAL readers: {rate:.0f} events/s written into one database; its walsender {ws[0]:.2f} %, "
       f"each other walsender {sum(others)/max(len(others),1):.2f} % (mean of {len(others)}, max {max(others, default=0):.2f} %), "
       f"all {len(ws)} walsenders {sum(ws):.2f} %, relay process {pct(r1 - r0):.2f} % of one core")
 PY
