@@ -627,3 +627,32 @@ async fn three_instances_share_sources_take_over_and_roll_exactly_once() {
         db.cleanup().await;
     }
 }
+
+/// `setup` prepares every source of the file, or the one `--source` names; an unknown name is a
+/// configuration error (exit 2) that lists the sources.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_prepares_every_source_or_the_one_named() {
+    let a = TestDb::new("setup_a").await;
+    let b = TestDb::new("setup_b").await;
+    let cfg = format!(
+        "{}{}{}",
+        top_level(&a, pg_port()),
+        source_section("a", &a, ""),
+        source_section("b", &b, "")
+    );
+    let (status, log) = Relay::once("sources_setup", &cfg, &["setup", "--source", "b"], &[]);
+    assert!(status.success(), "{log}");
+    assert!(b.confirmed_flush().await.is_some(), "slot of b: {log}");
+    assert!(
+        a.confirmed_flush().await.is_none(),
+        "setup --source b made a's slot"
+    );
+    let (status, log) = Relay::once("sources_setup", &cfg, &["setup"], &[]);
+    assert!(status.success(), "{log}");
+    assert!(a.confirmed_flush().await.is_some(), "slot of a: {log}");
+    let (status, log) = Relay::once("sources_setup", &cfg, &["setup", "--source", "nope"], &[]);
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(log.contains("no such source; the config has a, b"), "{log}");
+    a.cleanup().await;
+    b.cleanup().await;
+}
