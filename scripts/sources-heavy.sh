@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long form of the many-databases tests (tests/e2e/sources.rs), which the test command runs
+# The long form of the many-databases tests (tests/e2e/sources/), which the test command runs
 # in a short form (20 databases in one relay; 6 sources on three instances):
 #   1. one relay, SOURCES databases (default 50): three fail (poison halt, lost slot, database
 #      down) while the others stream;

@@ -559,7 +559,7 @@ async fn metrics_scrape_parses_and_holds_every_documented_metric() {
     assert!(documented.len() >= 30, "{documented:?}");
     // The checkpoint commit histogram has a sample only once a Kafka transaction committed.
     // The applier's metrics (`outbox_relay_apply_*`) are its own process's: tests/e2e/applier.rs.
-    // `outbox_relay_source_stopped` exists with `[source.<name>]` tables: tests/e2e/sources.rs.
+    // `outbox_relay_source_stopped` exists with `[source.<name>]` tables: tests/e2e/sources/failures.rs.
     let transactional = cfg.contains("transactional_id");
     let missing: Vec<_> = documented
         .iter()

@@ -1,0 +1,53 @@
+//! One relay, many databases (`[source.<name>]`), end to end:
+//! - `failures`: every source streams on its own, and a source's failure stops it alone;
+//! - `reload`: SIGHUP changes sources one by one; `setup` and `status` per source;
+//! - `share`: three instances share the sources of one config, exactly once through kills and
+//!   a rolling restart.
+//!
+//! The counts come from the environment so that `scripts/sources-heavy.sh` runs the long forms.
+
+mod failures;
+mod reload;
+mod share;
+
+use std::time::Duration;
+
+use crate::support::{TestDb, eventually, kafka_brokers};
+
+/// `var` from the environment, else `default`; never under `min`.
+fn count_from_env(var: &str, default: usize, min: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+        .max(min)
+}
+
+fn source_section(name: &str, db: &TestDb, extra: &str) -> String {
+    format!(
+        "[source.{name}]\npostgres = {{ database = \"{db}\", slot = \"{db}\", publication = \
+         \"{db}\" }}\n{extra}[[source.{name}.outbox]]\ntable = \"public.outbox\"\n\
+         topic = \"{db}.{{aggregatetype}}\"\n\n",
+        db = db.name
+    )
+}
+
+/// The top level of a multi-source config on the shared test cluster.
+fn top_level(first: &TestDb, port: u16) -> String {
+    format!(
+        "[postgres]\nport = {port}\ncreate_slot = true\n\n[kafka]\nbrokers = \"{brokers}\"\n\
+         checkpoint_topic = \"{first}.checkpoints\"\n\n[http]\nlisten = \"127.0.0.1:0\"\n\n",
+        brokers = kafka_brokers(),
+        first = first.name,
+    )
+}
+
+/// Waits until every one of `dbs` has its slot active (a relay streams from it).
+async fn all_streaming(dbs: &[&TestDb], timeout: Duration) {
+    for db in dbs {
+        eventually(&format!("{} to stream", db.name), timeout, || async {
+            db.slot_active_pid().await.map(|_| ())
+        })
+        .await;
+    }
+}
