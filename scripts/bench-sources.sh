@@ -1,29 +1,54 @@
 #!/usr/bin/env bash
 # One relay serving N databases ([source.<name>]) against N single-database relays, side by
-# side on the same stack: resident memory and idle CPU (docs/benchmarks.md, "Many databases").
-# Each mode streams from N databases of its own (created here, dropped at the end), waits
-# until every slot is active, then samples every relay process for SAMPLE seconds.
+# side on the same stack (docs/benchmarks.md, "Many databases"):
+#   1. idle: each mode streams from N databases of its own (created here, dropped at the end),
+#      waits until every slot is active, then samples every relay process for SAMPLE seconds:
+#      resident memory and idle CPU; then, in the one-process mode, RATE events/s into the first
+#      database only: the CPU of every source's walsender, since each reads the whole
+#      cluster's WAL;
+#   2. under load (`bench sources`, bench/src/sources.rs): N databases at LOAD_RATE events/s in
+#      total, one process against N processes: p50/p99, CPU per event, walsenders' CPU, RSS;
+#      then one process with LADDER sources at 10 events/s each: the largest step whose p99 is
+#      within 2x the one-source step's.
 #
-#   scripts/bench-sources.sh                 N=20, SAMPLE=30 (seconds)
-#   N=50 SAMPLE=60 scripts/bench-sources.sh
+#   scripts/bench-sources.sh                   N=50, SAMPLE=30, LOAD_RATE=1000, LADDER=1,25,50,100,150
+#   N=20 SAMPLE=10 LADDER=1,20 scripts/bench-sources.sh     a short form
+#   PHASES=load scripts/bench-sources.sh       only part 2 (PHASES=idle: only part 1)
+#   SECONDS_PER_STEP=60 …                       measured seconds per loaded step (default 30)
 #
-# Then, in the one-process mode, RATE events/s (default 1000) into the first database only: the
-# CPU of every source's walsender, since each reads the whole cluster's WAL.
-# Env: PGPORT (15432) and KAFKA (127.0.0.1:19092): the stack to use (infra/stack.sh up);
-#   RELAY: the outbox-relay binary (default: a release build); OUT (target/bench-sources).
+# Uses the bench stack (STACK_DIR .stack-bench, PGPORT 16432, KAFKA_PORT 29192), started here
+# with room for the walsenders (and stopped again) unless one is running.
+# RELAY: the outbox-relay binary (default: a release build); OUT (target/bench-results/sources).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO="$PWD"
 export PATH="$HOME/.cargo/bin:$PATH"
-PGPORT="${PGPORT:-15432}"
-KAFKA="${KAFKA:-127.0.0.1:19092}"
-N="${N:-20}"
+export STACK_DIR="${STACK_DIR:-$REPO/.stack-bench}"
+export PGPORT="${PGPORT:-16432}"
+export KAFKA_PORT="${KAFKA_PORT:-29192}"
+KAFKA="127.0.0.1:$KAFKA_PORT"
+N="${N:-50}"
 SAMPLE="${SAMPLE:-30}"
 RATE="${RATE:-1000}"
-OUT="${OUT:-target/bench-sources}"
+LOAD_RATE="${LOAD_RATE:-1000}"
+LADDER="${LADDER:-1,25,50,100,150}"
+PHASES="${PHASES:-idle,load}"
+OUT="${OUT:-$REPO/target/bench-results/sources}"
+# Walsenders and slots for the largest step (and the idle phase's two modes' leftovers).
+MOST=$(printf '%s\n' "$N" ${LADDER//,/ } | sort -n | tail -1)
+export PG_EXTRA_OPTS="${PG_EXTRA_OPTS:-} -c max_wal_senders=$((MOST + 20)) -c max_replication_slots=$((MOST + 20)) -c max_connections=$((MOST * 4 + 100))"
 PSQL="$(ls /usr/lib/postgresql/*/bin/psql | head -1)"
 log() { printf '[bench-sources %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 sql() { "$PSQL" -qAtX -h 127.0.0.1 -p "$PGPORT" -U postgres -d "${2:-postgres}" -c "$1"; }
 
+infra/install-deps.sh
+started=0
+if ! infra/stack.sh status >/dev/null 2>&1; then
+  infra/stack.sh up
+  started=1
+fi
+stop_stack() { if [ "$started" = 1 ]; then infra/stack.sh down --destroy || true; fi; }
+cargo build --release --locked -q -p bench
 if [ -z "${RELAY:-}" ]; then
   cargo build --release --locked -q -p outbox-relay
   RELAY="${CARGO_TARGET_DIR:-target}/release/outbox-relay"
@@ -43,7 +68,7 @@ cleanup() {
   drop_dbs one
   drop_dbs many
 }
-trap cleanup EXIT
+trap 'cleanup; stop_stack' EXIT
 
 make_dbs() { # mode
   for i in $(seq 0 $((N - 1))); do
@@ -94,6 +119,7 @@ print(f'$label: processes=$#, rss_total_mib={$r/1024:.1f}, rss_per_source_mib={$
 }
 
 : > "$OUT/result.txt"
+idle_phase() {
 log "one process, $N sources"
 make_dbs one
 {
@@ -179,4 +205,16 @@ for i in $(seq 0 $((N - 1))); do
 done
 wait_active many
 measure "$N processes, one source each" "${MANY[@]}"
+for p in "${MANY[@]}"; do kill "$p" 2>/dev/null || true; done
+wait "${MANY[@]}" 2>/dev/null || true
+drop_dbs many
+}
+case ",$PHASES," in *,idle,*) idle_phase ;; esac
+
+case ",$PHASES," in *,load,*)
+  log "under load: $N databases at $LOAD_RATE events/s; ladder $LADDER at 10 events/s each"
+  target/release/bench sources --pg-port "$PGPORT" --brokers "$KAFKA" --relay "$RELAY" \
+    --n "$N" --rate "$LOAD_RATE" --ladder "$LADDER" --work "$OUT/work" --out "$OUT" \
+    ${SECONDS_PER_STEP:+--seconds "$SECONDS_PER_STEP"} | tee -a "$OUT/result.txt" ;;
+esac
 cat "$OUT/result.txt"

@@ -12,6 +12,7 @@ mod pg;
 mod poll_relay;
 mod procstat;
 mod slot_stats;
+mod sources;
 mod suite;
 mod systems;
 mod walsender_latency;
@@ -43,6 +44,9 @@ enum Cmd {
     /// The consumer half side by side: outbox-relay apply vs the Rust and Go inbox recipes
     /// (drain events/s and steady latency; scripts/bench-consumers.sh).
     Consumers(Box<consumers::ConsumersArgs>),
+    /// One relay serving many databases against one relay per database, under load, and the
+    /// most sources one process serves at 10 events/s each (scripts/bench-sources.sh).
+    Sources(Box<sources::SourcesArgs>),
     /// The polling relay baseline (SELECT … FOR UPDATE SKIP LOCKED LIMIT 100, produce, mark).
     PollRelay(poll_relay::PollArgs),
     /// Steady-rate writer alone (for profiling a relay by hand).
@@ -163,6 +167,7 @@ fn main() -> Result<()> {
             Cmd::PollRelay(a) => poll_relay::run(a).await,
             Cmd::Drain(a) => drain::run(*a).await,
             Cmd::Consumers(a) => consumers::run(*a).await,
+            Cmd::Sources(a) => sources::run(*a).await,
             Cmd::Backlog {
                 pg_port,
                 events,

@@ -261,9 +261,25 @@ pub async fn steady_load(
     atype: &str,
     messages: bool,
 ) -> Result<LoadStats> {
+    let dbs = vec![DB.to_string(); conns];
+    steady_load_over(port, &dbs, rate, seconds, psize, atype, messages).await
+}
+
+/// [`steady_load`] over one connection per entry of `dbs` (a database may be named more than
+/// once), the inserts dealt to them in turn: `rate` is the total, spread evenly.
+pub async fn steady_load_over(
+    port: u16,
+    dbs: &[String],
+    rate: f64,
+    seconds: f64,
+    psize: i32,
+    atype: &str,
+    messages: bool,
+) -> Result<LoadStats> {
+    let conns = dbs.len();
     let mut clients = Vec::new();
-    for _ in 0..conns {
-        let c = connect(port, DB).await?;
+    for db in dbs {
+        let c = connect(port, db).await?;
         let st = c.prepare(if messages { EMIT } else { INSERT }).await?;
         clients.push((Arc::new(c), st));
     }
