@@ -91,6 +91,19 @@ struct Row {
     relay_cpu_us_per_event: f64,
     walsenders_cpu_percent: f64,
     relay_rss_mib: f64,
+    /// The relay processes' threads by name (numbers stripped), busiest first.
+    threads: Vec<Threads>,
+}
+
+/// The threads of one name in the relay processes over the measured window (a thread that
+/// ended within it, such as an idle blocking-pool thread, is not counted).
+#[derive(Debug, serde::Serialize)]
+struct Threads {
+    name: String,
+    count: usize,
+    cpu_percent: f64,
+    cpu_us_per_event: f64,
+    switches_per_event: f64,
 }
 
 const DB_PREFIX: &str = "bench_src_";
@@ -211,9 +224,9 @@ async fn step(
         });
         let pids: Vec<i32> = relays.0.iter().map(|c| c.id() as i32).collect();
         sleep_until(from).await;
-        let (r0, w0) = (cpu(&pids), cpu(&walsenders));
+        let (r0, w0, t0) = (cpu(&pids), cpu(&walsenders), threads(&pids));
         sleep_until(to).await;
-        let (r1, w1) = (cpu(&pids), cpu(&walsenders));
+        let (r1, w1, t1) = (cpu(&pids), cpu(&walsenders), threads(&pids));
         let rss_kb: u64 = pids.iter().filter_map(|&p| procstat::peak_rss_kb(p)).sum();
         let load = load.await??;
         let expected = load.sent - load.failed;
@@ -229,6 +242,21 @@ async fn step(
         );
         let p = percentiles(collected.payload_lat_us, false);
         let secs = (to - from) as f64 / 1e6;
+        let events = p.count.max(1) as f64;
+        let mut threads: Vec<Threads> = t1
+            .into_iter()
+            .map(|(name, (count, cpu1, sw1))| {
+                let (_, cpu0, sw0) = t0.get(&name).copied().unwrap_or_default();
+                Threads {
+                    name,
+                    count,
+                    cpu_percent: (cpu1 - cpu0) / secs * 100.0,
+                    cpu_us_per_event: (cpu1 - cpu0) / events * 1e6,
+                    switches_per_event: sw1.saturating_sub(sw0) as f64 / events,
+                }
+            })
+            .collect();
+        threads.sort_by(|a, b| b.cpu_percent.total_cmp(&a.cpu_percent));
         let row = Row {
             step,
             mode,
@@ -244,8 +272,26 @@ async fn step(
             relay_cpu_us_per_event: (r1 - r0) / p.count.max(1) as f64 * 1e6,
             walsenders_cpu_percent: (w1 - w0) / secs * 100.0,
             relay_rss_mib: rss_kb as f64 / 1024.0,
+            threads,
         };
-        eprintln!("[bench sources]   {row:?}");
+        eprintln!(
+            "[bench sources]   p50 {:.1} ms, p99 {:.1} ms, relay {:.1} % ({:.0} µs/event), \
+             walsenders {:.1} %; threads: {}",
+            row.p50_ms,
+            row.p99_ms,
+            row.relay_cpu_percent,
+            row.relay_cpu_us_per_event,
+            row.walsenders_cpu_percent,
+            row.threads
+                .iter()
+                .take(6)
+                .map(|t| format!(
+                    "{} x{} {:.1} % {:.0} µs/event {:.1} switches/event",
+                    t.name, t.count, t.cpu_percent, t.cpu_us_per_event, t.switches_per_event
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
         anyhow::Ok(row)
     }
     .await;
@@ -345,6 +391,21 @@ async fn wait_streaming(ctl: &Client, like: &str, n: usize, relays: &Relays) -> 
     }
 }
 
+/// Per thread name (digits stripped) over `pids`: (threads, CPU seconds, context switches).
+fn threads(pids: &[i32]) -> std::collections::BTreeMap<String, (usize, f64, u64)> {
+    let mut out = std::collections::BTreeMap::<String, (usize, f64, u64)>::new();
+    for &pid in pids {
+        for (name, user, system, switches) in procstat::threads(pid) {
+            let name: String = name.chars().filter(|c| !c.is_ascii_digit()).collect();
+            let e = out.entry(name).or_default();
+            e.0 += 1;
+            e.1 += user + system;
+            e.2 += switches;
+        }
+    }
+    out
+}
+
 fn cpu(pids: &[i32]) -> f64 {
     pids.iter().filter_map(|&p| procstat::cpu_seconds(p)).sum()
 }
@@ -378,6 +439,24 @@ fn report(a: &SourcesArgs, rows: &[Row]) -> String {
             r.relay_cpu_us_per_event,
             r.walsenders_cpu_percent,
             r.relay_rss_mib
+        );
+    }
+    s += "\nThe relay's threads (CPU % of one core / µs per event / context switches per event; \
+          the six busiest names):\n\n";
+    for r in rows {
+        s += &format!(
+            "- {} {} sources: {}\n",
+            r.step,
+            r.sources,
+            r.threads
+                .iter()
+                .take(6)
+                .map(|t| format!(
+                    "`{}` x{} {:.1} / {:.0} / {:.1}",
+                    t.name, t.count, t.cpu_percent, t.cpu_us_per_event, t.switches_per_event
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     let side: Vec<&Row> = rows.iter().filter(|r| r.step == "side by side").collect();

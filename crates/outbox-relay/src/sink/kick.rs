@@ -4,8 +4,6 @@
 
 use std::sync::atomic::Ordering;
 
-use rdkafka::producer::Producer;
-
 use super::KafkaSink;
 
 impl KafkaSink {
@@ -22,28 +20,28 @@ impl KafkaSink {
     }
 
     /// Kicks if a kick is wanted and nothing older than the records since the last kick is
-    /// still unacknowledged. The kick is librdkafka's flush for at most 1 ms on a blocking
-    /// thread (while it runs the brokers' threads treat the linger as elapsed), without waiting
-    /// for acknowledgements; one at a time.
+    /// still unacknowledged. The kick is librdkafka's flush for at most 1 ms on the producer's
+    /// kick thread (while it runs the brokers' threads treat the linger as elapsed), without
+    /// waiting for acknowledgements; one at a time.
     pub(crate) fn try_kick(&self) {
         if !self.kick_wanted.load(Ordering::Relaxed) {
             return;
         }
         let outstanding = u64::try_from(self.unreported()).unwrap_or(0);
+        if outstanding == 0 {
+            // Nothing left in librdkafka to send. Most quiet moments of a source whose cluster
+            // has other busy databases are this: its walsender pings after each of their
+            // commits, and a flush for nothing cost a thread wake-up each (docs/benchmarks.md,
+            // "Many databases").
+            self.kick_wanted.store(false, Ordering::Relaxed);
+            return;
+        }
         if outstanding > self.since_kick.load(Ordering::Relaxed) {
             return;
         }
-        if self.kicking.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        self.kick_wanted.store(false, Ordering::Relaxed);
-        self.since_kick.store(0, Ordering::Relaxed);
-        let producer = self.producer().clone();
-        let kicking = self.kicking.clone();
-        tokio::task::spawn_blocking(move || {
-            // SAFETY: as in `reports_served`: the handle lives as long as `producer`.
-            unsafe { rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), 1) };
-            kicking.store(false, Ordering::Release);
+        self.producer().kick(|| {
+            self.kick_wanted.store(false, Ordering::Relaxed);
+            self.since_kick.store(0, Ordering::Relaxed);
         });
     }
 }

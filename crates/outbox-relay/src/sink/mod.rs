@@ -216,8 +216,6 @@ pub(crate) struct KafkaSink {
     /// Index in `producers` of the one the open transaction (or every record, without
     /// transactions) goes to.
     active: AtomicUsize,
-    /// A [`kick`](Self::kick) is running on a blocking thread.
-    kicking: Arc<AtomicBool>,
     /// The stream went quiet and what it produced is waiting for earlier records' reports
     /// before it is kicked out ([`try_kick`](Self::try_kick)).
     kick_wanted: AtomicBool,
@@ -269,7 +267,6 @@ impl KafkaSink {
             Self {
                 producers,
                 active: AtomicUsize::new(0),
-                kicking: Arc::default(),
                 kick_wanted: AtomicBool::new(false),
                 since_kick: AtomicU64::new(0),
                 brokers: cfg.brokers.clone(),

@@ -1,39 +1,54 @@
-//! The producer and the thread that serves its events (delivery reports, errors, logs), in
-//! place of rdkafka's `ThreadedProducer`.
+//! The producer and its two threads: one serves its events (delivery reports, errors, logs), in
+//! place of rdkafka's `ThreadedProducer`; one runs the kick ([`Polled::kick`]).
 //!
-//! Invariant: the thread calls `poll` until the producer is dropped, so every delivery report
-//! reaches [`super::SinkContext`] without the pipeline polling; dropping [`Polled`] stops and
-//! joins the thread before the producer itself is dropped (and purged), as `ThreadedProducer`
-//! does.
+//! Invariant: the poll thread calls `poll` until the producer is dropped, so every delivery
+//! report reaches [`super::SinkContext`] without the pipeline polling; dropping [`Polled`] stops
+//! and joins both threads before the producer itself is dropped (and purged), as
+//! `ThreadedProducer` does.
 //!
 //! Why not `ThreadedProducer`: its thread polls with a 100 ms deadline, and rdkafka turns the
 //! time left into whole milliseconds, so the last fraction of every window is polled with a
 //! 0 ms timeout in a spin: up to 1 ms of CPU every 100 ms, about 1 % of a core per idle
-//! producer (docs/benchmarks.md, "Many databases"). Here each window is a whole number of
-//! milliseconds plus [`MARGIN`], so the time left after the wait is at most the margin (the
-//! wait itself ends at or after its timeout), and the spin goes with it.
+//! producer, and as much again after every event that ends a wait early (a delivery report at
+//! 10 events/s: ~0.4 ms of CPU per event; docs/benchmarks.md, "Many databases"). So this thread
+//! never waits inside rdkafka's poll: it parks, librdkafka wakes it when an event arrives on
+//! an empty queue (`rd_kafka_queue_cb_event_enable`, whose callback only unparks), and it
+//! serves what is queued with zero timeouts.
 
 use std::{
     ops::Deref,
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     thread::JoinHandle,
     time::Duration,
 };
 
-use rdkafka::producer::BaseProducer;
+use rdkafka::{
+    bindings as rd,
+    producer::{BaseProducer, Producer},
+};
 
-/// One poll window: 100 ms, as `ThreadedProducer`'s, which bounds how long a drop waits.
+/// How long the poll thread parks at most: a lost wake-up costs no more than this, and the
+/// thread notices a drop within it.
 const WINDOW: Duration = Duration::from_millis(100);
-/// More than the time between rdkafka computing the deadline and the time left in it.
-const MARGIN: Duration = Duration::from_micros(50);
+/// Events served per turn before the queue's length is looked at again.
+const TURN: usize = 1024;
+
+/// How long a kick holds librdkafka's flush open: the broker threads treat `linger.ms` as
+/// elapsed while it lasts; it returns sooner once every record is acknowledged.
+const KICK: i32 = 1;
 
 pub(crate) struct Polled<C: rdkafka::producer::ProducerContext + 'static> {
     producer: Arc<BaseProducer<C>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// A kick asked for and not finished yet (one at a time).
+    kicking: Arc<AtomicBool>,
+    kicker: Option<JoinHandle<()>>,
+    /// Kicks started, for the tests.
+    kicks: AtomicU64,
 }
 
 impl<C: rdkafka::producer::ProducerContext + 'static> Polled<C> {
@@ -45,9 +60,35 @@ impl<C: rdkafka::producer::ProducerContext + 'static> Polled<C> {
             let (producer, stop) = (producer.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("producer-poll".into())
+                .spawn(move || serve(&producer, &stop))?
+        };
+        let kicking = Arc::new(AtomicBool::new(false));
+        // The kick's own thread, parked between kicks: waking it is one futex call, where a
+        // `spawn_blocking` per kick took the blocking pool's lock and woke one of its threads
+        // (with 25 sources at 10 events/s each, about a third of the relay's CPU went to that
+        // pool; docs/benchmarks.md, "Many databases").
+        let kicker = {
+            let (producer, stop, kicking) = (producer.clone(), stop.clone(), kicking.clone());
+            std::thread::Builder::new()
+                .name("producer-kick".into())
                 .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        producer.poll(WINDOW + MARGIN);
+                    loop {
+                        std::thread::park();
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        // A spurious wake-up finds nothing asked for.
+                        if kicking.load(Ordering::Acquire) {
+                            // SAFETY: the handle lives as long as `producer`, which this
+                            // thread holds.
+                            unsafe {
+                                rdkafka::bindings::rd_kafka_flush(
+                                    producer.client().native_ptr(),
+                                    KICK,
+                                )
+                            };
+                            kicking.store(false, Ordering::Release);
+                        }
                     }
                 })?
         };
@@ -55,7 +96,31 @@ impl<C: rdkafka::producer::ProducerContext + 'static> Polled<C> {
             producer,
             stop,
             thread: Some(thread),
+            kicking,
+            kicker: Some(kicker),
+            kicks: AtomicU64::new(0),
         })
+    }
+
+    /// Sends what is queued now rather than after `linger.ms`: librdkafka's flush for at most
+    /// [`KICK`] ms on the kick thread, without waiting for it; `claimed` runs first. `false`
+    /// (nothing done) while the previous kick still runs.
+    pub(crate) fn kick(&self, claimed: impl FnOnce()) -> bool {
+        if self.kicking.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        claimed();
+        self.kicks.fetch_add(1, Ordering::Relaxed);
+        if let Some(kicker) = &self.kicker {
+            kicker.thread().unpark();
+        }
+        true
+    }
+
+    /// Kicks started so far.
+    #[cfg(test)]
+    pub(crate) fn kicks(&self) -> u64 {
+        self.kicks.load(Ordering::Relaxed)
     }
 }
 
@@ -70,8 +135,58 @@ impl<C: rdkafka::producer::ProducerContext + 'static> Deref for Polled<C> {
 impl<C: rdkafka::producer::ProducerContext + 'static> Drop for Polled<C> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some(kicker) = self.kicker.take() {
+            kicker.thread().unpark();
+            let _ = kicker.join();
+        }
         if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
             let _ = thread.join();
         }
     }
+}
+
+/// The poll thread: serves the producer's events until `stop`, parked while there are none.
+fn serve<C: rdkafka::producer::ProducerContext>(producer: &BaseProducer<C>, stop: &AtomicBool) {
+    // SAFETY: a new reference to the main queue, destroyed below; the callback gets a pointer
+    // to this thread's handle, which lives until the callback is removed again (removing it
+    // takes the queue's lock, under which the callback runs, so none is running after).
+    let native = producer.client().native_ptr();
+    let queue = unsafe { rd::rd_kafka_queue_get_main(native) };
+    let me = Box::new(std::thread::current());
+    unsafe {
+        rd::rd_kafka_queue_cb_event_enable(
+            queue,
+            Some(wake),
+            std::ptr::from_ref::<std::thread::Thread>(&me)
+                .cast_mut()
+                .cast(),
+        )
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let mut served = 0;
+        // SAFETY: `queue` is valid until destroyed below.
+        while served < TURN && unsafe { rd::rd_kafka_queue_length(queue) } > 0 {
+            producer.poll(Duration::ZERO);
+            served += 1;
+        }
+        if served < TURN {
+            // An event queued after the length was read has unparked this thread already, so
+            // this returns at once.
+            std::thread::park_timeout(WINDOW);
+        }
+    }
+    unsafe {
+        rd::rd_kafka_queue_cb_event_enable(queue, None, std::ptr::null_mut());
+        rd::rd_kafka_queue_destroy(queue);
+    }
+    drop(me);
+}
+
+/// librdkafka's callback when an event lands on the empty main queue: unparks the poll thread.
+/// It runs on a librdkafka thread with the queue locked, so it does nothing else.
+unsafe extern "C" fn wake(_rk: *mut rd::rd_kafka_t, opaque: *mut std::ffi::c_void) {
+    // SAFETY: `opaque` is the poll thread's handle, alive while the callback is registered.
+    let thread = unsafe { &*opaque.cast::<std::thread::Thread>() };
+    thread.unpark();
 }

@@ -158,6 +158,42 @@ async fn a_record_held_by_the_kick_goes_out_on_the_earlier_report() {
     assert_eq!(sink.unreported(), 0);
 }
 
+/// A quiet moment with every record reported kicks nothing: each is a flush that wakes the
+/// producer's broker threads for nothing, and a source whose cluster has other busy databases
+/// has one after each of their commits (its walsender pings). A record still unreported is
+/// kicked out, with `linger.ms` at ten minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_moment_with_every_record_reported_kicks_nothing() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("t", 1, 1).unwrap();
+    let cfg = kafka_config(
+        &mock.bootstrap_servers(),
+        "linger_ms = 600000\nflush_when_quiet = true\n",
+    );
+    let (sink, mut reports) = KafkaSink::new(&cfg).unwrap();
+    let origin = origins();
+    sink.send(&record("t", "k"), origin(0)).await.unwrap();
+    assert!(sink.reports_served(Duration::from_secs(10)).await);
+    assert!(reports.recv().await.unwrap().outcome.is_ok());
+    let before = sink.producer().kicks();
+    for _ in 0..100 {
+        sink.kick();
+    }
+    assert_eq!(
+        sink.producer().kicks(),
+        before,
+        "kicked with nothing to send"
+    );
+    sink.send(&record("t", "k"), origin(1)).await.unwrap();
+    sink.kick();
+    assert_eq!(sink.producer().kicks(), before + 1);
+    let d = tokio::time::timeout(Duration::from_secs(20), reports.recv())
+        .await
+        .expect("the kicked record reported within 20 s: only linger.ms (10 min) would send it")
+        .unwrap();
+    assert!(d.outcome.is_ok(), "{:?}", d.outcome);
+}
+
 /// Two transactional producers: the next transaction starts only once the report of every
 /// record of the committing one is in (per-partition order across the producers: a record of
 /// the next transaction must not reach a partition before an earlier one still in flight). With
