@@ -22,7 +22,7 @@ impl KafkaSink {
     /// Kicks if a kick is wanted and nothing older than the records since the last kick is
     /// still unacknowledged. The kick is librdkafka's flush for at most 1 ms on the producer's
     /// kick thread (while it runs the brokers' threads treat the linger as elapsed), without
-    /// waiting for acknowledgements; one at a time.
+    /// waiting for acknowledgements; one asked for while one runs runs right after it.
     pub(crate) fn try_kick(&self) {
         if !self.kick_wanted.load(Ordering::Relaxed) {
             return;
@@ -39,9 +39,8 @@ impl KafkaSink {
         if outstanding > self.since_kick.load(Ordering::Relaxed) {
             return;
         }
-        self.producer().kick(|| {
-            self.kick_wanted.store(false, Ordering::Relaxed);
-            self.since_kick.store(0, Ordering::Relaxed);
-        });
+        self.kick_wanted.store(false, Ordering::Relaxed);
+        self.since_kick.store(0, Ordering::Relaxed);
+        self.producer().kicker().kick();
     }
 }

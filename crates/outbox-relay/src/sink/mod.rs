@@ -583,6 +583,7 @@ pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
 }
 
 mod kick;
+mod kicker;
 mod poller;
 mod seam;
 #[cfg(test)]

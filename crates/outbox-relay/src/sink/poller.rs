@@ -1,5 +1,5 @@
 //! The producer and its two threads: one serves its events (delivery reports, errors, logs), in
-//! place of rdkafka's `ThreadedProducer`; one runs the kick ([`Polled::kick`]).
+//! place of rdkafka's `ThreadedProducer`; one runs the kick (`sink/kicker.rs`).
 //!
 //! Invariant: the poll thread calls `poll` until the producer is dropped, so every delivery
 //! report reaches [`super::SinkContext`] without the pipeline polling; dropping [`Polled`] stops
@@ -19,7 +19,7 @@ use std::{
     ops::Deref,
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, Ordering},
     },
     thread::JoinHandle,
     time::Duration,
@@ -36,19 +36,12 @@ const WINDOW: Duration = Duration::from_millis(100);
 /// Events served per turn before the queue's length is looked at again.
 const TURN: usize = 1024;
 
-/// How long a kick holds librdkafka's flush open: the broker threads treat `linger.ms` as
-/// elapsed while it lasts; it returns sooner once every record is acknowledged.
-const KICK: i32 = 1;
-
 pub(crate) struct Polled<C: rdkafka::producer::ProducerContext + 'static> {
     producer: Arc<BaseProducer<C>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
-    /// A kick asked for and not finished yet (one at a time).
-    kicking: Arc<AtomicBool>,
-    kicker: Option<JoinHandle<()>>,
-    /// Kicks started, for the tests.
-    kicks: AtomicU64,
+    /// Dropped (stopped and joined) first.
+    kicker: Option<super::kicker::Kicker>,
 }
 
 impl<C: rdkafka::producer::ProducerContext + 'static> Polled<C> {
@@ -62,65 +55,18 @@ impl<C: rdkafka::producer::ProducerContext + 'static> Polled<C> {
                 .name("producer-poll".into())
                 .spawn(move || serve(&producer, &stop))?
         };
-        let kicking = Arc::new(AtomicBool::new(false));
-        // The kick's own thread, parked between kicks: waking it is one futex call, where a
-        // `spawn_blocking` per kick took the blocking pool's lock and woke one of its threads
-        // (with 25 sources at 10 events/s each, about a third of the relay's CPU went to that
-        // pool; docs/benchmarks.md, "Many databases").
-        let kicker = {
-            let (producer, stop, kicking) = (producer.clone(), stop.clone(), kicking.clone());
-            std::thread::Builder::new()
-                .name("producer-kick".into())
-                .spawn(move || {
-                    loop {
-                        std::thread::park();
-                        if stop.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        // A spurious wake-up finds nothing asked for.
-                        if kicking.load(Ordering::Acquire) {
-                            // SAFETY: the handle lives as long as `producer`, which this
-                            // thread holds.
-                            unsafe {
-                                rdkafka::bindings::rd_kafka_flush(
-                                    producer.client().native_ptr(),
-                                    KICK,
-                                )
-                            };
-                            kicking.store(false, Ordering::Release);
-                        }
-                    }
-                })?
-        };
+        let kicker = super::kicker::Kicker::new(producer.clone())?;
         Ok(Self {
             producer,
             stop,
             thread: Some(thread),
-            kicking,
             kicker: Some(kicker),
-            kicks: AtomicU64::new(0),
         })
     }
 
-    /// Sends what is queued now rather than after `linger.ms`: librdkafka's flush for at most
-    /// [`KICK`] ms on the kick thread, without waiting for it; `claimed` runs first. `false`
-    /// (nothing done) while the previous kick still runs.
-    pub(crate) fn kick(&self, claimed: impl FnOnce()) -> bool {
-        if self.kicking.swap(true, Ordering::AcqRel) {
-            return false;
-        }
-        claimed();
-        self.kicks.fetch_add(1, Ordering::Relaxed);
-        if let Some(kicker) = &self.kicker {
-            kicker.thread().unpark();
-        }
-        true
-    }
-
-    /// Kicks started so far.
-    #[cfg(test)]
-    pub(crate) fn kicks(&self) -> u64 {
-        self.kicks.load(Ordering::Relaxed)
+    /// The producer's kick thread.
+    pub(crate) fn kicker(&self) -> &super::kicker::Kicker {
+        self.kicker.as_ref().expect("present until dropped")
     }
 }
 
@@ -135,10 +81,7 @@ impl<C: rdkafka::producer::ProducerContext + 'static> Deref for Polled<C> {
 impl<C: rdkafka::producer::ProducerContext + 'static> Drop for Polled<C> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(kicker) = self.kicker.take() {
-            kicker.thread().unpark();
-            let _ = kicker.join();
-        }
+        drop(self.kicker.take());
         if let Some(thread) = self.thread.take() {
             thread.thread().unpark();
             let _ = thread.join();

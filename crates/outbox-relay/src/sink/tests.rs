@@ -175,23 +175,53 @@ async fn a_quiet_moment_with_every_record_reported_kicks_nothing() {
     sink.send(&record("t", "k"), origin(0)).await.unwrap();
     assert!(sink.reports_served(Duration::from_secs(10)).await);
     assert!(reports.recv().await.unwrap().outcome.is_ok());
-    let before = sink.producer().kicks();
+    let before = sink.producer().kicker().kicks();
     for _ in 0..100 {
         sink.kick();
     }
     assert_eq!(
-        sink.producer().kicks(),
+        sink.producer().kicker().kicks(),
         before,
         "kicked with nothing to send"
     );
     sink.send(&record("t", "k"), origin(1)).await.unwrap();
     sink.kick();
-    assert_eq!(sink.producer().kicks(), before + 1);
+    assert_eq!(sink.producer().kicker().kicks(), before + 1);
     let d = tokio::time::timeout(Duration::from_secs(20), reports.recv())
         .await
         .expect("the kicked record reported within 20 s: only linger.ms (10 min) would send it")
         .unwrap();
     assert!(d.outcome.is_ok(), "{:?}", d.outcome);
+}
+
+/// A kick asked for while one runs is not lost: it runs right after. The report that lets the
+/// Nagle rule kick may come while the previous flush still runs; dropped, that kick left its
+/// records to wait out `linger.ms`. A record in flight for 300 ms keeps each flush open for
+/// its whole 1 ms, so the second and third kick, asked for at once, find the first running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kick_asked_for_while_one_runs_runs_after_it() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("t", 1, 1).unwrap();
+    mock.broker_round_trip_time(1, Duration::from_millis(300))
+        .unwrap();
+    let cfg = kafka_config(&mock.bootstrap_servers(), "linger_ms = 600000\n");
+    let (sink, mut reports) = KafkaSink::new(&cfg).unwrap();
+    let origin = origins();
+    sink.send(&record("t", "k"), origin(0)).await.unwrap();
+    assert!(sink.reports_served(Duration::from_secs(10)).await);
+    assert!(reports.recv().await.unwrap().outcome.is_ok());
+    let kicker = sink.producer().kicker();
+    let before = kicker.flushes();
+    sink.send(&record("t", "k"), origin(1)).await.unwrap();
+    for _ in 0..3 {
+        kicker.kick();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        kicker.flushes(),
+        before + 2,
+        "the first kick and one after it (the third joins the second)"
+    );
 }
 
 /// Two transactional producers: the next transaction starts only once the report of every
