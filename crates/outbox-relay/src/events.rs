@@ -166,6 +166,9 @@ pub const SLOT_HELD_IDLE: &str = "slot_held_idle";
 pub const SLOT_KEEPER_FAILED: &str = "slot_keeper_failed";
 /// The replication slot was created; events committed from its LSN on are relayed.
 pub const SLOT_CREATED: &str = "slot_created";
+/// Another instance created the slot between this one's look-up and its create (both found
+/// none); this one uses that slot as if it had been there.
+pub const SLOT_CREATED_BY_OTHER: &str = "slot_created_by_other";
 /// `setup --recreate-slot` replaced an invalidated slot; the gap between the LSNs is logged.
 pub const SLOT_RECREATED: &str = "slot_recreated";
 /// Another connection holds the slot (an active instance); this one waits for it.
@@ -291,6 +294,7 @@ pub const ALL: &[&str] = &[
     SLOT_HELD_IDLE,
     SLOT_KEEPER_FAILED,
     SLOT_CREATED,
+    SLOT_CREATED_BY_OTHER,
     SLOT_RECREATED,
     SLOT_IN_USE,
     SLOT_FREED,

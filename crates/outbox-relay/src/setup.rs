@@ -16,7 +16,8 @@ use crate::{
     config::{Config, valid_identifier},
     error::{Definite, RelayError},
     events::{
-        SLOT_CREATED, SLOT_IDLE_TIMEOUT, SLOT_IN_USE, SLOT_RECREATED, STANDBY_SNAPSHOT_FAILED,
+        SLOT_CREATED, SLOT_CREATED_BY_OTHER, SLOT_IDLE_TIMEOUT, SLOT_IN_USE, SLOT_RECREATED,
+        STANDBY_SNAPSHOT_FAILED,
     },
     pg::{describe_pg, query_err, quote_ident},
     publication::ensure_publication,
@@ -287,7 +288,18 @@ async fn ensure_slot(
                 pg.slot
             ))));
         }
-        let lsn = create_slot(client, cfg, platform, primary).await?;
+        let Some(lsn) = create_slot(client, cfg, platform, primary).await? else {
+            // Instances started together race to create it: the loser uses the winner's, which
+            // exists now (streaming it, or waiting for it while the winner streams).
+            return Box::pin(ensure_slot(
+                client,
+                cfg,
+                SlotPolicy::MustExist,
+                platform,
+                primary,
+            ))
+            .await;
+        };
         return Ok(SlotInfo {
             confirmed_flush: lsn,
             wal_sender_timeout,
@@ -337,7 +349,12 @@ async fn ensure_slot(
                 .execute("SELECT pg_drop_replication_slot($1)", &[&pg.slot])
                 .await
                 .map_err(query_err("drop the invalidated slot"))?;
-            let new = create_slot(client, cfg, platform, primary).await?;
+            let Some(new) = create_slot(client, cfg, platform, primary).await? else {
+                return Err(RelayError::from(Definite::Precondition(format!(
+                    "replication slot {:?} was created again by another connection while                      this one re-created it (a relay instance with postgres.create_slot =                      true?): stop the other instances and run `outbox-relay setup                      --recreate-slot` again",
+                    pg.slot
+                ))));
+            };
             tracing::warn!(
                 slot = %pg.slot, reason = why.label(), gap_from = %old, gap_to = %new,
                 "{SLOT_RECREATED}: events committed between these LSNs were not relayed; \
@@ -423,12 +440,14 @@ async fn ensure_slot(
     })
 }
 
+/// Creates the slot: its LSN, or `None` when another connection created it first (between
+/// this one's look-up and its create).
 async fn create_slot(
     client: &Client,
     cfg: &Config,
     platform: Platform,
     primary: Option<&Client>,
-) -> Result<Lsn, RelayError> {
+) -> Result<Option<Lsn>, RelayError> {
     let (slot, failover) = (&cfg.postgres.slot, cfg.postgres.failover_slot);
     // The five-argument form (temporary, two_phase, failover) exists from PostgreSQL 17 on.
     let sql = if failover {
@@ -468,6 +487,12 @@ async fn create_slot(
             }
         }
     };
+    if let Err(e) = &row
+        && e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT)
+    {
+        tracing::info!(slot = %slot, "{SLOT_CREATED_BY_OTHER}: another instance created the slot first; using it");
+        return Ok(None);
+    }
     let row = row.map_err(|e| {
         let refused = e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE);
         let advice = if refused {
@@ -488,5 +513,5 @@ async fn create_slot(
     })?;
     let lsn: String = row.get(0);
     tracing::info!(slot = %slot, lsn = %lsn, "{SLOT_CREATED}: events committed from this LSN on will be relayed");
-    Ok(lsn.parse().unwrap_or(Lsn::ZERO))
+    Ok(Some(lsn.parse().unwrap_or(Lsn::ZERO)))
 }
