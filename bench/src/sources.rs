@@ -282,15 +282,7 @@ async fn step(
             row.relay_cpu_percent,
             row.relay_cpu_us_per_event,
             row.walsenders_cpu_percent,
-            row.threads
-                .iter()
-                .take(6)
-                .map(|t| format!(
-                    "{} x{} {:.1} % {:.0} µs/event {:.1} switches/event",
-                    t.name, t.count, t.cpu_percent, t.cpu_us_per_event, t.switches_per_event
-                ))
-                .collect::<Vec<_>>()
-                .join("; ")
+            busiest(&row.threads, "; ", " % ", " µs/event ", " switches/event")
         );
         anyhow::Ok(row)
     }
@@ -406,6 +398,22 @@ fn threads(pids: &[i32]) -> std::collections::BTreeMap<String, (usize, f64, u64)
     out
 }
 
+/// The six busiest thread names: name, count, CPU %, µs per event and context switches per
+/// event, with the given separators.
+fn busiest(threads: &[Threads], sep: &str, a: &str, b: &str, c: &str) -> String {
+    threads
+        .iter()
+        .take(6)
+        .map(|t| {
+            format!(
+                "{} x{} {:.1}{a}{:.0}{b}{:.1}{c}",
+                t.name, t.count, t.cpu_percent, t.cpu_us_per_event, t.switches_per_event
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
 fn cpu(pids: &[i32]) -> f64 {
     pids.iter().filter_map(|&p| procstat::cpu_seconds(p)).sum()
 }
@@ -448,15 +456,7 @@ fn report(a: &SourcesArgs, rows: &[Row]) -> String {
             "- {} {} sources: {}\n",
             r.step,
             r.sources,
-            r.threads
-                .iter()
-                .take(6)
-                .map(|t| format!(
-                    "`{}` x{} {:.1} / {:.0} / {:.1}",
-                    t.name, t.count, t.cpu_percent, t.cpu_us_per_event, t.switches_per_event
-                ))
-                .collect::<Vec<_>>()
-                .join(", ")
+            busiest(&r.threads, ", ", " / ", " / ", "")
         );
     }
     let side: Vec<&Row> = rows.iter().filter(|r| r.step == "side by side").collect();

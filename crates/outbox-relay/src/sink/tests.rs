@@ -104,6 +104,33 @@ fn origins() -> impl Fn(u64) -> super::Origin {
     }
 }
 
+/// A sink on a one-broker mock (topic `t`, one partition, `linger.ms` at ten minutes and
+/// `extra`), optionally with a round trip time, connected and the partition's leader known:
+/// one record sent by a full flush and reported. The mock lives as long as the sink is used.
+async fn kicked_sink(
+    extra: &str,
+    round_trip: Option<Duration>,
+) -> (
+    MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    KafkaSink,
+    tokio::sync::mpsc::UnboundedReceiver<super::Delivered>,
+) {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("t", 1, 1).unwrap();
+    if let Some(rtt) = round_trip {
+        mock.broker_round_trip_time(1, rtt).unwrap();
+    }
+    let cfg = kafka_config(
+        &mock.bootstrap_servers(),
+        &format!("linger_ms = 600000\n{extra}"),
+    );
+    let (sink, mut reports) = KafkaSink::new(&cfg).unwrap();
+    sink.send(&record("t", "k"), origins()(0)).await.unwrap();
+    assert!(sink.reports_served(Duration::from_secs(10)).await);
+    assert!(reports.recv().await.unwrap().outcome.is_ok());
+    (mock, sink, reports)
+}
+
 /// The kick when the stream goes quiet, Nagle-style, as the pipeline drives it: a record
 /// produced while an earlier one is unacknowledged waits for that report, and goes out when
 /// the loop, on that report, tries the kick again. With `linger.ms` at ten minutes nothing
@@ -112,20 +139,12 @@ fn origins() -> impl Fn(u64) -> super::Origin {
 /// callbacks of a whole batch returned, and a kick that read it then never came.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_held_by_the_kick_goes_out_on_the_earlier_report() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("t", 1, 1).unwrap();
-    mock.broker_round_trip_time(1, Duration::from_millis(300))
-        .unwrap();
-    let cfg = kafka_config(
-        &mock.bootstrap_servers(),
-        "linger_ms = 600000\nflush_when_quiet = true\n",
-    );
-    let (sink, mut reports) = KafkaSink::new(&cfg).unwrap();
+    let (_mock, sink, mut reports) = kicked_sink(
+        "flush_when_quiet = true\n",
+        Some(Duration::from_millis(300)),
+    )
+    .await;
     let origin = origins();
-    // Connected, the partition's leader known: one record sent by a full flush.
-    sink.send(&record("t", "k"), origin(0)).await.unwrap();
-    assert!(sink.reports_served(Duration::from_secs(10)).await);
-    assert!(reports.recv().await.unwrap().outcome.is_ok());
     // A batch of three, kicked at once (nothing earlier is in flight).
     for seq in 0..3 {
         sink.send(&record("t", "k"), origin(seq)).await.unwrap();
@@ -164,17 +183,8 @@ async fn a_record_held_by_the_kick_goes_out_on_the_earlier_report() {
 /// kicked out, with `linger.ms` at ten minutes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_moment_with_every_record_reported_kicks_nothing() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("t", 1, 1).unwrap();
-    let cfg = kafka_config(
-        &mock.bootstrap_servers(),
-        "linger_ms = 600000\nflush_when_quiet = true\n",
-    );
-    let (sink, mut reports) = KafkaSink::new(&cfg).unwrap();
+    let (_mock, sink, mut reports) = kicked_sink("flush_when_quiet = true\n", None).await;
     let origin = origins();
-    sink.send(&record("t", "k"), origin(0)).await.unwrap();
-    assert!(sink.reports_served(Duration::from_secs(10)).await);
-    assert!(reports.recv().await.unwrap().outcome.is_ok());
     let before = sink.producer().kicker().kicks();
     for _ in 0..100 {
         sink.kick();
@@ -200,16 +210,8 @@ async fn a_quiet_moment_with_every_record_reported_kicks_nothing() {
 /// its whole 1 ms, so the second and third kick, asked for at once, find the first running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kick_asked_for_while_one_runs_runs_after_it() {
-    let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("t", 1, 1).unwrap();
-    mock.broker_round_trip_time(1, Duration::from_millis(300))
-        .unwrap();
-    let cfg = kafka_config(&mock.bootstrap_servers(), "linger_ms = 600000\n");
-    let (sink, mut reports) = KafkaSink::new(&cfg).unwrap();
+    let (_mock, sink, _reports) = kicked_sink("", Some(Duration::from_millis(300))).await;
     let origin = origins();
-    sink.send(&record("t", "k"), origin(0)).await.unwrap();
-    assert!(sink.reports_served(Duration::from_secs(10)).await);
-    assert!(reports.recv().await.unwrap().outcome.is_ok());
     let kicker = sink.producer().kicker();
     let before = kicker.flushes();
     sink.send(&record("t", "k"), origin(1)).await.unwrap();
