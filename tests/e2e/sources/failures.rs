@@ -205,14 +205,7 @@ async fn one_relay_many_databases_failures_stay_with_their_source() {
             "{name} not ready: {body}"
         );
     }
-    let mut totals = check::Figures {
-        written: 0,
-        delivered: 0,
-        lost: 0,
-        duplicated: 0,
-        order_violations: 0,
-        unexpected: 0,
-    };
+    let mut totals = check::Figures::default();
     for (k, &i) in healthy.iter().enumerate() {
         let mut written = round1[k].written.clone();
         written.extend(round2[k].written.iter().cloned());

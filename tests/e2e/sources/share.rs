@@ -156,14 +156,7 @@ async fn three_instances_share_sources_take_over_and_roll_exactly_once() {
     all_streaming(&all, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut total = check::Figures {
-        written: 0,
-        delivered: 0,
-        lost: 0,
-        duplicated: 0,
-        order_violations: 0,
-        unexpected: 0,
-    };
+    let mut total = check::Figures::default();
     for (i, (db, w)) in dbs.iter().zip(writers).enumerate() {
         let written = w.await.unwrap();
         let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
