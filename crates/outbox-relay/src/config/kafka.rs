@@ -29,7 +29,8 @@ pub struct KafkaConfig {
     pub linger_ms: u64,
     /// Send the producer's batches as soon as the replication stream goes quiet instead of
     /// when `linger_ms` runs out (without `transactional_id`; with it, the commit at a quiet
-    /// moment sends them). A busy stream still batches for up to `linger_ms`, a trickle no
+    /// moment sends them). A busy stream (above ~10k replication messages a second, about
+    /// 3,300 single-row transactions) still batches for up to `linger_ms`, a trickle no
     /// longer waits for it. Default true.
     #[serde(default = "default_true", deserialize_with = "from_str_or_native")]
     pub flush_when_quiet: bool,

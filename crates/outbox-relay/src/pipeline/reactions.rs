@@ -248,7 +248,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         // below sends it; kicking there too was measured worse (p99 47.6 -> 73.8 ms at 1k
         // events/s, 34.5 -> 142 at 10k).
         if quiet
-            && self.pace.trickle.quiet_after(burst)
+            && self.pace.trickle.quiet_after(burst, Instant::now())
             && !self.transactional
             && kafka.flush_when_quiet
         {

@@ -1,41 +1,77 @@
 //! Whether the stream is a trickle, for the kick when it goes quiet (`kafka.flush_when_quiet`).
 //!
-//! The rule: a quiet moment kicks when the *smoothed* burst (events between quiet moments,
-//! averaged over roughly the last [`RISE`] of them going up, [`FALL`] going down) is below
-//! [`KICK_BELOW`], not when the burst that just ended is. At a low rate a hiccup (the database, the walsender or this
-//! process held up for some milliseconds) ends in one larger burst; judged on its own it looked
-//! like a busy stream, and its records waited out `linger.ms` (20 ms) on top of the hiccup:
-//! that was most of the at-least-once tail at 1k events/s (bench/notes.md, 2026-12-03). A
-//! stream that stays busy still batches: the average follows it within a few dozen quiet
-//! moments, a few milliseconds at the rates where that matters.
+//! The rule: the stream is a trickle while its *rate* (replication messages per second, counted
+//! over windows of [`WINDOW`] of the loop's clock) stays below [`BUSY_ABOVE`]; once busy, it is
+//! a trickle again below [`TRICKLE_BELOW`]. A trickle's records are kicked out at each quiet
+//! moment; a busy stream's batch for `linger.ms`.
+//!
+//! Why a rate and not the burst between two quiet moments (the rule before 2026-12-05): how
+//! many events a quiet moment follows depends on how long the loop took to come round (the
+//! read-coalescing pause plus the work, plus whatever else the machine did), not only on the
+//! stream. At 1k single-row transactions a second the smoothed burst sat at the old threshold,
+//! so whether a run kicked, and had a p50 of 3 ms or 10 ms and a p99 at `linger.ms`, was timing
+//! (bench/notes.md, 2026-12-05). A rate over 50 ms is the same whichever way the walsender and
+//! the loop group the transactions, and one larger burst after a hiccup barely moves it.
 
-/// A smoothed burst below this many events (replication messages: a single-row transaction
-/// is three) is a trickle whose records are sent at once. With `relay.read_coalesce_us` at
-/// 1 ms, a few thousand events per second; kicking busier streams too doubled the relay's CPU
-/// at 10k events/s for no better p99.
-const KICK_BELOW: f64 = 8.0;
+use std::time::Duration;
 
-/// A larger burst moves the average by 1/RISE of the difference: one burst after a hiccup
-/// barely moves it.
-const RISE: f64 = 16.0;
+use tokio::time::Instant;
 
-/// A smaller burst moves it by 1/FALL: when a busy stream turns into a trickle, its records are
-/// kicked again after a few quiet moments, not a few dozen.
-const FALL: f64 = 4.0;
+/// The span over which the rate is counted; the decision holds for the window after it.
+const WINDOW: Duration = Duration::from_millis(50);
 
-/// The smoothed size of the bursts between quiet moments.
-#[derive(Debug, Default)]
+/// Above this many replication messages per second (a single-row transaction is three, and
+/// the walsender's pings while it waits for WAL add about one: 10k is 2,500-3,300 transactions
+/// a second) a trickle turns busy and batches. Kicking a 10k events/s stream at every quiet
+/// moment doubled the relay's CPU for no better p99 (docs/benchmarks.md, 2026-12-01).
+const BUSY_ABOVE: f64 = 10_000.0;
+
+/// Below this rate a busy stream is a trickle again (1,500-2,000 single-row transactions a
+/// second). The gap to [`BUSY_ABOVE`] keeps a stream near one threshold from flipping every
+/// window.
+const TRICKLE_BELOW: f64 = 6_000.0;
+
+/// The stream's rate, counted per window, and what it made of the stream.
+#[derive(Debug)]
 pub(super) struct Trickle {
-    avg: f64,
+    since: Option<Instant>,
+    messages: u64,
+    busy: bool,
+}
+
+impl Default for Trickle {
+    /// A new stream is a trickle until a window says otherwise: its first records go out at
+    /// once.
+    fn default() -> Self {
+        Self {
+            since: None,
+            messages: 0,
+            busy: false,
+        }
+    }
 }
 
 impl Trickle {
-    /// The stream went quiet after `burst` events: whether it is a trickle (kick its records
-    /// out now rather than after `linger.ms`).
-    pub(super) fn quiet_after(&mut self, burst: u32) -> bool {
-        let d = f64::from(burst) - self.avg;
-        self.avg += d / if d > 0.0 { RISE } else { FALL };
-        self.avg < KICK_BELOW
+    /// The stream went quiet at `now` after `burst` replication messages: whether it is a
+    /// trickle (kick its records out now rather than after `linger.ms`).
+    pub(super) fn quiet_after(&mut self, burst: u32, now: Instant) -> bool {
+        let Some(since) = self.since else {
+            // The first burst came before any window: the rate is counted from here.
+            self.since = Some(now);
+            return !self.busy;
+        };
+        self.messages += u64::from(burst);
+        let span = now.saturating_duration_since(since);
+        if span >= WINDOW {
+            let rate = self.messages as f64 / span.as_secs_f64();
+            self.busy = if self.busy {
+                rate >= TRICKLE_BELOW
+            } else {
+                rate > BUSY_ABOVE
+            };
+            (self.since, self.messages) = (Some(now), 0);
+        }
+        !self.busy
     }
 }
 
@@ -43,31 +79,81 @@ impl Trickle {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_burst_after_a_hiccup_in_a_trickle_is_still_a_trickle() {
-        let mut t = Trickle::default();
-        // 1k single-row transactions a second: one or two per quiet moment.
-        for burst in [3, 6, 3, 3, 6, 3, 3, 3, 6, 3] {
-            assert!(t.quiet_after(burst));
-        }
-        // The database stalled 20 ms: 20 transactions arrive at once.
-        assert!(t.quiet_after(60));
-        assert!(t.quiet_after(3));
+    /// Feeds `seconds` of a stream of `per_s` single-row transactions, read `per_quiet` at a
+    /// time (the loop's quiet moments spaced accordingly); the decisions, one per quiet moment.
+    fn feed(
+        t: &mut Trickle,
+        at: &mut Instant,
+        per_s: u32,
+        per_quiet: u32,
+        seconds: u32,
+    ) -> Vec<bool> {
+        let gap = Duration::from_secs(1) * per_quiet / per_s;
+        (0..seconds * per_s / per_quiet)
+            .map(|_| {
+                *at += gap;
+                t.quiet_after(3 * per_quiet, *at)
+            })
+            .collect()
     }
 
     #[test]
-    fn a_busy_stream_batches_within_a_few_dozen_quiet_moments_and_a_trickle_kicks_again() {
-        let mut t = Trickle::default();
-        for _ in 0..10 {
-            t.quiet_after(3);
+    fn a_thousand_transactions_a_second_is_a_trickle_however_the_loop_groups_them() {
+        // The old rule's flip: the same stream, read one transaction per quiet moment (a quick
+        // loop) or three (a loop slowed by the machine: 9 messages, above the old threshold).
+        for per_quiet in [1, 2, 3, 5, 10, 20] {
+            let (mut t, mut at) = (Trickle::default(), Instant::now());
+            let kicks = feed(&mut t, &mut at, 1_000, per_quiet, 2);
+            assert!(kicks.iter().all(|k| *k), "{per_quiet} per quiet moment");
         }
-        // 10k events/s: ~10 transactions per 1 ms pause.
-        let until_busy = (1..=100).find(|_| !t.quiet_after(30)).unwrap();
-        assert!(until_busy <= 10, "{until_busy}");
-        for _ in 0..100 {
-            assert!(!t.quiet_after(30));
-        }
-        let until_trickle = (1..=100).find(|_| t.quiet_after(3)).unwrap();
-        assert!(until_trickle <= 8, "{until_trickle}");
+    }
+
+    #[test]
+    fn a_burst_after_a_hiccup_in_a_trickle_is_still_a_trickle() {
+        let (mut t, mut at) = (Trickle::default(), Instant::now());
+        assert!(feed(&mut t, &mut at, 1_000, 1, 1).iter().all(|k| *k));
+        // The database stalled 20 ms: 20 transactions arrive at once.
+        at += Duration::from_millis(20);
+        assert!(t.quiet_after(60, at));
+        assert!(feed(&mut t, &mut at, 1_000, 1, 1).iter().all(|k| *k));
+    }
+
+    #[test]
+    fn a_busy_stream_batches_within_two_windows_and_a_trickle_kicks_again() {
+        let (mut t, mut at) = (Trickle::default(), Instant::now());
+        feed(&mut t, &mut at, 1_000, 1, 1);
+        // 10k single-row transactions a second, ten per quiet moment.
+        let busy = feed(&mut t, &mut at, 10_000, 10, 1);
+        let until_busy = busy.iter().position(|k| !k).unwrap();
+        assert!(
+            until_busy <= 2 * 50,
+            "{until_busy} quiet moments (1 ms each)"
+        );
+        assert!(busy[until_busy..].iter().all(|k| !k));
+        let trickle = feed(&mut t, &mut at, 1_000, 1, 1);
+        let until_trickle = trickle.iter().position(|k| *k).unwrap();
+        assert!(
+            until_trickle <= 2 * 50,
+            "{until_trickle} quiet moments (1 ms each)"
+        );
+        assert!(trickle[until_trickle..].iter().all(|k| *k));
+    }
+
+    #[test]
+    fn a_stream_between_the_thresholds_keeps_what_it_was() {
+        // 2,500 transactions a second: 7,500 messages, between the two thresholds.
+        let (mut t, mut at) = (Trickle::default(), Instant::now());
+        assert!(feed(&mut t, &mut at, 2_500, 5, 1).iter().all(|k| *k));
+        let (mut t, mut at) = (Trickle::default(), Instant::now());
+        feed(&mut t, &mut at, 10_000, 10, 1);
+        assert!(feed(&mut t, &mut at, 2_500, 5, 1).iter().all(|k| !k));
+    }
+
+    #[test]
+    fn a_quiet_moment_after_a_long_idle_is_a_trickle() {
+        let (mut t, mut at) = (Trickle::default(), Instant::now());
+        feed(&mut t, &mut at, 10_000, 10, 1);
+        at += Duration::from_secs(60);
+        assert!(t.quiet_after(3, at));
     }
 }
