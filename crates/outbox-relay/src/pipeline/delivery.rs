@@ -35,6 +35,26 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         consequence
     }
 
+    /// librdkafka raised `fatal` (under `enable.gapless.guarantee`, a refused batch does):
+    /// the reports it still owes are handled first, for up to 2 s, so that a record the
+    /// broker refused stops the relay with that record named and the poison policy applied,
+    /// as when its report comes before the loop's tick, rather than as a producer failure
+    /// that a restart would only run into again. The first report that fails wins.
+    pub(super) async fn after_fatal(&mut self, fatal: RelayError) -> RelayError {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while self.sink.in_flight() > 0 || !self.reports.is_empty() {
+            match tokio::time::timeout_at(deadline, self.reports.next(self.sink)).await {
+                Ok(Some(d)) => {
+                    if let Err(e) = self.on_report(d).await {
+                        return e;
+                    }
+                }
+                _ => break,
+            }
+        }
+        fatal
+    }
+
     /// Every report that is ready now.
     pub(super) async fn on_reports_ready(&mut self) -> Result<(), RelayError> {
         while let Some(d) = self.reports.ready(self.sink) {

@@ -130,7 +130,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         can_read: bool,
     ) -> Result<Turn, RelayError> {
         if let Some(fatal) = self.sink.fatal_error() {
-            return Err(fatal);
+            return Err(self.after_fatal(fatal).await);
         }
         // While waiting for Kafka the loop reads nothing, so a dead replication connection
         // would go unnoticed: the slot may already be another instance's. Stop now; dropping
