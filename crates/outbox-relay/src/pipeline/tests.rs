@@ -41,6 +41,7 @@ use crate::{
 };
 
 mod drain;
+mod fatal;
 mod memory;
 mod paused;
 mod refused;

@@ -49,6 +49,8 @@ struct Inner {
     kafka_txn: u64,
     /// Outcomes of the next commits (default: success).
     commit_outcomes: VecDeque<bool>,
+    /// The producer's fatal error, once the test raised it.
+    fatal: Option<String>,
 }
 
 pub(super) struct MemorySink {
@@ -89,6 +91,12 @@ impl MemorySink {
     /// Records handed and not reported yet.
     pub(super) fn pending(&self) -> usize {
         self.inner.lock().unwrap().pending.len()
+    }
+
+    /// librdkafka raises a fatal error (as under the gapless guarantee when a batch is
+    /// refused); the reports still come when the test sends them.
+    pub(super) fn raise_fatal(&self, reason: &str) {
+        self.inner.lock().unwrap().fatal = Some(reason.into());
     }
 
     /// The next commit fails (after its latency).
@@ -188,7 +196,15 @@ impl Sink for MemorySink {
         self.pending() as i32
     }
     fn fatal_error(&self) -> Option<RelayError> {
-        None
+        let reason = self.inner.lock().unwrap().fatal.clone()?;
+        Some(
+            Transient::Delivery {
+                topic: "*".into(),
+                code: reason,
+                source: None,
+            }
+            .into(),
+        )
     }
     async fn fence_and_begin(&self, _: Duration) -> Result<(), RelayError> {
         Ok(())

@@ -11,19 +11,19 @@ use super::{memory::MemorySink, memory::Step, *};
 use crate::error::{Definite, Transient};
 
 /// What a run ended with.
-struct Ended {
-    result: Result<(), RelayError>,
+pub(super) struct Ended {
+    pub(super) result: Result<(), RelayError>,
     /// The LSN the loop last confirmed.
-    confirmed: Lsn,
+    pub(super) confirmed: Lsn,
 }
 
 /// A script, and before which of its events the stream is quiet for 300 ms.
-struct Script(VecDeque<ReplicationEvent>, Option<usize>);
+pub(super) struct Script(VecDeque<ReplicationEvent>, Option<usize>);
 
 /// Runs the loop (then, after a stop, the drain, as `run_pipeline` does) over `script` and
 /// `sink`, beside `driver`, which plays Kafka and may stop the loop (SIGTERM) with the sender
 /// it gets.
-async fn run<F: Future<Output = ()>>(
+pub(super) async fn run<F: Future<Output = ()>>(
     cfg: &Config,
     sink: &MemorySink,
     reports: &mut Reports,
@@ -53,12 +53,12 @@ async fn run<F: Future<Output = ()>>(
     Ended { result, confirmed }
 }
 
-fn memory_config(extra: &str) -> Config {
+pub(super) fn memory_config(extra: &str) -> Config {
     config("127.0.0.1:1", extra)
 }
 
 /// One transaction of outbox rows of the given aggregates, then a keepalive.
-fn rows(aggregates: &[&str]) -> Script {
+pub(super) fn rows(aggregates: &[&str]) -> Script {
     let mut ev = VecDeque::from([
         begin(COMMIT),
         xlog(relation(100, "public", "outbox", &outbox_columns())),
@@ -70,7 +70,7 @@ fn rows(aggregates: &[&str]) -> Script {
     Script(ev, None)
 }
 
-async fn until(sink: &MemorySink, sent: usize) {
+pub(super) async fn until(sink: &MemorySink, sent: usize) {
     while sink.sent().len() < sent {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
