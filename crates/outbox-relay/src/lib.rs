@@ -36,6 +36,7 @@ mod passive;
 mod pg;
 mod pipeline;
 mod publication;
+mod reader_thread;
 mod replication_role;
 pub mod run;
 mod setup;

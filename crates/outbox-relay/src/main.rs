@@ -164,9 +164,10 @@ fn main() -> ExitCode {
         _ => {}
     }
     init_logging(&cli.log_format);
-    // One thread for the replication reader, the pipeline and the HTTP server: every hand-off
-    // between them is a task switch, not a cross-thread wake-up (futex + context switch). At a
-    // steady 10k events/s this halves the relay's CPU (docs/benchmarks.md); librdkafka keeps its
+    // One thread for the pipelines and the HTTP server: every hand-off between them is a task
+    // switch, not a cross-thread wake-up (futex + context switch); a multi-thread runtime
+    // doubled the relay's CPU at a steady 10k events/s (docs/benchmarks.md). The replication
+    // sessions' socket reads run on a thread of their own (reader_thread.rs), librdkafka on its
     // own threads.
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -176,8 +176,12 @@ pub(crate) async fn open(
     carry: &mut Carry,
     platform: Platform,
 ) -> Result<Opened, RelayError> {
-    let mut client = ReplicationClient::connect_gated(rcfg)
+    let mut client = crate::reader_thread::connect_gated(rcfg)
         .await
+        .map_err(|e| Transient::Replication {
+            detail: "cannot open the replication session".into(),
+            source: Some(Box::new(e)),
+        })?
         .map_err(|e| classify_on(e, cfg, platform))?;
     let id = client
         .identify_system()

@@ -80,7 +80,8 @@ pub struct RelayConfig {
     /// Read-side coalescing, in microseconds: when the stream has gone quiet after some events,
     /// the relay waits this long before reading again, so that the walsender's next
     /// transactions arrive in one read instead of one wake-up each. Trades at most this much
-    /// latency for fewer thread wake-ups (CPU) at steady rates; 0 turns it off. Default 1000.
+    /// latency for fewer thread wake-ups (CPU) at steady rates and in a catch-up that reads
+    /// faster than the walsender decodes; 0 turns it off. Default 1000.
     #[serde(
         default = "default_read_coalesce_us",
         deserialize_with = "from_str_or_native"

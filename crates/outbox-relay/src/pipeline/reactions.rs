@@ -241,7 +241,9 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         // at once, not a pause later (at a trickle every event paid the pause before it was
         // sent).
         let burst = std::mem::take(&mut self.pace.since_quiet);
-        let coalescing = burst < COALESCE_BELOW && quiet;
+        // A busy stream coalesces too: a catch-up that runs dry waits for the next events to
+        // pile up in the channel rather than waking for each transaction (reader_thread.rs).
+        let coalescing = quiet;
         let kafka = &self.cfg.kafka;
         // Without transactions, a trickle goes out now rather than after linger.ms; a busier
         // stream keeps batching (trickle.rs says which is which). With transactions the commit
@@ -365,20 +367,18 @@ async fn release_when_due(since: Instant, release_after: Duration, health: &Shar
 /// (docs/benchmarks.md, "CPU per event"). The timers, the reports and a stop still come first
 /// after at most this many events; the in-flight limits are checked before each one.
 /// A receive that is not ready at once is dropped: the replication client's receive is a
-/// channel's, which loses nothing then (on the current-thread runtime the worker that closes
-/// the channel has also finished, so its end is read at once too).
+/// channel's, which loses nothing then (the worker runs on the readers' thread,
+/// reader_thread.rs; the channel's end is read at the next turn).
 const EVENTS_PER_TURN: u32 = 64;
-
-/// A quiet moment after fewer events than this is a trickle worth coalescing.
-const COALESCE_BELOW: u32 = 64;
 
 /// Read-side coalescing (`relay.read_coalesce_us`). At a steady rate the walsender sends every
 /// transaction as it commits, and the pipeline would wake up for each one: on two cores those
 /// wake-ups cost more CPU than the events (bench/notes.md). Sleeping briefly on tokio's clock
 /// lets the next transactions pile up in the replication client's channel and be handled in
-/// one turn. The runtime thread is not blocked: the replication reader, the HTTP server and
-/// (with several pipelines) the other pipelines run meanwhile. Delivery reports and a stop
-/// wait as long at most.
+/// one turn; so does a catch-up that ran dry (the relay reads faster than the walsender
+/// decodes), whose reads go on meanwhile on the readers' own thread (reader_thread.rs). The
+/// runtime thread is not blocked: the HTTP server and (with several pipelines) the other
+/// pipelines run meanwhile. Delivery reports and a stop wait as long at most.
 async fn coalesce_reads(pause: Duration) {
     if !pause.is_zero() {
         tokio::time::sleep(pause).await;
