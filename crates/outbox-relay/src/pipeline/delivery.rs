@@ -14,6 +14,10 @@ use crate::{
     source::Session,
 };
 
+/// How long a stopping pipeline waits for the reports that may explain why (a purged
+/// transaction's refused record, the record behind a fatal producer error).
+const OWED_REPORTS_WAIT: Duration = Duration::from_secs(2);
+
 impl<S: Session, K: Sink> Pipeline<'_, S, K> {
     /// One delivery report. With transactions a failed transaction purges every record it
     /// held: their reports all say "purged", and the one that explains the failure (a record of
@@ -24,15 +28,25 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             return self.on_delivery(d);
         }
         let consequence = self.on_delivery(d);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-        while self.sink.in_flight() > 0 || !self.reports.is_empty() {
-            match tokio::time::timeout_at(deadline, self.reports.next(self.sink)).await {
-                Ok(Some(d)) if !d.is_purged() => self.on_delivery(d)?,
-                Ok(Some(_)) => {}
-                _ => break,
+        let deadline = tokio::time::Instant::now() + OWED_REPORTS_WAIT;
+        while let Some(d) = self.next_owed(deadline).await {
+            if !d.is_purged() {
+                self.on_delivery(d)?;
             }
         }
         consequence
+    }
+
+    /// The next report librdkafka still owes (a record handed over and not reported yet), if
+    /// it comes before `deadline`.
+    async fn next_owed(&mut self, deadline: tokio::time::Instant) -> Option<Delivered> {
+        if self.sink.in_flight() == 0 && self.reports.is_empty() {
+            return None;
+        }
+        tokio::time::timeout_at(deadline, self.reports.next(self.sink))
+            .await
+            .ok()
+            .flatten()
     }
 
     /// librdkafka raised `fatal` (under `enable.gapless.guarantee`, a refused batch does):
@@ -41,15 +55,10 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
     /// as when its report comes before the loop's tick, rather than as a producer failure
     /// that a restart would only run into again. The first report that fails wins.
     pub(super) async fn after_fatal(&mut self, fatal: RelayError) -> RelayError {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-        while self.sink.in_flight() > 0 || !self.reports.is_empty() {
-            match tokio::time::timeout_at(deadline, self.reports.next(self.sink)).await {
-                Ok(Some(d)) => {
-                    if let Err(e) = self.on_report(d).await {
-                        return e;
-                    }
-                }
-                _ => break,
+        let deadline = tokio::time::Instant::now() + OWED_REPORTS_WAIT;
+        while let Some(d) = self.next_owed(deadline).await {
+            if let Err(e) = self.on_report(d).await {
+                return e;
             }
         }
         fatal
