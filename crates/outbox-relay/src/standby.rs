@@ -173,11 +173,8 @@ mod tests {
     use super::*;
 
     fn config(extra: &str) -> Config {
-        let dir = std::env::temp_dir().join(format!("relay-standby-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{}.toml", extra.len()));
-        std::fs::write(&path, format!("[kafka]\nbrokers = \"k:9092\"\n{extra}")).unwrap();
-        Config::load(Some(&path), std::iter::empty()).unwrap()
+        let toml = format!("[kafka]\nbrokers = \"k:9092\"\n{extra}");
+        crate::config::test_support::load(&toml, &[]).unwrap()
     }
 
     #[test]

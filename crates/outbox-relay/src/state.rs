@@ -98,9 +98,8 @@ mod tests {
 
     #[test]
     fn saves_atomically_and_loads_back() {
-        let dir = std::env::temp_dir().join(format!("relay-state-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("state.json");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
         assert_eq!(load(&path).unwrap(), None);
         let s = State {
             system_id: "7713998481682642497".into(),
@@ -123,7 +122,6 @@ mod tests {
         );
         std::fs::write(&path, "{\"system_id\":\"1\"}").unwrap();
         assert!(load(&path).is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -260,8 +260,8 @@ mod tests {
 
     #[test]
     fn kafka_sasl_password_file_is_read_and_trimmed() {
-        let dir = std::env::temp_dir().join(format!("relay-cfg-pw-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let pw = dir.join("kafka-password");
         std::fs::write(&pw, "from-file\n").unwrap();
         let base = "[kafka]\nsecurity_protocol = \"sasl_ssl\"\nsasl_mechanism = \"PLAIN\"\n\

@@ -262,17 +262,13 @@ impl Config {
 mod docs;
 
 #[cfg(test)]
-mod test_support {
+pub(crate) mod test_support {
     use super::{Config, ConfigError};
 
-    /// Loads `toml` from a file, with `env` as the environment.
-    pub(super) fn load(toml: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let dir = std::env::temp_dir().join(format!("relay-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        // One file per call: tests run in parallel.
-        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let p = dir.join(format!("{n}.toml"));
+    /// Loads `toml` from a file (removed after), with `env` as the environment.
+    pub(crate) fn load(toml: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("relay.toml");
         std::fs::write(&p, toml).unwrap();
         Config::load(
             Some(&p),

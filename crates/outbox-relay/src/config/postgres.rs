@@ -217,8 +217,8 @@ mod tests {
 
     #[test]
     fn password_file_is_read_and_trimmed() {
-        let dir = std::env::temp_dir().join(format!("relay-cfg-pgpw-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let pw = dir.join("pg-password");
         std::fs::write(&pw, "from-file\r\n").unwrap();
         let c = load(

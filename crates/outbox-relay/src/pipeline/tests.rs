@@ -174,20 +174,8 @@ fn script() -> VecDeque<ReplicationEvent> {
 }
 
 fn config(brokers: &str, extra: &str) -> Config {
-    let dir = std::env::temp_dir().join(format!("relay-loop-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}.toml", uuid_ish()));
-    std::fs::write(
-        &path,
-        format!("[kafka]\nbrokers = \"{brokers}\"\nlinger_ms = 0\n{extra}"),
-    )
-    .unwrap();
-    Config::load(Some(&path), std::iter::empty()).unwrap()
-}
-
-fn uuid_ish() -> u64 {
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    let toml = format!("[kafka]\nbrokers = \"{brokers}\"\nlinger_ms = 0\n{extra}");
+    crate::config::test_support::load(&toml, &[]).unwrap()
 }
 
 struct Run {

@@ -5,22 +5,15 @@ use std::{sync::atomic::Ordering, time::Duration};
 use rdkafka::{mocking::MockCluster, producer::Producer};
 
 use super::KafkaSink;
-use crate::config::Config;
+use crate::config::test_support::load;
 
 fn kafka_config(brokers: &str, extra: &str) -> crate::config::KafkaConfig {
-    let dir = std::env::temp_dir().join(format!("relay-sink-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}.toml", extra.len()));
-    std::fs::write(
-        &path,
-        if extra.contains("linger_ms") {
-            format!("[kafka]\nbrokers = \"{brokers}\"\n{extra}")
-        } else {
-            format!("[kafka]\nbrokers = \"{brokers}\"\nlinger_ms = 0\n{extra}")
-        },
-    )
-    .unwrap();
-    Config::load(Some(&path), std::iter::empty()).unwrap().kafka
+    let toml = if extra.contains("linger_ms") {
+        format!("[kafka]\nbrokers = \"{brokers}\"\n{extra}")
+    } else {
+        format!("[kafka]\nbrokers = \"{brokers}\"\nlinger_ms = 0\n{extra}")
+    };
+    load(&toml, &[]).unwrap().kafka
 }
 
 #[test]
