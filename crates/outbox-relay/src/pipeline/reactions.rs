@@ -145,6 +145,10 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         {
             return Err(e);
         }
+        // A busy stream that stopped has no quiet moment to say so: the tick is one, with
+        // nothing new, so the reader thread stops pacing within a second of the last event.
+        let trickle = self.pace.trickle.quiet_after(0, Instant::now());
+        self.pace_reader(trickle);
         self.remember().await;
         self.report_gauges();
         if !self.checkpoint_due() || self.checkpoints.is_none() {
@@ -249,12 +253,12 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         // stream keeps batching (trickle.rs says which is which). With transactions the commit
         // below sends it; kicking there too was measured worse (p99 47.6 -> 73.8 ms at 1k
         // events/s, 34.5 -> 142 at 10k).
-        if quiet
-            && self.pace.trickle.quiet_after(burst, Instant::now())
-            && !self.transactional
-            && kafka.flush_when_quiet
-        {
-            self.sink.kick();
+        if quiet {
+            let trickle = self.pace.trickle.quiet_after(burst, Instant::now());
+            self.pace_reader(trickle);
+            if trickle && !self.transactional && kafka.flush_when_quiet {
+                self.sink.kick();
+            }
         }
         // With transactions, commit as soon as the stream goes quiet: read-committed consumers
         // see an event about one commit after PostgreSQL committed it. While the commit runs,
@@ -285,6 +289,13 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             coalesce_reads(Duration::from_micros(self.cfg.relay.read_coalesce_us)).await;
         }
         Ok(Turn::Next)
+    }
+
+    /// A busy stream's socket is read in turns (reader_thread.rs), a trickle's at once; with
+    /// read-coalescing off (`relay.read_coalesce_us = 0`) every socket is read at once.
+    fn pace_reader(&mut self, trickle: bool) {
+        let busy = !trickle && self.cfg.relay.read_coalesce_us > 0;
+        self.pace.reader.set(busy);
     }
 
     /// Commits the open Kafka transaction; [`Turn::Stop`] if a stop came first. A commit waits

@@ -127,6 +127,8 @@ pub(super) struct Pace {
     /// Events handled since the stream last went quiet.
     pub(super) since_quiet: u32,
     pub(super) trickle: super::trickle::Trickle,
+    /// What the trickle rule last said, as this source's say in the reader thread's pacing.
+    pub(super) reader: crate::reader_thread::PaceVote,
     /// Since when the in-flight limits keep the loop from reading, and the acknowledged count
     /// then (progress restarts the clock).
     pub(super) paused: Option<(Instant, u64)>,
@@ -217,6 +219,7 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
                 quiet_commit_at: None,
                 since_quiet: 0,
                 trickle: super::trickle::Trickle::default(),
+                reader: crate::reader_thread::PaceVote::default(),
                 paused: None,
                 last_checkpoint: None,
             },

@@ -156,4 +156,18 @@ mod tests {
         at += Duration::from_secs(60);
         assert!(t.quiet_after(3, at));
     }
+
+    #[test]
+    fn the_tick_after_a_busy_stream_stopped_says_trickle_and_a_tick_within_it_does_not() {
+        // The loop's one-second tick is a quiet moment with nothing new (reactions.rs).
+        let (mut t, mut at) = (Trickle::default(), Instant::now());
+        feed(&mut t, &mut at, 10_000, 10, 1);
+        assert!(
+            !t.quiet_after(0, at),
+            "busy: a tick right after its last read"
+        );
+        assert!(!feed(&mut t, &mut at, 10_000, 10, 1).iter().any(|k| *k));
+        at += Duration::from_secs(1);
+        assert!(t.quiet_after(0, at), "stopped a second ago");
+    }
 }
