@@ -76,8 +76,9 @@ if [ "$CALLGRIND" = 1 ]; then
   BATCHES=$(grep -m1 -oE '< [^ ]*rd_kafka_ProduceRequest \([0-9,]+x\)' "$OUT/caller.txt" \
     | sed -E 's/.*\(([0-9,]+)x\)/\1/; s/,//g' || true)
   # By thread (inclusive cost of each thread's root function): the main thread runs tokio
-  # (the pipeline and the replication reader); librdkafka's broker threads build and compress
-  # the batches; rdkafka's polling thread serves the delivery reports.
+  # (the pipeline); the sessions' workers (socket reads, framing) run on the `replication`
+  # thread (reader_thread.rs; on the main thread before commit cee9445); librdkafka's broker
+  # threads build and compress the batches; the poll thread serves the delivery reports.
   log "Ir/event by thread:"
   while IFS='|' read -r label root; do
     grep -m1 -E ":[^ ]*${root}( \[.*)?$" "$OUT/inclusive.txt" | awk -v n="$EVENTS" -v l="$label" \
@@ -85,7 +86,7 @@ if [ "$CALLGRIND" = 1 ]; then
   done <<'ROOTS'
 main thread (outbox_relay::main)|outbox_relay::main
   of which the pipeline (stream, run_loop)|pipeline::stream::\{\{closure\}\}
-  of which the replication reader task|ReplicationClient::spawn::\{\{closure\}\}
+sessions' workers (replication thread; main before cee9445)|ReplicationClient::spawn::\{\{closure\}\}
 librdkafka broker threads|rd_kafka_broker_thread_main
 delivery reports (rdkafka polling thread)|BaseProducer<C,Part>::poll
 librdkafka main thread|rd_kafka_thread_main
