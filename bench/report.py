@@ -710,7 +710,13 @@ def md_targets_fast(results, out):
             v = e["latency_payload"]["p99_ms"] / p99
             rows.append((f"#11: exactly-once p99 ≤ 2× at-least-once at {name}",
                          f"{e['latency_payload']['p99_ms']:.1f} / {p99:.1f} = {v:.2f}×", v <= 2))
-    for c in catchup_reps(results):
+    reps = catchup_reps(results)
+    for c in reps:
+        recv = next((r for r in reps if r["system"] == "pg_recvlogical" and shape_key(r) == shape_key(c)), None)
+        if c["system"] == "outbox-relay" and recv:
+            v = c["rate_from_start"] / recv["rate_from_start"]
+            rows.append((f"#30: catch-up {shape_name(c)}: drain ≥ pg_recvlogical's (median drains, events/s from start)",
+                         f"{c['rate_from_start']:,.0f} / {recv['rate_from_start']:,.0f} = {v:.2f}×", v >= 1.0))
         if c["system"] == "outbox-relay" and c.get("walsender_cpu_s"):
             v = c["cpu_s"] / c["walsender_cpu_s"]
             rows.append((f"#15: catch-up {shape_name(c)}: relay CPU per event ≤ 0.5× the walsender's",
