@@ -145,10 +145,15 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         {
             return Err(e);
         }
-        // A busy stream that stopped has no quiet moment to say so: the tick is one, with
-        // nothing new, so the reader thread stops pacing within a second of the last event.
-        let trickle = self.pace.trickle.quiet_after(0, Instant::now());
-        self.pace_reader(trickle);
+        // A busy stream that stopped has no quiet moment to say so: a tick after the last
+        // quiet moment is one, with nothing new, so the reader thread stops pacing within a
+        // second of the last event. Not in the middle of a burst: a stream the loop cannot
+        // keep up with has no quiet moments, and its reader is best paced (it fills the
+        // channel once a turn instead of waking for every slot the loop frees).
+        if self.pace.since_quiet == 0 {
+            let trickle = self.pace.trickle.quiet_after(0, Instant::now());
+            self.pace_reader(trickle);
+        }
         self.remember().await;
         self.report_gauges();
         if !self.checkpoint_due() || self.checkpoints.is_none() {
