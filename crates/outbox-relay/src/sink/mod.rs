@@ -1,8 +1,9 @@
 //! The Kafka side: an idempotent producer fed strictly in source order, whose delivery reports
 //! come back as values on a channel.
 //!
-//! Ordering rules (correctness notes K1-K6): `enable.idempotence=true` (acks=all, at most 5
-//! in-flight requests, infinite retries, FIFO) keeps per-partition order across retries;
+//! Ordering rules (correctness notes K1-K6): `enable.idempotence=true` (acks=all, one request
+//! in flight per connection, infinite retries, FIFO) keeps per-partition order across retries
+//! and leaves no gap at a partition's head (see [`KafkaSink::new`]);
 //! records are enqueued one at a time in source order, and a full local queue is waited out by
 //! retrying *the same* record before anything later; `murmur2_random` makes key → partition
 //! agree with Java clients. A delivery error is never skipped: the pipeline stops confirming
@@ -186,6 +187,15 @@ impl ProducerContext for SinkContext {
             return;
         };
         let (outcome, topic) = match result {
+            // A report without an offset is not the broker's acknowledgement of this record:
+            // librdkafka acknowledges records "implicitly" when a later request succeeded
+            // (and after a duplicate answer). One request in flight rules the first out, so
+            // this should never happen; if it does, the record is taken as failed (a
+            // restart from the confirmed position), never as delivered.
+            Ok(msg) if rdkafka::Message::offset(msg) < 0 => (
+                Err(KafkaError::MessageProduction(IMPLICIT_ACK)),
+                self.topic(rdkafka::Message::topic(msg)),
+            ),
             Ok(msg) => (Ok(()), self.topic(rdkafka::Message::topic(msg))),
             Err((e, msg)) => (Err(e.clone()), self.topic(rdkafka::Message::topic(msg))),
         };
@@ -230,6 +240,15 @@ impl KafkaSink {
     pub(crate) fn new(
         cfg: &KafkaConfig,
     ) -> Result<(Self, mpsc::UnboundedReceiver<Delivered>), RelayError> {
+        Self::with_in_flight(cfg, 1)
+    }
+
+    /// [`new`](Self::new) with `in_flight` requests per connection: 1 in the relay (see
+    /// there); more only in the test that shows why.
+    fn with_in_flight(
+        cfg: &KafkaConfig,
+        in_flight: u32,
+    ) -> Result<(Self, mpsc::UnboundedReceiver<Delivered>), RelayError> {
         let (reports, rx) = mpsc::unbounded_channel();
         let mut c = client_config(cfg)?;
         c.set("enable.idempotence", "true")
@@ -238,6 +257,17 @@ impl KafkaSink {
             // fatal error instead of writing them, and per-key order holds (K4).
             .set("enable.gapless.guarantee", "true")
             .set("acks", "all")
+            // One request in flight per broker connection. With more, a partition's first
+            // request that fails retriably (a new partition whose leader the broker shows
+            // before it hosts it) while the next, already sent, is stored makes librdkafka
+            // report the first one's records as delivered without sending them again
+            // (`rd_kafka_dr_implicit_ack`), and the broker accepts the gap at a partition's
+            // head: a silent loss (issue 40, item 6; sink test
+            // a_refused_first_request_is_sent_again_before_the_next_one_is_stored).
+            .set(
+                "max.in.flight.requests.per.connection",
+                in_flight.to_string(),
+            )
             .set("partitioner", "murmur2_random")
             .set("linger.ms", cfg.linger_ms.to_string())
             .set("compression.type", &cfg.compression)
@@ -533,6 +563,9 @@ fn security_properties(cfg: &KafkaConfig, c: &mut ClientConfig) -> Result<(), Re
     Ok(())
 }
 
+/// The outcome given to a success report that carries no offset ([`SinkContext`]'s delivery).
+const IMPLICIT_ACK: RDKafkaErrorCode = RDKafkaErrorCode::Inconsistent;
+
 /// Classifies a failed delivery: errors retrying cannot fix stop the relay with a hint (the
 /// caller names the change: [`RelayError::refusing`]).
 pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
@@ -564,7 +597,13 @@ pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
         }
         _ => None,
     };
-    let code = format!("{e}");
+    let code = if code == Some(IMPLICIT_ACK) {
+        "reported delivered without an offset (acknowledged only implicitly, by a later \
+         request's success), so not taken as acknowledged"
+            .to_string()
+    } else {
+        format!("{e}")
+    };
     match hint {
         Some(hint) => RelayError::from(Definite::DeliveryRefused {
             topic: topic.to_string(),

@@ -378,3 +378,94 @@ async fn records_read_back_as_handed_over() {
         assert_eq!(back.headers, headers, "headers of {:?}", r.key);
     }
 }
+
+/// Issue 40, item 6 (a silent loss with the LSN confirmed): a partition's first Produce
+/// request fails with a retriable error (the broker shows the new partition's leader before it
+/// hosts it: NOT_LEADER_OR_FOLLOWER) while the next request, already in flight, is stored.
+/// librdkafka then reports the first request's records as delivered ("implicitly acked by
+/// subsequent batch success", `rd_kafka_dr_implicit_ack`) and never sends them again; a real
+/// broker accepts a first sequence other than 0 from a producer id it has no state for on that
+/// partition, so the gap is stored silently. With one request in flight per connection the
+/// second request waits for the first's answer, the failed records are sent again first, and
+/// both arrive in order. The mock checks no sequence (non-transactional), as a broker does at
+/// a partition's head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_first_request_is_sent_again_before_the_next_one_is_stored() {
+    let (reported, stored) = refused_first_request(1).await;
+    assert!(reported.iter().all(Result::is_ok), "{reported:?}");
+    assert_eq!(stored, ["first", "second"], "what partition t holds");
+}
+
+/// The same with five requests in flight (librdkafka's default, and the relay's before the
+/// fix): the broker holds only the second record, and the first one's report, which librdkafka
+/// gives as a success without an offset, reaches the pipeline as a transient failure, so its
+/// position is never confirmed (the pipeline restarts from the confirmed position).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_implicit_acknowledgement_is_not_taken_as_delivery() {
+    let (reported, stored) = refused_first_request(5).await;
+    assert_eq!(stored, ["second"], "what partition t holds");
+    let e = reported[0].as_ref().expect_err("the first record's report");
+    let err = super::delivery_error(e, "t");
+    assert!(err.is_transient(), "{err}");
+    assert!(err.to_string().contains("implicitly"), "{err}");
+    assert!(reported[1].is_ok(), "{:?}", reported[1]);
+}
+
+/// Two records for a new partition of the mock, the first request refused (NOT_LEADER) and
+/// the second sent while the first waits for its answer: the reports in order, and the keys
+/// the partition holds.
+async fn refused_first_request(
+    in_flight: u32,
+) -> (Vec<Result<(), rdkafka::error::KafkaError>>, Vec<String>) {
+    use rdkafka::{
+        TopicPartitionList,
+        consumer::{BaseConsumer, Consumer},
+        types::{RDKafkaApiKey, RDKafkaRespErr},
+    };
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("w", 1, 1).unwrap();
+    mock.create_topic("t", 1, 1).unwrap();
+    let cfg = kafka_config(&mock.bootstrap_servers(), "");
+    let (sink, mut reports) = KafkaSink::with_in_flight(&cfg, in_flight).unwrap();
+    let origin = origins();
+    // Connected, the broker known: a record to another topic, reported.
+    sink.send(&record("w", "k"), origin(0)).await.unwrap();
+    assert!(sink.reports_served(Duration::from_secs(10)).await);
+    assert!(reports.recv().await.unwrap().outcome.is_ok());
+    mock.broker_round_trip_time(1, Duration::from_millis(300))
+        .unwrap();
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION],
+    );
+    // The first record of `t` goes out once its metadata is in (one round trip); the second
+    // is produced while the first request waits for its answer.
+    sink.send(&record("t", "first"), origin(1)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    sink.send(&record("t", "second"), origin(2)).await.unwrap();
+    assert!(sink.reports_served(Duration::from_secs(20)).await);
+    let mut reported = vec![None, None];
+    for _ in 0..2 {
+        let d = reports.recv().await.unwrap();
+        reported[d.origin.seq as usize - 1] = Some(d.outcome);
+    }
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", mock.bootstrap_servers())
+        .set("group.id", "readback")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("t", 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut keys = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while keys.len() < 2 && std::time::Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.unwrap();
+            keys.push(String::from_utf8_lossy(rdkafka::Message::key(&m).unwrap()).into_owned());
+        }
+    }
+    let reported = reported.into_iter().map(Option::unwrap).collect();
+    (reported, keys)
+}
