@@ -207,6 +207,15 @@ pub enum Transient {
         source: Option<BoxError>,
     },
 
+    /// The checkpoint topic is not ready yet: the broker is slow to create or show it, or another
+    /// instance is creating it.
+    #[error(
+        "kafka.checkpoint_topic {topic:?} is not ready ({detail}); nothing was streamed yet and \
+         the relay retries. If it repeats, check the brokers' health and that the topic has 1 \
+         partition and cleanup.policy=compact"
+    )]
+    CheckpointTopicNotReady { topic: String, detail: String },
+
     /// The slot monitor found the stream up and nothing moving for `alerts.stalled_secs`.
     #[error(
         "the pipeline stalled: the replication stream was open and the server wrote WAL, but \
@@ -411,6 +420,7 @@ impl Transient {
             Transient::ProducerFenced { .. } => "producer_fenced",
             Transient::KafkaTransaction { .. } => "kafka_transaction",
             Transient::Checkpoint { .. } => "checkpoint_read",
+            Transient::CheckpointTopicNotReady { .. } => "checkpoint_topic_not_ready",
             Transient::CheckpointContradicted { .. } => "checkpoint_contradicted",
             Transient::Stalled { .. } => "stalled",
         }

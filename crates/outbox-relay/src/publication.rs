@@ -66,13 +66,10 @@ pub(crate) async fn ensure_publication(
                  WITH (publish = 'insert', publish_via_partition_root = true{gencols})",
                 quote_ident(&pg.publication),
             );
-            client.batch_execute(&sql).await.map_err(|e| {
-                Definite::Precondition(format!(
-                    "cannot create publication {:?}: {}; create it as the table owner: {sql}",
-                    pg.publication,
-                    describe_pg(&e)
-                ))
-            })?;
+            client
+                .batch_execute(&sql)
+                .await
+                .map_err(|e| create_failed(&pg.publication, &sql, e))?;
             let tables = if tables.is_empty() {
                 "none ([[message]] sections only)".into()
             } else {
@@ -112,6 +109,35 @@ pub(crate) async fn ensure_publication(
         }
     }
     publication_covers_outbox(client, cfg).await
+}
+
+/// CREATE PUBLICATION failed. Instances that start together race to create it: the loser's
+/// duplicate (42710, or 23505 from the catalog's unique index) means it exists now, and the
+/// restart after the backoff finds and checks it. A lost connection or a lock or
+/// serialization conflict is transient too; anything else (no privilege, no such table) needs
+/// the operator.
+fn create_failed(publication: &str, sql: &str, e: tokio_postgres::Error) -> RelayError {
+    use tokio_postgres::error::SqlState;
+    let Some(code) = e.code() else {
+        return query_err("create the publication")(e);
+    };
+    if *code == SqlState::DUPLICATE_OBJECT || *code == SqlState::UNIQUE_VIOLATION {
+        return query_err(
+            "create the publication (another instance created it at the same moment; looking again)",
+        )(e);
+    }
+    if code.code().starts_with("40")
+        || *code == SqlState::LOCK_NOT_AVAILABLE
+        || *code == SqlState::QUERY_CANCELED
+        || code.code().starts_with("08")
+        || code.code().starts_with("57P")
+    {
+        return query_err("create the publication")(e);
+    }
+    RelayError::from(Definite::Precondition(format!(
+        "cannot create publication {publication:?}: {}; create it as the table owner: {sql}",
+        describe_pg(&e)
+    )))
 }
 
 /// A mapped column that is a stored generated one arrives only from a publication with

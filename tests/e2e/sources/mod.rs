@@ -2,13 +2,15 @@
 //! - `failures`: every source streams on its own, and a source's failure stops it alone;
 //! - `reload`: SIGHUP changes sources one by one; `setup` and `status` per source;
 //! - `share`: three instances share the sources of one config, exactly once through kills and
-//!   a rolling restart.
+//!   a rolling restart;
+//! - `slow_start`: three instances start together on a slow broker and stop no source.
 //!
 //! The counts come from the environment so that `scripts/sources-heavy.sh` runs the long forms.
 
 mod failures;
 mod reload;
 mod share;
+mod slow_start;
 
 use std::time::Duration;
 

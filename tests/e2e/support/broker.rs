@@ -1,7 +1,14 @@
 //! A Kafka broker of its own (infra/kafka/start.sh), for tests that need listeners or settings
 //! the shared broker must not have. Started fresh, stopped and deleted on drop.
 
-use std::process::Command;
+use std::{
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use super::repo_root;
 
@@ -51,6 +58,60 @@ impl OwnBroker {
             "start.sh: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+}
+
+impl OwnBroker {
+    /// Slows the broker down until the guard is dropped: it runs for `run` out of every
+    /// `run + frozen` (SIGSTOP / SIGCONT), as a broker on a loaded machine, slow to create topics
+    /// and answer admin requests, would. Dropping the guard lets it run again.
+    pub fn throttle(&self, run: Duration, frozen: Duration) -> Throttle {
+        let stack = std::env::var("STACK_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|_| repo_root().join(".stack"));
+        let pidfile = stack.join(format!("kafka-{}/kafka.pid", self.port));
+        let pid = std::fs::read_to_string(&pidfile)
+            .unwrap_or_else(|e| panic!("read {}: {e}", pidfile.display()))
+            .trim()
+            .to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (stop, pid) = (stop.clone(), pid.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    signal(&pid, "-STOP");
+                    std::thread::sleep(frozen);
+                    signal(&pid, "-CONT");
+                    std::thread::sleep(run);
+                }
+            })
+        };
+        Throttle {
+            stop,
+            thread: Some(thread),
+            pid,
+        }
+    }
+}
+
+fn signal(pid: &str, sig: &str) {
+    let _ = Command::new("kill").args([sig, pid]).status();
+}
+
+/// A throttled broker ([`OwnBroker::throttle`]); dropped, the broker runs at full speed again.
+pub struct Throttle {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    pid: String,
+}
+
+impl Drop for Throttle {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        signal(&self.pid, "-CONT");
     }
 }
 

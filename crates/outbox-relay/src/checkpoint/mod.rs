@@ -8,24 +8,24 @@
 //! `InitProducerId`, which has ended (aborted) the previous holder's open transaction, so no
 //! checkpoint of an earlier instance can appear later.
 
+mod topic;
+
 use std::time::{Duration, Instant};
 
 use rdkafka::{
     ClientConfig, ClientContext, Message, Offset, TopicPartitionList,
-    admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication},
     config::RDKafkaLogLevel,
     consumer::{BaseConsumer, Consumer, ConsumerContext},
     error::{KafkaError, RDKafkaErrorCode},
 };
 use relay_core::checkpoint::{ChangeRef, Checkpoint, VERSION};
 
+pub(crate) use topic::prepare_topic;
+
 use crate::{
-    config::{Config, Delivery},
+    config::Config,
     error::{Definite, RelayError, Transient},
-    events::{
-        CHECKPOINT_READ_END, CHECKPOINT_TOPIC_CREATED, CHECKPOINT_TOPIC_UNUSABLE,
-        KAFKA_CLIENT_ERROR,
-    },
+    events::{CHECKPOINT_READ_END, KAFKA_CLIENT_ERROR},
     pg,
     sink::{client_config, log_librdkafka},
 };
@@ -149,89 +149,6 @@ impl Identity {
             standby: self.standby.clone(),
         }
     }
-}
-
-/// Creates the checkpoint topic if it is missing and checks its settings (one partition,
-/// compacted). `Ok(false)`: unusable in at-least-once mode (warned; the relay goes on without
-/// checkpoints). In exactly-once mode every problem is an error.
-pub(crate) async fn prepare_topic(cfg: &Config) -> Result<bool, RelayError> {
-    let exactly_once = cfg.relay.delivery == Delivery::ExactlyOnce;
-    match ensure_topic(cfg).await {
-        Ok(()) => Ok(true),
-        Err(e) if exactly_once => Err(e),
-        Err(e) => {
-            tracing::warn!(
-                topic = %cfg.kafka.checkpoint_topic, error = %e,
-                "{CHECKPOINT_TOPIC_UNUSABLE}: going on without checkpoints; after a PostgreSQL \
-                 crash more events are sent again (docs/security.md lists the grants)"
-            );
-            Ok(false)
-        }
-    }
-}
-
-async fn ensure_topic(cfg: &Config) -> Result<(), RelayError> {
-    let topic = &cfg.kafka.checkpoint_topic;
-    let timeout = Duration::from_millis(cfg.kafka.connect_timeout_ms);
-    let admin: AdminClient<Quiet> = client_config(&cfg.kafka)?
-        .create_with_context(Quiet)
-        .map_err(Definite::kafka_setup_by)?;
-    let opts = AdminOptions::new().request_timeout(Some(timeout));
-    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
-    let created = admin
-        .create_topics([&new], &opts)
-        .await
-        .map_err(|e| unusable(topic, format!("cannot create it: {e}")))?;
-    match created.first() {
-        Some(Ok(_)) => {
-            tracing::info!(topic = %topic, "{CHECKPOINT_TOPIC_CREATED}: 1 partition, cleanup.policy=compact");
-            return Ok(());
-        }
-        Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => {}
-        Some(Err((_, code))) => {
-            return Err(unusable(
-                topic,
-                format!(
-                    "cannot create it ({code:?}); create it with 1 partition and cleanup.policy=compact, or grant CREATE"
-                ),
-            ));
-        }
-        None => return Err(unusable(topic, "no answer to CreateTopics".into())),
-    }
-    let meta = admin
-        .inner()
-        .fetch_metadata(Some(topic), timeout)
-        .map_err(|e| unusable(topic, format!("cannot describe it: {e}")))?;
-    let partitions = meta.topics().first().map_or(0, |t| t.partitions().len());
-    let configs = admin
-        .describe_configs([&ResourceSpecifier::Topic(topic)], &opts)
-        .await
-        .map_err(|e| unusable(topic, format!("cannot describe its configuration: {e}")))?;
-    let policy = configs
-        .first()
-        .and_then(|r| r.as_ref().ok())
-        .and_then(|r| r.get("cleanup.policy"))
-        .and_then(|e| e.value.clone())
-        .unwrap_or_default();
-    if partitions != 1 || policy != "compact" {
-        return Err(unusable(
-            topic,
-            format!(
-                "it has {partitions} partitions and cleanup.policy={policy:?}; the relay needs 1 \
-                 partition and cleanup.policy=compact: delete it (the relay re-creates it) or \
-                 set kafka.checkpoint_topic to another topic"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-fn unusable(topic: &str, detail: String) -> RelayError {
-    Definite::CheckpointTopic {
-        topic: topic.to_string(),
-        detail,
-    }
-    .into()
 }
 
 /// The newest committed checkpoint under `key`, read to the end of the topic.
