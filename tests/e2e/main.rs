@@ -7,6 +7,7 @@ mod applier;
 mod applier_edges;
 mod applier_ops;
 mod applier_pause;
+mod applier_shared_rows;
 mod backpressure;
 mod balances;
 mod chaos;

@@ -11,6 +11,7 @@
 //! ```
 
 pub mod batch;
+pub mod contention;
 pub mod failure;
 pub mod position;
 pub mod sql;
