@@ -155,15 +155,17 @@ async fn applier_keeps_up_with_handlers_that_share_rows_across_partitions() {
     // Each backend's counters reach pg_stat_database by its exit at the latest.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let dl = deadlocks(&db).await - deadlocks_before;
-    let retries = applier
-        .log_text()
-        .matches("apply_transaction_retry")
-        .count();
+    let log = applier.log_text();
+    let (conflicts, retries) = (
+        log.matches("apply_transaction_conflict:").count(),
+        log.matches("apply_transaction_retry:").count(),
+    );
     let figures = format!(
         "applier_shared_rows: {total} events offered in {:.1} s ({:.0}/s, {PARTITIONS} partitions, \
          {ACCOUNTS} accounts, {CLIENTS} client rows, default pool_size/batch_records): backlog \
          {backlog_at_stop} at the writer's stop, {backlog_after} {:.0} s later, converged {}, \
-         {dl} deadlocks (pg_stat_database), {retries} retries logged",
+         {dl} deadlocks (pg_stat_database), {conflicts} conflicts and {retries} other retries \
+         logged",
         offered_for.as_secs_f64(),
         total as f64 / offered_for.as_secs_f64(),
         CONVERGE_WITHIN.as_secs_f64() + 1.0,

@@ -43,6 +43,11 @@ pub const APPLY_PARTITION_HALTED: &str = "apply_partition_halted";
 pub const APPLY_RECORD_DEAD_LETTERED: &str = "apply_record_dead_lettered";
 /// A transaction rolled back on a transient error; the same records are retried.
 pub const APPLY_TRANSACTION_RETRY: &str = "apply_transaction_retry";
+/// A transaction rolled back by a deadlock or serialization failure with another transaction;
+/// retried at once, with fewer records.
+pub const APPLY_TRANSACTION_CONFLICT: &str = "apply_transaction_conflict";
+/// After a conflict, the applier's transactions of more than one record run one at a time.
+pub const APPLY_TAKING_TURNS: &str = "apply_taking_turns";
 /// The inbox cleanup ran (rows deleted, the retention in force).
 pub const APPLY_INBOX_CLEANED: &str = "apply_inbox_cleaned";
 /// The inbox retention is refused by the rule (or could not be checked): no cleanup.
@@ -241,6 +246,8 @@ pub const ALL: &[&str] = &[
     APPLY_PARTITION_HALTED,
     APPLY_RECORD_DEAD_LETTERED,
     APPLY_TRANSACTION_RETRY,
+    APPLY_TRANSACTION_CONFLICT,
+    APPLY_TAKING_TURNS,
     APPLY_DATABASE_UNREACHABLE,
     APPLY_INBOX_CLEANED,
     APPLY_INBOX_RETENTION_REFUSED,
