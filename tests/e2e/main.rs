@@ -6,6 +6,7 @@ mod support;
 mod applier;
 mod applier_edges;
 mod applier_ops;
+mod applier_outage;
 mod applier_pause;
 mod applier_shared_rows;
 mod backpressure;

@@ -35,6 +35,10 @@ pub const APPLY_PARTITIONS_ASSIGNED: &str = "apply_partitions_assigned";
 pub const APPLY_PARTITIONS_REVOKED: &str = "apply_partitions_revoked";
 /// The Kafka consumer reported an error (it reconnects by itself).
 pub const APPLY_KAFKA_ERROR: &str = "apply_kafka_error";
+/// The brokers cannot be reached: once when they go, then a reminder every minute.
+pub const APPLY_KAFKA_UNREACHABLE: &str = "apply_kafka_unreachable";
+/// The brokers are reachable again after an outage (its length and the errors it counted).
+pub const APPLY_KAFKA_REACHABLE: &str = "apply_kafka_reachable";
 /// A stored position is below the log start or beyond its end: the partition is not applied.
 pub const APPLY_POSITION_OUT_OF_LOG: &str = "apply_position_out_of_log";
 /// A partition stopped on a record it cannot apply (`apply.on_failure = "halt"`).
@@ -242,6 +246,8 @@ pub const ALL: &[&str] = &[
     APPLY_PARTITIONS_ASSIGNED,
     APPLY_PARTITIONS_REVOKED,
     APPLY_KAFKA_ERROR,
+    APPLY_KAFKA_UNREACHABLE,
+    APPLY_KAFKA_REACHABLE,
     APPLY_POSITION_OUT_OF_LOG,
     APPLY_PARTITION_HALTED,
     APPLY_RECORD_DEAD_LETTERED,

@@ -13,5 +13,6 @@
 pub mod batch;
 pub mod contention;
 pub mod failure;
+pub mod outage;
 pub mod position;
 pub mod sql;

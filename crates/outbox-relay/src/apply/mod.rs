@@ -14,6 +14,7 @@
 //! `relay_core::apply`; docs/inbox.md is the operator's guide.
 
 mod assignment;
+mod broker;
 mod contention;
 pub mod error;
 pub(crate) mod handler;

@@ -31,6 +31,7 @@ use tokio::{
 
 use super::{
     assignment::{Assignment, Tp},
+    broker::BrokerLog,
     partition::{Exit, PartitionTask, PoolStore},
     pool::Pool,
     record::Record,
@@ -60,13 +61,24 @@ pub(crate) struct Ctx {
     pub(super) assignment: Arc<Assignment>,
     pub(super) workers: Mutex<BTreeMap<Tp, Worker>>,
     pub(super) stopping: Arc<AtomicBool>,
+    /// The broker connection's errors, logged once per state.
+    pub(super) broker: BrokerLog,
 }
 
 impl ClientContext for Ctx {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        self.broker.log(level, fac, message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        self.broker.error(&error, reason);
+    }
+
     /// librdkafka's statistics (every `statistics.interval.ms`): the log end of each assigned
     /// partition (the last stable offset, what `read_committed` can read), for the lag, without
     /// a broker request (those queue behind the consumer's long fetches).
     fn stats(&self, s: rdkafka::Statistics) {
+        self.broker.stats(&s);
         for (topic, t) in &s.topics {
             for (partition, p) in &t.partitions {
                 let end = if p.ls_offset >= 0 {
