@@ -8,6 +8,7 @@ mod applier_edges;
 mod applier_ops;
 mod applier_outage;
 mod applier_pause;
+mod applier_redrive;
 mod applier_shared_rows;
 mod backpressure;
 mod balances;
