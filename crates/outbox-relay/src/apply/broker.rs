@@ -14,7 +14,7 @@ use relay_core::apply::outage::{Outage, REMIND_EVERY, Say};
 
 use crate::events::{APPLY_KAFKA_ERROR, APPLY_KAFKA_REACHABLE, APPLY_KAFKA_UNREACHABLE};
 
-pub(crate) struct BrokerLog {
+pub(super) struct BrokerLog {
     epoch: Instant,
     outage: Mutex<Outage>,
 }
@@ -34,7 +34,7 @@ fn is_connectivity(e: &KafkaError) -> bool {
 }
 
 impl BrokerLog {
-    pub(crate) fn new() -> BrokerLog {
+    pub(super) fn new() -> BrokerLog {
         BrokerLog {
             epoch: Instant::now(),
             outage: Mutex::new(Outage::default()),
@@ -46,7 +46,7 @@ impl BrokerLog {
     }
 
     /// An error from the consumer (its poll, or librdkafka's error callback with `reason`).
-    pub(crate) fn error(&self, e: &KafkaError, reason: &str) {
+    pub(super) fn error(&self, e: &KafkaError, reason: &str) {
         if !is_connectivity(e) {
             tracing::warn!(error = %e, reason, "{APPLY_KAFKA_ERROR}: the consumer reported an error; it reconnects by itself");
             return;
@@ -64,7 +64,7 @@ impl BrokerLog {
     }
 
     /// A sign of a reachable broker: a record read, or a broker up in the statistics.
-    pub(crate) fn up(&self) {
+    pub(super) fn up(&self) {
         if !self.outage().is_away() {
             return;
         }
@@ -78,7 +78,7 @@ impl BrokerLog {
     }
 
     /// librdkafka's statistics: a broker (not the bootstrap entry) in state UP.
-    pub(crate) fn stats(&self, s: &rdkafka::Statistics) {
+    pub(super) fn stats(&self, s: &rdkafka::Statistics) {
         if s.brokers.values().any(|b| b.nodeid >= 0 && b.state == "UP") {
             self.up();
         }
@@ -86,7 +86,7 @@ impl BrokerLog {
 
     /// librdkafka's own log lines: while the brokers are away, its connection failures
     /// (facility FAIL, and the like) are at debug, the outage's lines say it.
-    pub(crate) fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+    pub(super) fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         let level = if self.outage().is_away() || fac == "FAIL" {
             RDKafkaLogLevel::Debug
         } else {

@@ -4,8 +4,9 @@
 //! handed to the failure policy.
 //!
 //! Invariant: records of one partition are applied strictly in order by this one task; a
-//! transient error retries the same records (after a backoff) and never moves past them; a
-//! halted partition applies nothing after the record it stopped on.
+//! transient error retries the same records (after a backoff; after a deadlock or serialization
+//! failure at once, fewer at a time: `relay_core::apply::contention`) and never moves past them;
+//! a halted partition applies nothing after the record it stopped on.
 
 use std::{sync::Arc, time::Duration};
 

@@ -18,7 +18,7 @@ pub(crate) struct Pool {
     idle: Mutex<Vec<Conn>>,
     permits: Arc<Semaphore>,
     /// Whether multi-record transactions take turns, and the turn.
-    pub(crate) contention: Contention,
+    pub(super) contention: Contention,
 }
 
 /// A connection lent by the pool; returned on drop unless it broke.
