@@ -101,9 +101,14 @@ async fn dispatch(
         Action::Redrive { config, topic } => {
             let done = apply::redrive(&load(&config)?, topic.as_deref()).await?;
             println!(
-                "re-driven: {}; failed again: {}",
+                "re-driven: {}; failed again: {}{}",
                 done.applied,
-                done.failed.len()
+                done.failed.len(),
+                if done.gone > 0 {
+                    format!("; taken by another re-drive meanwhile: {}", done.gone)
+                } else {
+                    String::new()
+                }
             );
             for f in &done.failed {
                 println!("  {f}");

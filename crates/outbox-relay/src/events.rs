@@ -35,6 +35,10 @@ pub const APPLY_PARTITIONS_ASSIGNED: &str = "apply_partitions_assigned";
 pub const APPLY_PARTITIONS_REVOKED: &str = "apply_partitions_revoked";
 /// The Kafka consumer reported an error (it reconnects by itself).
 pub const APPLY_KAFKA_ERROR: &str = "apply_kafka_error";
+/// The brokers cannot be reached: once when they go, then a reminder every minute.
+pub const APPLY_KAFKA_UNREACHABLE: &str = "apply_kafka_unreachable";
+/// The brokers are reachable again after an outage (its length and the errors it counted).
+pub const APPLY_KAFKA_REACHABLE: &str = "apply_kafka_reachable";
 /// A stored position is below the log start or beyond its end: the partition is not applied.
 pub const APPLY_POSITION_OUT_OF_LOG: &str = "apply_position_out_of_log";
 /// A partition stopped on a record it cannot apply (`apply.on_failure = "halt"`).
@@ -43,6 +47,11 @@ pub const APPLY_PARTITION_HALTED: &str = "apply_partition_halted";
 pub const APPLY_RECORD_DEAD_LETTERED: &str = "apply_record_dead_lettered";
 /// A transaction rolled back on a transient error; the same records are retried.
 pub const APPLY_TRANSACTION_RETRY: &str = "apply_transaction_retry";
+/// A transaction rolled back by a deadlock or serialization failure with another transaction;
+/// retried at once, with fewer records.
+pub const APPLY_TRANSACTION_CONFLICT: &str = "apply_transaction_conflict";
+/// After a conflict, the applier's transactions of more than one record run one at a time.
+pub const APPLY_TAKING_TURNS: &str = "apply_taking_turns";
 /// The inbox cleanup ran (rows deleted, the retention in force).
 pub const APPLY_INBOX_CLEANED: &str = "apply_inbox_cleaned";
 /// The inbox retention is refused by the rule (or could not be checked): no cleanup.
@@ -237,10 +246,14 @@ pub const ALL: &[&str] = &[
     APPLY_PARTITIONS_ASSIGNED,
     APPLY_PARTITIONS_REVOKED,
     APPLY_KAFKA_ERROR,
+    APPLY_KAFKA_UNREACHABLE,
+    APPLY_KAFKA_REACHABLE,
     APPLY_POSITION_OUT_OF_LOG,
     APPLY_PARTITION_HALTED,
     APPLY_RECORD_DEAD_LETTERED,
     APPLY_TRANSACTION_RETRY,
+    APPLY_TRANSACTION_CONFLICT,
+    APPLY_TAKING_TURNS,
     APPLY_DATABASE_UNREACHABLE,
     APPLY_INBOX_CLEANED,
     APPLY_INBOX_RETENTION_REFUSED,

@@ -77,6 +77,7 @@ pub const APPLY_TRANSACTIONS: &str = "outbox_relay_apply_transactions_total";
 pub const APPLY_HANDLER_SECONDS: &str = "outbox_relay_apply_handler_seconds";
 pub const APPLY_LAG_RECORDS: &str = "outbox_relay_apply_lag_records";
 pub const APPLY_PARTITION_HALTED: &str = "outbox_relay_apply_partition_halted";
+pub const APPLY_TAKING_TURNS: &str = "outbox_relay_apply_taking_turns";
 pub const APPLY_INBOX_DELETED: &str = "outbox_relay_apply_inbox_deleted_total";
 pub const APPLY_INBOX_RETENTION_SECONDS: &str = "outbox_relay_apply_inbox_retention_seconds";
 pub const APPLY_INBOX_RETENTION_REFUSED: &str = "outbox_relay_apply_inbox_retention_refused";
@@ -142,6 +143,7 @@ pub const ALL: &[&str] = &[
     APPLY_HANDLER_SECONDS,
     APPLY_LAG_RECORDS,
     APPLY_PARTITION_HALTED,
+    APPLY_TAKING_TURNS,
     APPLY_INBOX_DELETED,
     APPLY_INBOX_RETENTION_SECONDS,
     APPLY_INBOX_RETENTION_REFUSED,

@@ -7,10 +7,15 @@
 //! record offsets ──position::Cursor──▶ redeliveries below the cursor dropped
 //! batch of records + each attempt's outcome ──batch::Plan──▶ commit these / fail this one / done
 //! SQLSTATE (or none) ──failure::classify──▶ retry the transaction, or the record's policy
+//! a transient failure ──contention──▶ at once and narrower (a conflict), or backoff (away);
+//!                                   multi-record transactions taking turns after a conflict
+//! the broker's errors and signs of life ──outage::Outage──▶ one log line per state
 //! a handler's SQL with :named parameters ──sql::Statement::parse──▶ $n, wire types, casts
 //! ```
 
 pub mod batch;
+pub mod contention;
 pub mod failure;
+pub mod outage;
 pub mod position;
 pub mod sql;

@@ -14,6 +14,8 @@
 //! `relay_core::apply`; docs/inbox.md is the operator's guide.
 
 mod assignment;
+mod broker;
+mod contention;
 pub mod error;
 pub(crate) mod handler;
 mod partition;

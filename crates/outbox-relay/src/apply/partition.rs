@@ -4,13 +4,15 @@
 //! handed to the failure policy.
 //!
 //! Invariant: records of one partition are applied strictly in order by this one task; a
-//! transient error retries the same records (after a backoff) and never moves past them; a
-//! halted partition applies nothing after the record it stopped on.
+//! transient error retries the same records (after a backoff; after a deadlock or serialization
+//! failure at once, fewer at a time: `relay_core::apply::contention`) and never moves past them;
+//! a halted partition applies nothing after the record it stopped on.
 
 use std::{sync::Arc, time::Duration};
 
 use relay_core::apply::{
     batch::{Outcome, Plan, Step, failed_at_commit},
+    contention::{Cause, Retry, Width},
     position::{Cursor, committed_after_unknown},
 };
 use tokio::sync::{mpsc, watch};
@@ -23,7 +25,10 @@ use super::{
 };
 use crate::{
     config::{ApplyConfig, OnFailure},
-    events::{APPLY_PARTITION_HALTED, APPLY_RECORD_DEAD_LETTERED, APPLY_TRANSACTION_RETRY},
+    events::{
+        APPLY_PARTITION_HALTED, APPLY_RECORD_DEAD_LETTERED, APPLY_TRANSACTION_CONFLICT,
+        APPLY_TRANSACTION_RETRY,
+    },
     metrics as m,
 };
 
@@ -52,6 +57,8 @@ pub(crate) trait Store: Send + Sync + 'static {
 }
 
 /// The real store: the pool's connections. A connection whose transaction broke is dropped.
+/// A transaction of more than one record waits for its turn first while turns are on
+/// (apply::contention), and a conflict turns them on.
 pub(crate) struct PoolStore {
     pub(crate) pool: Arc<Pool>,
     pub(crate) cfg: Arc<ApplyConfig>,
@@ -59,10 +66,14 @@ pub(crate) struct PoolStore {
 
 impl Store for PoolStore {
     async fn apply(&self, records: &[Record]) -> Result<txn::Applied, Broke> {
+        let contention = &self.pool.contention;
+        let _turn = contention.turn(records.len()).await;
         let conn = self.pool.get().await;
         let r = txn::apply(&conn, &self.cfg, records).await;
-        if matches!(r, Err(Broke::Transient(_) | Broke::CommitUnknown(_))) {
-            conn.discard();
+        match &r {
+            Err(Broke::Transient(_) | Broke::CommitUnknown(_)) => conn.discard(),
+            Err(Broke::Conflict(_)) => contention.conflicted(),
+            _ => {}
         }
         r
     }
@@ -115,11 +126,12 @@ pub(crate) struct PartitionTask<S: Store> {
 
 impl<S: Store> PartitionTask<S> {
     pub(crate) async fn run(mut self) -> Exit {
+        let mut width = Width::new(self.cfg.apply.batch_records);
         loop {
             let Some(batch) = self.next_batch().await else {
                 return Exit::Stopped;
             };
-            if let Err(exit) = self.apply(batch).await {
+            if let Err(exit) = self.apply(batch, &mut width).await {
                 if let Exit::Halted(why) = &exit {
                     tracing::error!(topic = %self.tp.0, partition = self.tp.1, reason = %why, "{APPLY_PARTITION_HALTED}: nothing more is applied from this partition until an operator acts (docs/inbox.md)");
                     self.assignment.halt(&self.tp, why.clone());
@@ -167,13 +179,17 @@ impl<S: Store> PartitionTask<S> {
         (!self.stopping()).then_some(batch)
     }
 
-    /// Runs `batch` to its end. `Err` when halted or stopped during a retry.
-    async fn apply(&mut self, batch: Vec<Record>) -> Result<(), Exit> {
+    /// Runs `batch` to its end, in transactions of at most `width` records. `Err` when halted
+    /// or stopped during a retry.
+    async fn apply(&mut self, batch: Vec<Record>, width: &mut Width) -> Result<(), Exit> {
         let mut plan = Plan::new(batch.len());
         let mut errors: Vec<Option<(String, Option<String>)>> = vec![None; batch.len()];
-        let initial = Duration::from_millis(self.cfg.apply.retry_backoff_initial_ms.max(1));
-        let mut backoff = initial;
+        let mut retry = Retry::new(
+            Duration::from_millis(self.cfg.apply.retry_backoff_initial_ms),
+            Duration::from_millis(self.cfg.apply.retry_backoff_max_ms),
+        );
         loop {
+            plan.limit(width.get());
             let outcome = match plan.next() {
                 Step::Done => return Ok(()),
                 Step::Fail(i) => {
@@ -192,6 +208,7 @@ impl<S: Store> PartitionTask<S> {
                     let store = self.store.clone();
                     match store.apply(&batch[range.clone()]).await {
                         Ok(done) => {
+                            width.committed();
                             self.committed(done.next);
                             count(&self.tp.0, "applied", done.applied);
                             count(&self.tp.0, "duplicate", done.duplicates);
@@ -199,7 +216,14 @@ impl<S: Store> PartitionTask<S> {
                             Outcome::Committed
                         }
                         Err(Broke::Transient(why)) => {
-                            self.retry(&why, &mut backoff).await?;
+                            self.retry(&why, retry.wait(Cause::Away, 0.0)).await?;
+                            continue;
+                        }
+                        Err(Broke::Conflict(why)) => {
+                            width.conflicted();
+                            let wait = retry.wait(Cause::Conflict, rand::random());
+                            self.conflicted(&why, range.len(), width.get(), wait)
+                                .await?;
                             continue;
                         }
                         Err(Broke::Definite {
@@ -223,14 +247,14 @@ impl<S: Store> PartitionTask<S> {
                                 self.committed(last.offset + 1);
                                 Outcome::Committed
                             } else {
-                                self.retry(&why, &mut backoff).await?;
+                                self.retry(&why, retry.wait(Cause::Away, 0.0)).await?;
                                 continue;
                             }
                         }
                     }
                 }
             };
-            backoff = initial;
+            retry.reset();
             plan.report(outcome);
         }
     }
@@ -256,15 +280,32 @@ impl<S: Store> PartitionTask<S> {
         }
     }
 
-    async fn retry(&mut self, why: &str, backoff: &mut Duration) -> Result<(), Exit> {
+    async fn retry(&mut self, why: &str, wait: Duration) -> Result<(), Exit> {
         metrics::counter!(m::APPLY_TRANSACTIONS, "result" => "retried").increment(1);
-        tracing::warn!(topic = %self.tp.0, partition = self.tp.1, error = %why, retry_in_ms = backoff.as_millis() as u64, "{APPLY_TRANSACTION_RETRY}: rolled back; the same records are tried again");
+        tracing::warn!(topic = %self.tp.0, partition = self.tp.1, error = %why, retry_in_ms = wait.as_millis() as u64, "{APPLY_TRANSACTION_RETRY}: rolled back; the same records are tried again");
+        self.pause(wait).await
+    }
+
+    /// A deadlock or serialization failure rolled back `records` records: retried after `wait`
+    /// (a few milliseconds) in transactions of at most `width`.
+    async fn conflicted(
+        &mut self,
+        why: &str,
+        records: usize,
+        width: usize,
+        wait: Duration,
+    ) -> Result<(), Exit> {
+        metrics::counter!(m::APPLY_TRANSACTIONS, "result" => "conflicted").increment(1);
+        tracing::warn!(topic = %self.tp.0, partition = self.tp.1, error = %why, records, width, retry_in_ms = wait.as_millis() as u64, "{APPLY_TRANSACTION_CONFLICT}: rolled back by another transaction's locks; retried at once with fewer records");
+        self.pause(wait).await
+    }
+
+    /// Sleeps `wait`, unless the partition is stopped meanwhile.
+    async fn pause(&mut self, wait: Duration) -> Result<(), Exit> {
         tokio::select! {
-            _ = tokio::time::sleep(*backoff) => {}
-            _ = self.stop.wait_for(|s| *s) => return Err(Exit::Stopped),
+            _ = tokio::time::sleep(wait) => Ok(()),
+            _ = self.stop.wait_for(|s| *s) => Err(Exit::Stopped),
         }
-        *backoff = (*backoff * 2).min(Duration::from_millis(self.cfg.apply.retry_backoff_max_ms));
-        Ok(())
     }
 
     async fn dead_letter(
@@ -273,7 +314,10 @@ impl<S: Store> PartitionTask<S> {
         error: &str,
         sqlstate: Option<&str>,
     ) -> Result<(), Exit> {
-        let mut backoff = Duration::from_millis(self.cfg.apply.retry_backoff_initial_ms.max(1));
+        let mut retry = Retry::new(
+            Duration::from_millis(self.cfg.apply.retry_backoff_initial_ms),
+            Duration::from_millis(self.cfg.apply.retry_backoff_max_ms),
+        );
         let store = self.store.clone();
         loop {
             match store.dead_letter(r, error, sqlstate).await {
@@ -293,10 +337,11 @@ impl<S: Store> PartitionTask<S> {
                         count(&r.topic, "dead_lettered", 1);
                         return Ok(());
                     }
-                    self.retry(&why, &mut backoff).await?;
+                    self.retry(&why, retry.wait(Cause::Away, 0.0)).await?;
                 }
                 Err(b) => {
-                    self.retry(&format!("{b:?}"), &mut backoff).await?;
+                    self.retry(&format!("{b:?}"), retry.wait(Cause::Away, 0.0))
+                        .await?;
                 }
             }
         }

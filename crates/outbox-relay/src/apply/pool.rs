@@ -10,13 +10,15 @@ use std::{
 
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
-use super::store::Conn;
+use super::{contention::Contention, store::Conn};
 use crate::{config::ApplyConfig, events::APPLY_DATABASE_UNREACHABLE};
 
 pub(crate) struct Pool {
     cfg: Arc<ApplyConfig>,
     idle: Mutex<Vec<Conn>>,
     permits: Arc<Semaphore>,
+    /// Whether multi-record transactions take turns, and the turn.
+    pub(super) contention: Contention,
 }
 
 /// A connection lent by the pool; returned on drop unless it broke.
@@ -60,6 +62,7 @@ impl Pool {
             cfg,
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(size)),
+            contention: Contention::new(),
         }
     }
 

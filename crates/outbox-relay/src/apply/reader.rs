@@ -27,12 +27,13 @@ use tokio::{runtime::Handle, sync::mpsc};
 
 use super::{
     assignment::{Assignment, Tp},
+    broker::BrokerLog,
     error::ApplyError,
     pool::Pool,
     rebalance::Ctx,
     record::Record,
 };
-use crate::{config::ApplyConfig, events::APPLY_KAFKA_ERROR};
+use crate::config::ApplyConfig;
 
 /// Records a partition may hold here, beyond its task's queue, before it is paused.
 const PENDING_MAX: usize = 1024;
@@ -88,6 +89,7 @@ impl Reader {
             assignment,
             workers: Mutex::new(BTreeMap::new()),
             stopping: stopping.clone(),
+            broker: BrokerLog::new(),
         };
         let consumer: BaseConsumer<Ctx> = c
             .create_with_context(ctx)
@@ -132,13 +134,16 @@ impl Reader {
             match self.consumer.poll(Duration::from_millis(wait)) {
                 None => {}
                 Some(Ok(m)) => {
+                    self.consumer.context().broker.up();
                     let r = Record::from_message(&m, &id_header, &type_header);
                     drop(m);
                     self.route(r);
                 }
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "{APPLY_KAFKA_ERROR}: the consumer reported an error; it reconnects by itself");
-                }
+                Some(Err(e)) => self
+                    .consumer
+                    .context()
+                    .broker
+                    .error(&e, "from the consumer's poll"),
             }
             if last_report.elapsed() >= Duration::from_secs(1) {
                 last_report = Instant::now();

@@ -31,6 +31,7 @@ use tokio::{
 
 use super::{
     assignment::{Assignment, Tp},
+    broker::BrokerLog,
     partition::{Exit, PartitionTask, PoolStore},
     pool::Pool,
     record::Record,
@@ -38,8 +39,8 @@ use super::{
 use crate::{
     config::ApplyConfig,
     events::{
-        APPLY_KAFKA_ERROR, APPLY_PARTITIONS_ASSIGNED, APPLY_PARTITIONS_REVOKED,
-        APPLY_POSITION_OUT_OF_LOG,
+        APPLY_DATABASE_UNREACHABLE, APPLY_KAFKA_ERROR, APPLY_PARTITIONS_ASSIGNED,
+        APPLY_PARTITIONS_REVOKED, APPLY_POSITION_OUT_OF_LOG,
     },
 };
 
@@ -60,13 +61,24 @@ pub(crate) struct Ctx {
     pub(super) assignment: Arc<Assignment>,
     pub(super) workers: Mutex<BTreeMap<Tp, Worker>>,
     pub(super) stopping: Arc<AtomicBool>,
+    /// The broker connection's errors, logged once per state.
+    pub(super) broker: BrokerLog,
 }
 
 impl ClientContext for Ctx {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        self.broker.log(level, fac, message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        self.broker.error(&error, reason);
+    }
+
     /// librdkafka's statistics (every `statistics.interval.ms`): the log end of each assigned
     /// partition (the last stable offset, what `read_committed` can read), for the lag, without
     /// a broker request (those queue behind the consumer's long fetches).
     fn stats(&self, s: rdkafka::Statistics) {
+        self.broker.stats(&s);
         for (topic, t) in &s.topics {
             for (partition, p) in &t.partitions {
                 let end = if p.ls_offset >= 0 {
@@ -221,7 +233,7 @@ impl Ctx {
             match got {
                 Ok(p) => return p,
                 Err(e) if !self.stopping.load(Ordering::Relaxed) => {
-                    tracing::warn!(error = %crate::pg::describe_pg(&e), "{APPLY_KAFKA_ERROR}: cannot read the stored positions; retrying");
+                    tracing::warn!(error = %crate::pg::describe_pg(&e), retry_in_ms = wait.as_millis() as u64, "{APPLY_DATABASE_UNREACHABLE}: cannot read the stored positions in the consumer's PostgreSQL; retrying");
                     std::thread::sleep(wait);
                     wait =
                         (wait * 2).min(Duration::from_millis(self.cfg.apply.retry_backoff_max_ms));

@@ -2,9 +2,11 @@
 //! needed) is fixed.
 //!
 //! Invariant: a record's claim was kept when it was dead-lettered, so the normal path would
-//! absorb it as a duplicate; the re-drive runs its handler and deletes its dead-letter row in
-//! one transaction, so each dead-lettered record takes effect at most once, however often the
-//! command runs.
+//! absorb it as a duplicate; the re-drive deletes its dead-letter row and runs its handler in
+//! one transaction, the row first, so each dead-lettered record takes effect at most once,
+//! however often the command runs, also when two re-drives run at the same time (the second
+//! waits on the row's lock and finds it gone). It takes no claim and no position, so it may run
+//! beside running instances.
 
 use super::{error::ApplyError, record::Record, store::Conn};
 use crate::config::ApplyConfig;
@@ -15,6 +17,8 @@ pub struct Redriven {
     pub applied: u64,
     /// Records whose handler failed again (left in the table), with the error.
     pub failed: Vec<String>,
+    /// Records another `apply redrive` running at the same time took first.
+    pub gone: u64,
 }
 
 /// Re-drives the dead-lettered records of this consumer (of `topic` only, if given), oldest
@@ -70,18 +74,12 @@ pub async fn redrive(cfg: &ApplyConfig, topic: Option<&str>) -> Result<Redriven,
         };
         let _ = handler;
         let (prepared, statement) = &conn.handlers[h];
+        // The row is deleted first: a second re-drive running at the same time waits on its
+        // lock and then finds it gone, so the handler runs once.
         let result = async {
             conn.client.batch_execute("BEGIN").await?;
-            let params = match super::handler::bind(statement, &r) {
-                Ok(p) => p,
-                Err(e) => return Ok(Err(e)),
-            };
-            let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-                params.iter().map(|p| p.as_ref() as _).collect();
-            if let Err(e) = conn.client.execute(prepared, &refs).await {
-                return Ok(Err(crate::pg::describe_pg(&e)));
-            }
-            conn.client
+            let deleted = conn
+                .client
                 .execute(
                     &format!(
                         "DELETE FROM {t} WHERE consumer = $1 AND topic = $2 AND partition = $3 \
@@ -90,6 +88,18 @@ pub async fn redrive(cfg: &ApplyConfig, topic: Option<&str>) -> Result<Redriven,
                     &[&conn.consumer, &r.topic, &r.partition, &r.offset],
                 )
                 .await?;
+            if deleted == 0 {
+                return Ok(Err(None));
+            }
+            let params = match super::handler::bind(statement, &r) {
+                Ok(p) => p,
+                Err(e) => return Ok(Err(Some(e))),
+            };
+            let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                params.iter().map(|p| p.as_ref() as _).collect();
+            if let Err(e) = conn.client.execute(prepared, &refs).await {
+                return Ok(Err(Some(crate::pg::describe_pg(&e))));
+            }
             conn.client.batch_execute("COMMIT").await?;
             Ok::<_, tokio_postgres::Error>(Ok(()))
         }
@@ -98,7 +108,11 @@ pub async fn redrive(cfg: &ApplyConfig, topic: Option<&str>) -> Result<Redriven,
             Ok(Ok(())) => out.applied += 1,
             Ok(Err(why)) => {
                 let _ = conn.client.batch_execute("ROLLBACK").await;
-                out.failed.push(format!("{}: {why}", r.at()));
+                match why {
+                    Some(why) => out.failed.push(format!("{}: {why}", r.at())),
+                    // Re-driven meanwhile by another `apply redrive`.
+                    None => out.gone += 1,
+                }
             }
             Err(e) => return Err(ApplyError::pg(format!("re-driving {}", r.at()))(e)),
         }

@@ -9,7 +9,10 @@
 
 use std::{sync::atomic::Ordering, time::Instant};
 
-use relay_core::apply::failure::{Kind, QUERY_CANCELED, classify};
+use relay_core::apply::{
+    contention::Cause,
+    failure::{Kind, QUERY_CANCELED, classify},
+};
 
 use super::{record::Record, store::Conn};
 use crate::config::ApplyConfig;
@@ -31,6 +34,9 @@ pub(crate) struct Applied {
 pub(crate) enum Broke {
     /// Retry the whole transaction after a backoff.
     Transient(String),
+    /// A deadlock or serialization failure with another transaction: retry at once, with
+    /// fewer records (relay_core::apply::contention).
+    Conflict(String),
     /// Record `index` cannot be applied: its failure policy decides.
     Definite {
         index: usize,
@@ -75,10 +81,18 @@ fn bookkeeping(e: &tokio_postgres::Error, index: usize) -> Broke {
     }
 }
 
+/// A transient error: a conflict with another transaction, or anything else.
+fn transient(e: &tokio_postgres::Error) -> Broke {
+    match Cause::of(sqlstate(e).as_deref()) {
+        Cause::Conflict => Broke::Conflict(describe(e)),
+        Cause::Away => Broke::Transient(describe(e)),
+    }
+}
+
 /// A bookkeeping statement failed: transient or definite for the record at `index`.
 fn broke(e: &tokio_postgres::Error, index: usize) -> Broke {
     match classify(sqlstate(e).as_deref()) {
-        Kind::Transient => Broke::Transient(describe(e)),
+        Kind::Transient => transient(e),
         Kind::Definite => Broke::Definite {
             index,
             error: describe(e),
@@ -181,7 +195,7 @@ pub(crate) async fn apply(
             Err(bookkeeping(&e, records.len() - 1))
         }
         (Ok(()), Err(e)) => match classify(sqlstate(&e).as_deref()) {
-            Kind::Transient => Err(Broke::Transient(describe(&e))),
+            Kind::Transient => Err(transient(&e)),
             Kind::Definite => Err(Broke::DefiniteAtCommit {
                 error: describe(&e),
                 sqlstate: sqlstate(&e),

@@ -11,10 +11,11 @@ use super::*;
 pub fn install_apply() -> Result<PrometheusHandle, BuildError> {
     let handle = builder()?.install_recorder()?;
     super::describe();
-    for result in ["committed", "retried"] {
+    for result in ["committed", "retried", "conflicted"] {
         metrics::counter!(APPLY_TRANSACTIONS, "result" => result).increment(0);
     }
     metrics::counter!(APPLY_INBOX_DELETED).increment(0);
+    metrics::gauge!(APPLY_TAKING_TURNS).set(0.0);
     metrics::gauge!(APPLY_INBOX_RETENTION_SECONDS).set(0.0);
     metrics::gauge!(APPLY_INBOX_RETENTION_REFUSED).set(0.0);
     Ok(handle)
@@ -29,7 +30,13 @@ pub(super) fn describe() {
     );
     describe_counter!(
         APPLY_TRANSACTIONS,
-        "Applier: database transactions by result (committed, retried after a transient error)."
+        "Applier: database transactions by result (committed; retried after a transient error; \
+         conflicted: rolled back by a deadlock or serialization failure, retried at once)."
+    );
+    describe_gauge!(
+        APPLY_TAKING_TURNS,
+        "Applier: 1 while its transactions of more than one record run one at a time (after a \
+         deadlock or serialization failure between its transactions)."
     );
     describe_histogram!(
         APPLY_HANDLER_SECONDS,

@@ -54,6 +54,8 @@ pub struct Plan {
     end: usize,
     /// A record that failed at the head of the last attempt, not yet handled.
     failing: Option<usize>,
+    /// The most records one attempt takes ([`Plan::limit`]).
+    cap: usize,
 }
 
 impl Plan {
@@ -63,7 +65,20 @@ impl Plan {
             cursor: 0,
             end: len,
             failing: None,
+            cap: usize::MAX,
         }
+    }
+
+    /// The next attempts take at most `cap` records (at least one): after a conflict with
+    /// another transaction, the partition goes on in smaller transactions
+    /// (`contention::Width`). Set it before [`Plan::next`], not between it and the report.
+    pub fn limit(&mut self, cap: usize) {
+        self.cap = cap.max(1);
+    }
+
+    /// The end of the attempt [`Plan::next`] gives.
+    fn attempt_end(&self) -> usize {
+        self.end.min(self.cursor.saturating_add(self.cap))
     }
 
     /// Records before this index are done (committed or handled).
@@ -78,7 +93,7 @@ impl Plan {
         if self.cursor >= self.len {
             return Step::Done;
         }
-        Step::Apply(self.cursor..self.end)
+        Step::Apply(self.cursor..self.attempt_end())
     }
 
     /// Reports the outcome of the last [`Step::Apply`].
@@ -90,16 +105,18 @@ impl Plan {
         assert!(self.failing.is_none(), "a failure is waiting to be handled");
         match outcome {
             Outcome::Committed => {
-                self.cursor = self.end;
-                self.end = self.len;
+                self.cursor = self.attempt_end();
+                if self.cursor >= self.end {
+                    self.end = self.len;
+                }
             }
             Outcome::Transient => {}
             Outcome::Failed(i) => {
                 assert!(
-                    (self.cursor..self.end).contains(&i),
+                    (self.cursor..self.attempt_end()).contains(&i),
                     "failed record {i} outside the attempt {}..{}",
                     self.cursor,
-                    self.end
+                    self.attempt_end()
                 );
                 if i == self.cursor {
                     self.failing = Some(i);

@@ -22,6 +22,10 @@ struct Model {
     failing: HashSet<i64>,
     /// The next this many transactions roll back for a transient reason.
     transient: usize,
+    /// The next this many transactions roll back on a deadlock.
+    conflicts: usize,
+    /// The number of records of each transaction tried.
+    widths: Vec<usize>,
     /// The next transaction commits but the connection breaks during COMMIT.
     unknown_commit: bool,
     transactions: usize,
@@ -40,11 +44,16 @@ impl Store for FakeStore {
     async fn apply(&self, records: &[Record]) -> Result<Applied, Broke> {
         let mut m = self.model();
         m.transactions += 1;
+        m.widths.push(records.len());
         if m.transient > 0 {
             m.transient -= 1;
             return Err(Broke::Transient(
-                "deadlock detected (SQLSTATE 40P01)".into(),
+                "the database system is shutting down".into(),
             ));
+        }
+        if m.conflicts > 0 {
+            m.conflicts -= 1;
+            return Err(Broke::Conflict("deadlock detected (SQLSTATE 40P01)".into()));
         }
         let mut done = Applied::default();
         let mut now = Vec::new();
@@ -155,6 +164,33 @@ async fn a_transient_error_retries_the_same_records_after_the_backoff_and_skips_
         started.elapsed()
     );
     assert_eq!(m.stored, Some(5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_conflict_is_retried_at_once_with_one_record_then_growing_transactions() {
+    let store = Arc::new(FakeStore::default());
+    store.model().conflicts = 2;
+    let started = tokio::time::Instant::now();
+    let cfg = Arc::new(
+        ApplyConfig::from_test_toml(
+            "[kafka]\ngroup_id = \"g\"\ntopics = [\"t\"]\n[apply]\nconsumer = \"c\"\n\
+             ignore_types = [\"x\"]\nbatch_records = 8\n",
+        )
+        .unwrap(),
+    );
+    let offsets: Vec<i64> = (0..20).collect();
+    let (exit, _) = run(cfg, store.clone(), &offsets).await;
+    assert!(matches!(exit, Exit::Stopped), "{exit:?}");
+    let m = store.model();
+    assert_eq!(m.applied, offsets, "each record once, in order");
+    // 8 (deadlock), 1 (deadlock), then 1, 2, 4 and 1 (the first batch's end); 8, 4 (the rest).
+    assert_eq!(m.widths, [8, 1, 1, 2, 4, 1, 8, 4]);
+    // No 100 ms backoff: two waits of at most 5 and 10 ms.
+    assert!(
+        started.elapsed() <= Duration::from_millis(15),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(start_paused = true)]

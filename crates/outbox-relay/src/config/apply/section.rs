@@ -109,8 +109,9 @@ pub struct ApplySection {
         deserialize_with = "from_str_or_native"
     )]
     pub statement_timeout_ms: u64,
-    /// First wait before a transaction is retried after a transient error, in milliseconds;
-    /// doubled per retry up to `retry_backoff_max_ms`. Default 100.
+    /// First wait before a transaction is retried after a transient error (the server away),
+    /// in milliseconds; doubled per retry up to `retry_backoff_max_ms`. Default 100. Not for a
+    /// deadlock or serialization failure: retried at once (`relay_core::apply::contention`).
     #[serde(default = "default_backoff", deserialize_with = "from_str_or_native")]
     pub retry_backoff_initial_ms: u64,
     /// Longest wait between retries, in milliseconds. Default 10000.

@@ -12,19 +12,22 @@ fn drive(
     transient_attempts: &[usize],
     halt: bool,
 ) -> (Vec<usize>, Vec<usize>, Option<usize>, usize) {
-    drive_with(len, failing, &[], transient_attempts, halt)
+    drive_with(len, failing, &[], transient_attempts, halt, None)
 }
 
 /// [`drive`] where the records of `at_commit` fail only at COMMIT (a deferred constraint: the
-/// error names no record).
+/// error names no record); with `width`, the transient failures are conflicts and attempts are
+/// limited as the partition task limits them (`contention::Width` of that many records).
 fn drive_with(
     len: usize,
     failing: &[usize],
     at_commit: &[usize],
     transient_attempts: &[usize],
     halt: bool,
+    width: Option<usize>,
 ) -> (Vec<usize>, Vec<usize>, Option<usize>, usize) {
     let mut plan = Plan::new(len);
+    let mut width = width.map(crate::apply::contention::Width::new);
     let (mut committed, mut dead) = (Vec::new(), Vec::new());
     let mut attempts = 0;
     loop {
@@ -32,6 +35,9 @@ fn drive_with(
             attempts < 10 * (len + 1) + transient_attempts.len() * 2,
             "no progress"
         );
+        if let Some(w) = &width {
+            plan.limit(w.get());
+        }
         match plan.next() {
             Step::Done => return (committed, dead, None, attempts),
             Step::Fail(i) => {
@@ -44,7 +50,13 @@ fn drive_with(
             Step::Apply(r) => {
                 attempts += 1;
                 assert!(!r.is_empty() && r.start == plan.done_before());
+                if let Some(w) = &width {
+                    assert!(r.len() <= w.get(), "{r:?} wider than {}", w.get());
+                }
                 if transient_attempts.contains(&attempts) {
+                    if let Some(w) = &mut width {
+                        w.conflicted();
+                    }
                     plan.report(Outcome::Transient);
                 } else if let Some(i) = r.clone().find(|i| failing.contains(i)) {
                     plan.report(Outcome::Failed(i));
@@ -53,6 +65,9 @@ fn drive_with(
                 } else {
                     committed.extend(r);
                     plan.report(Outcome::Committed);
+                    if let Some(w) = &mut width {
+                        w.committed();
+                    }
                 }
             }
         }
@@ -84,6 +99,29 @@ fn halt_commits_everything_before_the_failure_and_nothing_after() {
 }
 
 #[test]
+fn after_a_conflict_the_rest_goes_in_growing_transactions() {
+    // Attempt 1 (all 20) conflicts: then 1, 2, 4, 8 records, and the last 5.
+    let mut plan = Plan::new(20);
+    let mut width = crate::apply::contention::Width::new(100);
+    let mut attempts = Vec::new();
+    let mut conflicted = false;
+    loop {
+        plan.limit(width.get());
+        let Step::Apply(r) = plan.next() else { break };
+        attempts.push(r.clone());
+        if conflicted {
+            plan.report(Outcome::Committed);
+            width.committed();
+        } else {
+            conflicted = true;
+            plan.report(Outcome::Transient);
+            width.conflicted();
+        }
+    }
+    assert_eq!(attempts, [0..20, 0..1, 1..3, 3..7, 7..15, 15..20]);
+}
+
+#[test]
 fn an_empty_batch_is_done() {
     assert_eq!(Plan::new(0).next(), Step::Done);
 }
@@ -99,9 +137,10 @@ proptest! {
         at_commit in proptest::collection::vec(0usize..40, 0..3),
         transient in proptest::collection::vec(1usize..30, 0..6),
         halt in any::<bool>(),
+        width in proptest::option::of(1usize..50),
     ) {
         let (committed, dead, halted, _) =
-            drive_with(len, &handler_failing, &at_commit, &transient, halt);
+            drive_with(len, &handler_failing, &at_commit, &transient, halt, width);
         let failing: Vec<usize> = handler_failing.iter().chain(&at_commit).copied().collect();
         let mut all: Vec<usize> = committed.iter().chain(&dead).copied().collect();
         all.sort_unstable();
