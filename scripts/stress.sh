@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# The intermittent-failure hunt of issue 40: runs named end-to-end tests RUNS times each, one at a
+# time (--test-threads 1), while a CPU hog keeps every core busy (stress-ng --cpu <cores>, Debian's
+# stress-ng, installed here with infra/apt.sh; a bash busy loop per core if it cannot be installed,
+# which the output says). Each run gets a fresh seed where the test takes one (the chaos tests:
+# CHAOS_SEED), the relay's debug position events (checkpoint_written, lsn_confirmed) are on, and a
+# failing run keeps its full output and the logs it wrote under target/e2e/ (relay logs, configs,
+# the chaos test's PostgreSQL/Kafka logs) in target/stress/<test>/<run>/. Ends with one line per test:
+#   test=<filter> runs=<n> failures=<k> seeds_failed=<seeds|none> median_s=<x> max_s=<y>
+# and exits non-zero if any run failed. target/stress/runs.tsv has every run (test, run, seed,
+# seconds, result); target/stress/summary.txt the summary lines.
+# The relay is built once at the start and its copy in target/stress/ is what the tests run
+# (RELAY_TEST_BIN), so a build by someone else in the same tree cannot swap it mid-loop.
+# Usage: scripts/stress.sh            (the default list below, 20 runs each)
+#        RUNS=5 TESTS="sources::slow_start chaos::chaos_no_event_is_lost_or_reordered" scripts/stress.sh
+# Env:
+#   RUNS           runs per test (default 20)
+#   TESTS          space-separated test filters; a filter naming one test exactly runs with --exact,
+#                  any other (a module, e.g. sources::failures) is passed to the test harness as given
+#   SEED           first seed (run i gets SEED+i-1), to replay a loop; default: a random seed per run
+#   HOG_CPUS       CPU hog workers (default: the number of cores, nproc); 0 runs without a hog
+#   RUN_TIMEOUT    seconds before a run is killed and counted as failed (default 1800)
+#   RELAY_TEST_LOG the relays' RUST_LOG (default info,outbox_relay::pipeline=debug; the chaos test sets
+#                  its own, the same)
+#   CHAOS_ROUNDS, CHAOS_FAULTS, RELAY_TEST_FENCED, ... are passed through to the tests.
+# Replay one failure: CHAOS_SEED=<seed> cargo test -p relay-tests --locked -- --exact <test>
+# Note: the logs of a run are the files under target/e2e/ written during it; tests run by someone
+# else in the same tree at the same time would be copied too.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+LOG_TAG=stress
+# shellcheck source=infra/common.sh
+. infra/common.sh
+# shellcheck source=infra/apt.sh
+. infra/apt.sh
+
+DEFAULT_TESTS="chaos::chaos_no_event_is_lost_or_reordered
+sources::share::three_instances_share_sources_take_over_and_roll_exactly_once
+sources::failures
+sources::slow_start::instances_that_start_together_on_a_slow_broker_stop_no_source
+restart::graceful_and_kill9_restarts_mid_stream_lose_nothing
+standby::pg16_relays_from_a_standby_through_kill9_and_promotion
+standby::pg18_relays_from_a_standby_through_kill9_and_promotion"
+RUNS="${RUNS:-20}"
+read -r -a tests <<<"$(echo "${TESTS:-$DEFAULT_TESTS}" | tr '\n' ' ')"
+[ "${#tests[@]}" -gt 0 ] || die "TESTS names no test"
+case "$RUNS" in '' | *[!0-9]* | 0) die "RUNS=$RUNS: a positive number" ;; esac
+HOG_CPUS="${HOG_CPUS:-$(nproc)}"
+RUN_TIMEOUT="${RUN_TIMEOUT:-1800}"
+export RELAY_TEST_LOG="${RELAY_TEST_LOG:-info,outbox_relay::pipeline=debug}"
+
+infra/install-deps.sh
+started_stack=0
+hog_pids=()
+# shellcheck disable=SC2317  # called by the trap
+cleanup() {
+  local p
+  for p in "${hog_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${hog_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [ "$started_stack" = 1 ]; then infra/stack.sh down --destroy || true; fi
+}
+trap cleanup EXIT
+if ! infra/stack.sh status >/dev/null 2>&1; then infra/stack.sh up; started_stack=1; fi
+
+# Build once, before the hog starts; the tests run this copy of the binary.
+OUT="$REPO_DIR/target/stress"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+log "building outbox-relay and the end-to-end tests"
+cargo build -p outbox-relay --bin outbox-relay --locked
+cargo test -p relay-tests --no-run --locked
+cp target/debug/outbox-relay "$OUT/outbox-relay"
+RELAY_TEST_BIN="$OUT/outbox-relay"
+export RELAY_TEST_BIN
+
+# Each filter: --exact if it names one test, as given if it matches some, an error if none.
+cargo test -p relay-tests --locked -q -- --list 2>/dev/null | sed -n 's/: test$//p' >"$OUT/all-tests.txt"
+modes=()
+for t in "${tests[@]}"; do
+  if grep -qxF -- "$t" "$OUT/all-tests.txt"; then
+    modes+=(--exact)
+  elif grep -qF -- "$t" "$OUT/all-tests.txt"; then
+    modes+=(-)
+    log "$t: $(grep -cF -- "$t" "$OUT/all-tests.txt") tests: $(grep -F -- "$t" "$OUT/all-tests.txt" | tr '\n' ' ')"
+  else
+    die "TESTS: $t matches no end-to-end test (the list: $OUT/all-tests.txt)"
+  fi
+done
+
+# The CPU hog.
+hog="none (HOG_CPUS=0)"
+if [ "$HOG_CPUS" -gt 0 ]; then
+  if ! command -v stress-ng >/dev/null; then
+    apt_install stress-ng || log "stress-ng could not be installed"
+  fi
+  if command -v stress-ng >/dev/null; then
+    stress-ng --cpu "$HOG_CPUS" --quiet >/dev/null 2>&1 &
+    hog_pids+=($!)
+    hog="stress-ng --cpu $HOG_CPUS"
+  else
+    for _ in $(seq "$HOG_CPUS"); do
+      bash -c 'while :; do :; done' &
+      hog_pids+=($!)
+    done
+    hog="FALLBACK, stress-ng not available: $HOG_CPUS bash busy loops"
+  fi
+fi
+log "CPU hog: $hog (pids ${hog_pids[*]:-none})"
+
+# After a killed run: the brokers and PostgreSQL clusters the test started for itself under
+# $STACK_DIR (its Drop did not run) get their logs kept and are stopped; the shared stack's are
+# not touched (they were there before the run).
+stack_servers() { (cd "$STACK_DIR" && shopt -s nullglob && printf '%s\n' kafka-* pg-*); }
+stop_own_servers() {
+  local before="$1" keep="$2" d port
+  for d in $(stack_servers); do
+    grep -qxF "$d" <<<"$before" && continue
+    port="${d#*-}"
+    mkdir -p "$keep/stack/$d"
+    (cd "$STACK_DIR/$d" && find . -maxdepth 3 -name '*.log' -print0 | xargs -0 -r cp --parents -t "$keep/stack/$d/") || true
+    case "$d" in
+      kafka-*)
+        # a throttled broker may be SIGSTOPped
+        if [ -f "$STACK_DIR/$d/kafka.pid" ]; then kill -CONT "$(cat "$STACK_DIR/$d/kafka.pid")" 2>/dev/null || true; fi
+        KAFKA_PORT="$port" infra/kafka/stop.sh --destroy || log "could not stop the broker of $STACK_DIR/$d" ;;
+      pg-*) PGPORT="$port" PG_STOP_MODE=immediate infra/pg/stop.sh --destroy || log "could not stop $STACK_DIR/$d" ;;
+    esac
+  done
+}
+
+printf 'test\trun\tseed\tseconds\tresult\n' >"$OUT/runs.tsv"
+seq_no=0
+summary=()
+any_failed=0
+for i in "${!tests[@]}"; do
+  t="${tests[$i]}"
+  mode="${modes[$i]}"
+  dir="$OUT/${t//::/.}"
+  mkdir -p "$dir"
+  args=("$t")
+  [ "$mode" = --exact ] && args+=(--exact)
+  failures=0
+  seeds_failed=()
+  durations=()
+  for run in $(seq "$RUNS"); do
+    seq_no=$((seq_no + 1))
+    if [ -n "${SEED:-}" ]; then
+      seed=$((SEED + run - 1))
+    else
+      seed=$(( (RANDOM << 30) | (RANDOM << 15) | RANDOM ))
+    fi
+    # Only the chaos tests read a seed; the others record "-".
+    case "$t" in chaos::*) shown_seed="$seed" ;; *) shown_seed=- ;; esac
+    marker="$dir/.start-$run"
+    touch "$marker"
+    out="$dir/output-$run.log"
+    t0=$(now_ms)
+    servers_before="$(stack_servers)"
+    rc=0
+    # On timeout, SIGKILL to the whole run (cargo, the test, its relays): a SIGTERM'd relay can
+    # outlive cargo in a slow shutdown.
+    CHAOS_SEED="$seed" timeout --signal=KILL "$RUN_TIMEOUT" \
+      cargo test -p relay-tests --locked -- "${args[@]}" --test-threads 1 >"$out" 2>&1 || rc=$?
+    t1=$(now_ms)
+    secs=$(awk -v ms=$((t1 - t0)) 'BEGIN { printf "%.1f", ms / 1000 }')
+    durations+=("$secs")
+    case "$rc" in
+      0) result=ok ;;
+      124 | 137) result=timeout ;;
+      *) result=failed ;;
+    esac
+    # A filter that ran no test at all is a failure too (a renamed test).
+    if [ "$rc" = 0 ] && ! grep -qE 'test result: ok\. [1-9][0-9]* passed' "$out"; then result=no-test-ran; fi
+    printf '%s\t%s\t%s\t%s\t%s\n' "$t" "$run" "$shown_seed" "$secs" "$result" >>"$OUT/runs.tsv"
+    if [ "$result" = ok ]; then
+      rm -f "$out" "$marker"
+      log "$t run $run/$RUNS seed=$shown_seed ok ${secs} s"
+    else
+      failures=$((failures + 1))
+      seeds_failed+=("$shown_seed")
+      keep="$dir/$run"
+      mkdir -p "$keep"
+      mv "$out" "$keep/output.log"
+      # The logs this run wrote: every file under target/e2e/ newer than the run's start.
+      if [ -d target/e2e ]; then
+        (cd target/e2e && find . -type f -newer "$marker" -print0 | xargs -0 -r cp --parents -t "$keep/")
+      fi
+      rm -f "$marker"
+      [ "$result" = timeout ] && stop_own_servers "$servers_before" "$keep"
+      log "$t run $run/$RUNS seed=$shown_seed $result ${secs} s (exit $rc): output and logs in $keep/"
+      grep -E 'panicked|^failures:|FAILED|test result' "$keep/output.log" | head -n 8 | sed 's/^/    /' >&2 || true
+    fi
+  done
+  median=$(printf '%s\n' "${durations[@]}" | sort -n |
+    awk '{ a[NR] = $1 } END { if (NR % 2) printf "%.1f", a[(NR + 1) / 2]; else printf "%.1f", (a[NR / 2] + a[NR / 2 + 1]) / 2 }')
+  max=$(printf '%s\n' "${durations[@]}" | sort -n | tail -n1)
+  if [ "$failures" -gt 0 ]; then
+    any_failed=1
+    sf=$(IFS=,; echo "${seeds_failed[*]}")
+  else
+    sf=none
+  fi
+  summary+=("test=$t runs=$RUNS failures=$failures seeds_failed=$sf median_s=$median max_s=$max")
+done
+
+printf '%s\n' "${summary[@]}" >"$OUT/summary.txt"
+echo "== stress: $seq_no runs; CPU hog: $hog; relay: $RELAY_TEST_BIN; every run: $OUT/runs.tsv"
+printf '%s\n' "${summary[@]}"
+exit "$any_failed"
