@@ -108,6 +108,13 @@ async fn other_transactions_behind_a_stuck_record_take_no_memory() {
         .join("\n");
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     let addr = http::relay_addr(&relay).await;
+    // The stuck record's partition acknowledged one before: mid-stream, not the partition's
+    // head, whose report the relay would wait for before reading on (relay_core::head).
+    writer::insert_event(&db.client, "order", "stuck", 0)
+        .await
+        .unwrap();
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
+        .await;
     kafka.cut();
     writer::insert_event(&db.client, "order", "stuck", 0)
         .await

@@ -83,6 +83,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
     }
 
     pub(super) fn on_delivery(&mut self, d: Delivered) -> Result<(), RelayError> {
+        self.head_reported(&d);
         match d.outcome {
             Ok(()) => {
                 self.progress.ack(d.origin.tx, d.bytes)?;

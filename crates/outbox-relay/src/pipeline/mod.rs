@@ -21,6 +21,7 @@ mod checkpoints;
 mod delivery;
 mod drain;
 mod event;
+mod head;
 mod message;
 mod poison;
 mod publish;

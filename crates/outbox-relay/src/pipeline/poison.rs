@@ -13,7 +13,7 @@ use crate::{
     error::{Definite, RefusedChange, RelayError, Transient},
     events::EVENT_DEAD_LETTERED,
     metrics as m,
-    sink::{Sink, delivery_error},
+    sink::{NO_HEAD, Sink, delivery_error},
     source::Session,
 };
 
@@ -27,12 +27,14 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
     /// record; under `halt` the refusal names the change.
     pub(super) async fn produce(
         &mut self,
-        rec: Record,
+        mut rec: Record,
         pos: Position,
         routed: &str,
     ) -> Result<(), RelayError> {
+        let head = self.choose_partition(&mut rec).await;
         self.prime().await?;
-        let origin = self.next_record(pos)?;
+        let mut origin = self.next_record(pos)?;
+        origin.head = head;
         let relay = &self.cfg.relay;
         let sent = match self.sink.send(&rec, origin).await {
             Err(e @ RelayError::Definite(Definite::DeliveryRefused { .. }))
@@ -40,6 +42,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                     && rec.topic != relay.dead_letter_topic =>
             {
                 let dlq = self.dead_letter_for(&rec, routed, &e.to_string(), pos);
+                origin.head = NO_HEAD;
                 self.sink
                     .send(&dlq, origin)
                     .await
@@ -48,6 +51,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             }
             other => {
                 other.map_err(|e| e.refusing(refused_at(routed, pos)))?;
+                self.head_sent(&rec.topic, head);
                 rec
             }
         };
@@ -61,19 +65,22 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
     /// goes to the dead-letter topic in its place (same position, same transaction).
     pub(super) async fn produce_alone(
         &mut self,
-        rec: Record,
+        mut rec: Record,
         pos: Position,
         routed: &str,
     ) -> Result<(), RelayError> {
         while self.progress.outstanding_records() > 0 {
             self.on_next_report().await?;
         }
+        let head = self.choose_partition(&mut rec).await;
         self.prime().await?;
-        let origin = self.next_record(pos)?;
+        let mut origin = self.next_record(pos)?;
+        origin.head = head;
         self.sink
             .send(&rec, origin)
             .await
             .map_err(|e| e.refusing(refused_at(routed, pos)))?;
+        self.head_sent(&rec.topic, head);
         self.progress.handed(rec.bytes());
         let d = self
             .reports
@@ -95,6 +102,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                     RelayError::Definite(Definite::DeliveryRefused { .. })
                 ) =>
             {
+                self.head_reported(&d);
                 // Refused again: it is poison. The gapless guarantee made the producer's error
                 // fatal, so the dead-letter record goes out after a restart, with a new producer,
                 // in the refused record's place.

@@ -86,9 +86,10 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
     }
 
     /// The in-flight limits: this connection's (`relay.max_in_flight_*`) and, with several
-    /// sources, the process's (`relay.max_in_flight_bytes_total`, whose share this publishes).
+    /// sources, the process's (`relay.max_in_flight_bytes_total`, whose share this publishes);
+    /// and no partition head record in flight ([`super::head`]).
     fn may_read(&mut self) -> bool {
-        let own = self.progress.can_read();
+        let own = self.progress.can_read() && !self.heads_waiting();
         match &mut self.budget {
             None => own,
             Some(share) => {
@@ -233,7 +234,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 Err(e) => return Err(classify(e, self.cfg)),
             }
             handled += 1;
-            if handled < EVENTS_PER_TURN && self.progress.can_read() {
+            if handled < EVENTS_PER_TURN && self.progress.can_read() && !self.heads_waiting() {
                 // The process-wide budget is looked at once per turn (`may_read`), so the
                 // total passes it by at most a turn per source (relay_core::budget).
                 next = self.client.recv().now_or_never();

@@ -29,7 +29,7 @@ use crate::{
     failover::Memory,
     health::Shared,
     metrics as m,
-    sink::{Origin, RunningCommit, Sink},
+    sink::{NO_HEAD, Origin, RunningCommit, Sink},
     source::Session,
 };
 
@@ -98,6 +98,10 @@ pub(super) struct Pipeline<'a, S, K> {
     /// The loop's timing: commits, checkpoints, quiet moments, back-pressure (this
     /// connection).
     pub(super) pace: Pace,
+    /// Outside Kafka transactions: the producer's partition heads ([`super::head`]).
+    pub(super) heads: Option<relay_core::head::Heads>,
+    /// The head rule's clock starts here.
+    pub(super) born: Instant,
 }
 
 /// What one connection starts from: its session, what the checkpoint said, the decoder for
@@ -223,6 +227,8 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
                 paused: None,
                 last_checkpoint: None,
             },
+            heads: (!transactional).then(relay_core::head::Heads::new),
+            born: Instant::now(),
         }
     }
 
@@ -236,6 +242,7 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
             commit_lsn: pos.commit_lsn,
             seq: pos.seq,
             commit_time_unix_us: pos.commit_time_unix_us,
+            head: NO_HEAD,
         })
     }
 

@@ -40,7 +40,14 @@ pub(crate) struct Origin {
     pub(crate) commit_lsn: Lsn,
     pub(crate) seq: u64,
     pub(crate) commit_time_unix_us: i64,
+    /// The partition the pipeline's head rule counts it under ([`relay_core::head`]; -1: the
+    /// topic's partition not known), or [`NO_HEAD`] (not counted: in Kafka transactions, or a
+    /// dead-letter record in a refused one's place).
+    pub(crate) head: i32,
 }
+
+/// [`Origin::head`] of a record the head rule does not count.
+pub(crate) const NO_HEAD: i32 = i32::MIN;
 
 /// A delivery report, in whatever order Kafka answers.
 #[derive(Debug)]
@@ -233,6 +240,8 @@ pub(crate) struct KafkaSink {
     since_kick: AtomicU64,
     brokers: String,
     transactional_id: Option<String>,
+    /// Partition counts of the topics records went to ([`KafkaSink::partition_of`]).
+    partitions: Mutex<std::collections::HashMap<String, i32>>,
 }
 
 impl KafkaSink {
@@ -301,6 +310,7 @@ impl KafkaSink {
                 since_kick: AtomicU64::new(0),
                 brokers: cfg.brokers.clone(),
                 transactional_id: cfg.transactional_id.clone(),
+                partitions: Default::default(),
             },
             rx,
         ))
@@ -354,6 +364,33 @@ impl KafkaSink {
             brokers: self.brokers.clone(),
             detail,
         })
+    }
+
+    /// The partition `rec` lands on (see [`Sink::partition_of`](seam::Sink::partition_of)),
+    /// from the topic's partition count read once per producer. A topic the broker is still
+    /// creating is waited for, up to 30 s (librdkafka's `topic.metadata.propagation.max.ms`);
+    /// after that, `None`.
+    pub(crate) async fn partition_of(&self, rec: &Record) -> Option<i32> {
+        if rec.partition.is_some() {
+            return rec.partition;
+        }
+        let known = self.partitions.lock().ok()?.get(&*rec.topic).copied();
+        let count = match known {
+            Some(n) => n,
+            None => {
+                let producer = self.producer().clone();
+                let topic = rec.topic.clone();
+                let n = tokio::task::spawn_blocking(move || partition_count(&producer, &topic))
+                    .await
+                    .ok()
+                    .flatten()?;
+                if let Ok(mut p) = self.partitions.lock() {
+                    p.insert(rec.topic.clone(), n);
+                }
+                n
+            }
+        };
+        Some(relay_core::partition::of_key(&rec.key, count))
     }
 
     /// Enqueues one record. Waits (without reordering) while the local queue is full.
@@ -561,6 +598,27 @@ fn security_properties(cfg: &KafkaConfig, c: &mut ClientConfig) -> Result<(), Re
         c.set("ssl.ca.location", ca.to_string_lossy());
     }
     Ok(())
+}
+
+/// The partition count of `topic` from the brokers' metadata; a topic being created (no
+/// partition yet) is asked again for up to 30 s.
+fn partition_count(producer: &Handle, topic: &str) -> Option<i32> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(m) = producer
+            .client()
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            && let Some(t) = m.topics().iter().find(|t| t.name() == topic)
+            && t.error().is_none()
+            && !t.partitions().is_empty()
+        {
+            return i32::try_from(t.partitions().len()).ok();
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The outcome given to a success report that carries no offset ([`SinkContext`]'s delivery).

@@ -18,6 +18,9 @@ use crate::error::RelayError;
 pub(crate) trait Sink {
     /// Hands one record to Kafka, in order; waits while the local queue is full.
     async fn send(&self, rec: &Record, origin: Origin) -> Result<(), RelayError>;
+    /// The partition `rec` lands on: its own, else its key's under Kafka's default
+    /// partitioner. `None`: the topic's partition count cannot be read (librdkafka chooses).
+    async fn partition_of(&self, rec: &Record) -> Option<i32>;
     /// Hands a checkpoint record to Kafka (`wait`: for room in a full queue).
     async fn send_checkpoint(
         &self,
@@ -60,6 +63,9 @@ pub(crate) trait Sink {
 impl Sink for KafkaSink {
     async fn send(&self, rec: &Record, origin: Origin) -> Result<(), RelayError> {
         KafkaSink::send(self, rec, origin).await
+    }
+    async fn partition_of(&self, rec: &Record) -> Option<i32> {
+        KafkaSink::partition_of(self, rec).await
     }
     async fn send_checkpoint(
         &self,

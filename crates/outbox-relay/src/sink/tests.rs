@@ -94,6 +94,7 @@ fn origins() -> impl Fn(u64) -> super::Origin {
         commit_lsn: relay_core::Lsn(100),
         seq,
         commit_time_unix_us: 0,
+        head: super::NO_HEAD,
     }
 }
 
@@ -391,7 +392,7 @@ async fn records_read_back_as_handed_over() {
 /// a partition's head.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_first_request_is_sent_again_before_the_next_one_is_stored() {
-    let (reported, stored) = refused_first_request(1).await;
+    let (reported, stored) = refused_first_request(1, NOT_LEADER).await;
     assert!(reported.iter().all(Result::is_ok), "{reported:?}");
     assert_eq!(stored, ["first", "second"], "what partition t holds");
 }
@@ -402,7 +403,7 @@ async fn a_refused_first_request_is_sent_again_before_the_next_one_is_stored() {
 /// position is never confirmed (the pipeline restarts from the confirmed position).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_implicit_acknowledgement_is_not_taken_as_delivery() {
-    let (reported, stored) = refused_first_request(5).await;
+    let (reported, stored) = refused_first_request(5, NOT_LEADER).await;
     assert_eq!(stored, ["second"], "what partition t holds");
     let e = reported[0].as_ref().expect_err("the first record's report");
     let err = super::delivery_error(e, "t");
@@ -411,16 +412,20 @@ async fn an_implicit_acknowledgement_is_not_taken_as_delivery() {
     assert!(reported[1].is_ok(), "{:?}", reported[1]);
 }
 
-/// Two records for a new partition of the mock, the first request refused (NOT_LEADER) and
+const NOT_LEADER: rdkafka::types::RDKafkaRespErr =
+    rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION;
+
+/// Two records for a new partition of the mock, the first request refused (`refusal`) and
 /// the second sent while the first waits for its answer: the reports in order, and the keys
 /// the partition holds.
 async fn refused_first_request(
     in_flight: u32,
+    refusal: rdkafka::types::RDKafkaRespErr,
 ) -> (Vec<Result<(), rdkafka::error::KafkaError>>, Vec<String>) {
     use rdkafka::{
         TopicPartitionList,
         consumer::{BaseConsumer, Consumer},
-        types::{RDKafkaApiKey, RDKafkaRespErr},
+        types::RDKafkaApiKey,
     };
     let mock = MockCluster::new(1).unwrap();
     mock.create_topic("w", 1, 1).unwrap();
@@ -434,10 +439,7 @@ async fn refused_first_request(
     assert!(reports.recv().await.unwrap().outcome.is_ok());
     mock.broker_round_trip_time(1, Duration::from_millis(300))
         .unwrap();
-    mock.request_errors(
-        RDKafkaApiKey::Produce,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION],
-    );
+    mock.request_errors(RDKafkaApiKey::Produce, &[refusal]);
     // The first record of `t` goes out once its metadata is in (one round trip); the second
     // is produced while the first request waits for its answer.
     sink.send(&record("t", "first"), origin(1)).await.unwrap();
@@ -468,4 +470,36 @@ async fn refused_first_request(
     }
     let reported = reported.into_iter().map(Option::unwrap).collect();
     (reported, keys)
+}
+
+/// The relay chooses keyed records' partitions itself (the head rule needs to know them before
+/// a record is handed over), so its choice must be librdkafka's `murmur2_random` (the Java
+/// client's) exactly, or keys would move between partitions: 20,000 random keys of 0-64
+/// bytes over 1-200 partitions against librdkafka's own function.
+#[test]
+fn the_relays_partition_choice_is_librdkafkas() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(40);
+    for _ in 0..20_000 {
+        let len = rng.random_range(0..=64);
+        let key: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        let partitions: i32 = rng.random_range(1..=200);
+        // SAFETY: librdkafka's murmur2 partitioner reads only the key (never the topic
+        // handle or the opaques) for a key that is not NULL.
+        let theirs = unsafe {
+            rdkafka::bindings::rd_kafka_msg_partitioner_murmur2(
+                std::ptr::null(),
+                key.as_ptr().cast(),
+                key.len(),
+                partitions,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(
+            relay_core::partition::of_key(&key, partitions),
+            theirs,
+            "key {key:?}, {partitions} partitions"
+        );
+    }
 }

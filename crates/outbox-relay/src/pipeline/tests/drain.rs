@@ -42,6 +42,7 @@ async fn drain_with(
             commit_lsn: Lsn(COMMIT),
             seq,
             commit_time_unix_us: 0,
+            head: crate::sink::NO_HEAD,
         });
     }
     p.progress.commit(Lsn(COMMIT), Lsn(END)).unwrap();

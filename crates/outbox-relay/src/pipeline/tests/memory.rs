@@ -51,6 +51,10 @@ struct Inner {
     commit_outcomes: VecDeque<bool>,
     /// The producer's fatal error, once the test raised it.
     fatal: Option<String>,
+    /// A fresh producer: no partition acknowledged a record of it yet, so each partition's
+    /// first record goes alone ([`MemorySink::at_heads`]). By default the loop tests start
+    /// mid-stream, as they were written: every partition acknowledged records before.
+    at_heads: bool,
 }
 
 pub(super) struct MemorySink {
@@ -78,6 +82,17 @@ impl MemorySink {
             commit_latency,
         };
         (sink, Reports::new(rx))
+    }
+
+    /// A fresh producer: the head rule applies ([`crate::pipeline::head`]). Without it the
+    /// loop starts mid-stream, every partition having acknowledged records of it before.
+    pub(super) fn at_heads(self) -> Self {
+        self.inner.lock().unwrap().at_heads = true;
+        self
+    }
+
+    pub(super) fn is_at_heads(&self) -> bool {
+        self.inner.lock().unwrap().at_heads
     }
 
     pub(super) fn sent(&self) -> Vec<Sent> {
@@ -153,7 +168,16 @@ impl MemorySink {
     }
 }
 
+/// The partitions of every topic of the memory sink.
+const MEMORY_PARTITIONS: i32 = 3;
+
 impl Sink for MemorySink {
+    async fn partition_of(&self, rec: &Record) -> Option<i32> {
+        Some(
+            rec.partition
+                .unwrap_or_else(|| relay_core::partition::of_key(&rec.key, MEMORY_PARTITIONS)),
+        )
+    }
     async fn send(&self, rec: &Record, origin: Origin) -> Result<(), RelayError> {
         {
             let mut inner = self.inner.lock().unwrap();

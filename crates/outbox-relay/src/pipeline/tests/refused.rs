@@ -122,3 +122,101 @@ async fn a_record_a_delivery_report_refuses_names_its_position_and_the_only_sour
         "confirmed past the refused change"
     );
 }
+
+/// A logical message committed at `commit` (a transaction of its own, see [`message`]).
+fn message_at(id: &str, commit: u64) -> ReplicationEvent {
+    match message(id, 10) {
+        ReplicationEvent::Message {
+            transactional,
+            prefix,
+            content,
+            ..
+        } => ReplicationEvent::Message {
+            transactional,
+            lsn: lsn(commit - 8),
+            prefix,
+            content,
+        },
+        _ => unreachable!(),
+    }
+}
+
+/// Issue 40, item 7 (the halt policy broke per-key order): the broker refuses a partition's
+/// first record for good while the next event of the same key is on its way. Kafka stores a
+/// first sequence other than 0 from a producer it knows nothing of on that partition, and
+/// librdkafka sends a request already queued even after its gapless guarantee raised the fatal
+/// error, so the later event used to be stored (its report a success) and, once the refused
+/// one was sent again, sit before it. The head rule hands the second over only after the
+/// first one's report: here that report stops the relay, and the partition holds nothing.
+#[tokio::test(flavor = "current_thread")]
+async fn nothing_committed_after_a_refused_first_record_reaches_its_partition() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("outbox.event.order", 1, 1).unwrap();
+    let cfg = config(
+        &mock.bootstrap_servers(),
+        "[[message]]\nprefix = \"outbox\"\n",
+    );
+    let mut run = Run::new(cfg);
+    // Connected first; then every answer takes 250 ms and the first record is refused.
+    run.sink
+        .check_reachable(Duration::from_secs(10))
+        .await
+        .unwrap();
+    mock.broker_round_trip_time(1, Duration::from_millis(250))
+        .unwrap();
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+    );
+    run.script = VecDeque::from([
+        begin(COMMIT),
+        message_at("m1", COMMIT),
+        commit(COMMIT, END),
+        begin(COMMIT2),
+        message_at("m2", COMMIT2),
+        commit(COMMIT2, END2),
+        keepalive(),
+    ]);
+    // The second transaction arrives while the first record waits for its answer.
+    run.pause_before = Some(3);
+    let (change, _) = refused_change(&mut run).await;
+    assert_eq!((change.commit_lsn, change.seq), (Lsn(COMMIT), 0));
+    assert_eq!(
+        run.applied(),
+        Lsn::ZERO,
+        "confirmed past the refused change"
+    );
+    let stored = stored_ids(&mock, "outbox.event.order");
+    assert!(stored.is_empty(), "the partition holds {stored:?}");
+}
+
+/// The `id` headers of what partition 0 of `topic` holds (read for 3 s).
+fn stored_ids<C: rdkafka::ClientContext>(mock: &MockCluster<'_, C>, topic: &str) -> Vec<String> {
+    use rdkafka::{
+        Message, TopicPartitionList,
+        consumer::{BaseConsumer, Consumer},
+        message::Headers,
+    };
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", mock.bootstrap_servers())
+        .set("group.id", "readback")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut ids = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            let id = m
+                .headers()
+                .and_then(|h| h.iter().find(|h| h.key == "id"))
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned());
+            ids.push(id.unwrap_or_default());
+        }
+    }
+    ids
+}
