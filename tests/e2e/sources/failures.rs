@@ -80,6 +80,21 @@ async fn one_relay_many_databases_failures_stay_with_their_source() {
         dbs[1].confirmed_flush().await.map(|_| ())
     })
     .await;
+    // The fault for `lost` below writes WAL until its slot is invalidated; a slot that stopped
+    // moving only a little after it (down's, cut; halt's, halted) would be invalidated at the
+    // same checkpoint (CI fenced pass of d618a75: `down` stopped on "wal_status = lost, reason
+    // wal_removed" and its 49 events never came; reproduced at 623f1df under --test-threads 3).
+    // Or a little later, by the WAL the healthy sources write afterwards (a run here lost
+    // down's slot 15 s after lost's). So every streaming slot is first put half of
+    // max_slot_wal_keep_size AHEAD of lost's: far more than a step of that loop writes (one
+    // segment switch and ~4 MB) plus the segment rounding of WAL removal, or the rest writes.
+    ahead_of(
+        &cluster,
+        &dbs[1].name,
+        &[&dbs[0].name, &dbs[2].name],
+        128 << 20,
+    )
+    .await;
     let healthy: Vec<usize> = (3..n).collect();
 
     // Round 1, all sources that can take writes, while the faults happen.
@@ -258,7 +273,10 @@ async fn one_relay_many_databases_failures_stay_with_their_source() {
     if f.lost > 0 {
         // Seen once in CI's fenced pass (2026-12-05) and not reproduced: what the relay said.
         let log = relay.log_text();
-        let down: Vec<&str> = log.lines().filter(|l| l.contains("down")).collect();
+        let down: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("source=\"down\""))
+            .collect();
         eprintln!(
             "the relay's lines about `down` (last 40):\n{}",
             down[down.len().saturating_sub(40)..].join("\n")
@@ -271,6 +289,7 @@ async fn one_relay_many_databases_failures_stay_with_their_source() {
         ("outbox_relay_source_stopped", "halt", 1.0),
         ("outbox_relay_source_stopped", "lost", 1.0),
         ("outbox_relay_source_stopped", "s03", 0.0),
+        ("outbox_relay_source_stopped", "down", 0.0),
         ("outbox_relay_streaming", "s03", 1.0),
     ] {
         assert_eq!(
@@ -292,5 +311,43 @@ async fn one_relay_many_databases_failures_stay_with_their_source() {
     assert_eq!(exit.code(), Some(0), "{}", relay.log_text());
     for db in dbs {
         db.cleanup().await;
+    }
+}
+
+/// Writes WAL (switching segments, with a checkpoint so that logical slots can move their
+/// restart position) until each of `slots` restarts at least `bytes` past `behind`'s restart.
+async fn ahead_of(cluster: &PgCluster, behind: &str, slots: &[&str], bytes: i64) {
+    let admin = connect(&format!("{} dbname=postgres", cluster.base())).await;
+    admin
+        .batch_execute("CREATE TABLE IF NOT EXISTS wal_filler(note text)")
+        .await
+        .unwrap();
+    for slot in slots {
+        eventually(
+            &format!("slot {slot} to restart {bytes} bytes past {behind}'s"),
+            Duration::from_secs(90),
+            || async {
+                admin
+                    .batch_execute(
+                        "INSERT INTO wal_filler SELECT repeat('x', 1900) FROM generate_series(1, 2000);
+                         SELECT pg_switch_wal(); CHECKPOINT;",
+                    )
+                    .await
+                    .unwrap();
+                // NULL once `behind`'s slot is invalidated: no slot left to be ahead of.
+                let gap: Option<i64> = admin
+                    .query_one(
+                        "SELECT pg_wal_lsn_diff(s.restart_lsn, b.restart_lsn)::bigint
+                           FROM pg_replication_slots s, pg_replication_slots b
+                          WHERE s.slot_name = $1 AND b.slot_name = $2",
+                        &[slot, &behind],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                gap.is_none_or(|gap| gap >= bytes).then_some(())
+            },
+        )
+        .await;
     }
 }
