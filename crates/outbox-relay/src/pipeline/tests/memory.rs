@@ -27,6 +27,7 @@ use crate::{
 #[derive(Debug, Clone)]
 pub(super) struct Sent {
     pub(super) key: Vec<u8>,
+    pub(super) value: Vec<u8>,
     pub(super) origin: Origin,
     /// The Kafka transaction it went to (0 without transactions).
     pub(super) kafka_txn: u64,
@@ -108,6 +109,12 @@ impl MemorySink {
         self.inner.lock().unwrap().pending.len()
     }
 
+    /// The records handed and not reported yet, oldest first.
+    pub(super) fn pending_origins(&self) -> Vec<Origin> {
+        let inner = self.inner.lock().unwrap();
+        inner.pending.iter().map(|(o, _)| *o).collect()
+    }
+
     /// librdkafka raises a fatal error (as under the gapless guarantee when a batch is
     /// refused); the reports still come when the test sends them.
     pub(super) fn raise_fatal(&self, reason: &str) {
@@ -169,7 +176,7 @@ impl MemorySink {
 }
 
 /// The partitions of every topic of the memory sink.
-const MEMORY_PARTITIONS: i32 = 3;
+pub(super) const MEMORY_PARTITIONS: i32 = 3;
 
 impl Sink for MemorySink {
     async fn partition_of(&self, rec: &Record) -> Option<i32> {
@@ -184,6 +191,7 @@ impl Sink for MemorySink {
             let txn = inner.kafka_txn;
             inner.sent.push(Sent {
                 key: rec.key.to_vec(),
+                value: rec.value.as_deref().unwrap_or_default().to_vec(),
                 origin,
                 kafka_txn: txn,
             });
