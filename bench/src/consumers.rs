@@ -12,6 +12,15 @@
 //!   transaction that claimed it and applied its effect (the claim's
 //!   `pg_xact_commit_timestamp(xmin)`, PostgreSQL's clock, the same host's), p50 and p99.
 //!
+//! Two shapes (`--shapes`, both by default):
+//! * **key-local**: the effect touches only the event's own key's row (`recipe_totals`), so
+//!   partitions never share a row; the applier with `pool_size = 6`;
+//! * **shared-row**: the articles' balances shape (issue 41): events keyed by account, the
+//!   effect also updates the row of the account's client, one of 5 clients shared by the 64
+//!   accounts (a trigger on `recipe_totals`, so every system does exactly the same work in the
+//!   same transaction); partitions' transactions meet on those 5 rows; the applier with its
+//!   default settings (`pool_size` 4, `batch_records` 100).
+//!
 //! Ten untimed seconds of the steady load come first (a cold broker made the first system
 //! measured look slow).
 //!
@@ -65,6 +74,9 @@ pub struct ConsumersArgs {
     /// Seconds of the steady run.
     #[arg(long, default_value_t = 20.0)]
     seconds: f64,
+    /// Shapes of the effect: `key-local`, `shared-row` (module docs).
+    #[arg(long, default_value = "key-local,shared-row", value_delimiter = ',')]
+    shapes: Vec<String>,
     /// Only these systems (`applier`, `rust`, `go`; default: all, Go when `--go-recipe` is
     /// given), e.g. to look at one of them between full runs.
     #[arg(long, value_delimiter = ',')]
@@ -98,8 +110,38 @@ impl System {
     }
 }
 
+/// What the effect of one event touches (module docs).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Shape {
+    KeyLocal,
+    SharedRow,
+}
+
+impl Shape {
+    fn parse(s: &str) -> Result<Shape> {
+        match s {
+            "key-local" => Ok(Shape::KeyLocal),
+            "shared-row" => Ok(Shape::SharedRow),
+            other => bail!("--shapes: {other:?} is not key-local or shared-row"),
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Shape::KeyLocal => "key-local",
+            Shape::SharedRow => "shared-row",
+        }
+    }
+    fn slug(self) -> &'static str {
+        match self {
+            Shape::KeyLocal => "local",
+            Shape::SharedRow => "shared",
+        }
+    }
+}
+
 #[derive(Debug, serde::Serialize)]
 struct Row {
+    shape: &'static str,
     system: &'static str,
     partitions: i32,
     drain_events_per_s: f64,
@@ -118,7 +160,19 @@ CREATE FUNCTION apply_amount(k text, v jsonb) RETURNS void LANGUAGE sql AS $$
     amount = recipe_totals.amount + EXCLUDED.amount $$;
 ";
 
-async fn fresh_db(port: u16, name: &str) -> Result<Client> {
+/// The shared-row shape's addition: every change of an account's total also counts on its
+/// client's row (5 clients for the 64 accounts).
+const SHARED_ROWS: &str = "
+CREATE TABLE client_totals (client int PRIMARY KEY, events bigint NOT NULL);
+INSERT INTO client_totals SELECT g, 0 FROM generate_series(0, 4) AS g;
+CREATE FUNCTION count_for_client() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+  UPDATE client_totals SET events = events + 1 WHERE client = abs(hashtext(NEW.aggregate_id)) % 5;
+  RETURN NEW; END $$;
+CREATE TRIGGER count_for_client AFTER INSERT OR UPDATE ON recipe_totals
+  FOR EACH ROW EXECUTE FUNCTION count_for_client();
+";
+
+async fn fresh_db(port: u16, name: &str, shape: Shape) -> Result<Client> {
     let admin = pg::connect(port, "postgres").await?;
     // One statement each: CREATE DATABASE cannot run in the implicit transaction of a batch.
     admin
@@ -141,6 +195,9 @@ async fn fresh_db(port: u16, name: &str) -> Result<Client> {
         );
     }
     c.batch_execute(SCHEMA).await?;
+    if shape == Shape::SharedRow {
+        c.batch_execute(SHARED_ROWS).await?;
+    }
     Ok(c)
 }
 
@@ -204,7 +261,13 @@ impl Drop for Running {
     }
 }
 
-fn start(a: &ConsumersArgs, s: System, db: &str, topic: &str, group: &str) -> Result<Running> {
+fn start(
+    a: &ConsumersArgs,
+    (s, shape): (System, Shape),
+    db: &str,
+    topic: &str,
+    group: &str,
+) -> Result<Running> {
     let log = std::fs::File::create(a.out.join(format!("{group}.log")))?;
     let mut cmd = match s {
         System::Applier => {
@@ -212,12 +275,18 @@ fn start(a: &ConsumersArgs, s: System, db: &str, topic: &str, group: &str) -> Re
             std::fs::write(
                 &cfg,
                 format!(
-                    "[postgres]\nport = {}\ndatabase = \"{db}\"\npool_size = 6\n\n[kafka]\n\
+                    "[postgres]\nport = {}\ndatabase = \"{db}\"\n{pool}\n[kafka]\n\
                      brokers = \"{}\"\ngroup_id = \"{group}\"\ntopics = [\"{topic}\"]\n\n\
                      [apply]\nconsumer = \"bench\"\n\n[[handler]]\nevent_type = \"Amount\"\n\
                      sql = \"SELECT apply_amount(:key, :value)\"\n\n[http]\nenabled = false\n\n\
                      [retention]\ninterval_ms = 0\n",
-                    a.pg_port, a.brokers
+                    a.pg_port,
+                    a.brokers,
+                    pool = if shape == Shape::KeyLocal {
+                        "pool_size = 6\n"
+                    } else {
+                        ""
+                    },
                 ),
             )?;
             let setup = Command::new(&a.applier)
@@ -282,11 +351,16 @@ async fn wait_claims(c: &Client, n: usize, timeout: Duration, run: &mut Running)
     Ok(())
 }
 
-async fn drain(a: &ConsumersArgs, s: System, parts: i32, backlog_topic: &str) -> Result<f64> {
-    let db = format!("cons_{}_{parts}_drain", s.slug());
-    let c = fresh_db(a.pg_port, &db).await?;
+async fn drain(
+    a: &ConsumersArgs,
+    (s, shape): (System, Shape),
+    parts: i32,
+    backlog_topic: &str,
+) -> Result<f64> {
+    let db = format!("cons_{}_{}_{parts}_drain", shape.slug(), s.slug());
+    let c = fresh_db(a.pg_port, &db, shape).await?;
     let group = format!("{db}_{}", pg::now_us());
-    let mut run = start(a, s, &db, backlog_topic, &group)?;
+    let mut run = start(a, (s, shape), &db, backlog_topic, &group)?;
     wait_claims(&c, a.events, Duration::from_secs(600), &mut run).await?;
     let row = c
         .query_one(
@@ -300,6 +374,19 @@ async fn drain(a: &ConsumersArgs, s: System, parts: i32, backlog_topic: &str) ->
     if applied as usize != a.events {
         bail!("{}: {applied} effects for {} events", s.name(), a.events);
     }
+    if shape == Shape::SharedRow {
+        let shared: i64 = c
+            .query_one("SELECT sum(events)::bigint FROM client_totals", &[])
+            .await?
+            .get(0);
+        if shared as usize != a.events {
+            bail!(
+                "{}: {shared} client counts for {} events",
+                s.name(),
+                a.events
+            );
+        }
+    }
     drop(run);
     drop(c);
     retire_db(a.pg_port, &db).await?;
@@ -308,16 +395,16 @@ async fn drain(a: &ConsumersArgs, s: System, parts: i32, backlog_topic: &str) ->
 
 async fn steady(
     a: &ConsumersArgs,
-    s: System,
+    (s, shape): (System, Shape),
     parts: i32,
     seconds: f64,
 ) -> Result<(f64, f64, usize)> {
-    let db = format!("cons_{}_{parts}_steady", s.slug());
-    let c = fresh_db(a.pg_port, &db).await?;
+    let db = format!("cons_{}_{}_{parts}_steady", shape.slug(), s.slug());
+    let c = fresh_db(a.pg_port, &db, shape).await?;
     let topic = format!("cons.steady.{}.{parts}.{}", s.slug(), pg::now_us());
     kafka::create_topics_with(&a.brokers, std::slice::from_ref(&topic), parts).await?;
     let group = format!("{db}_{}", pg::now_us());
-    let mut run = start(a, s, &db, &topic, &group)?;
+    let mut run = start(a, (s, shape), &db, &topic, &group)?;
     let p = producer(&a.brokers)?;
     // Warm-up: the group has joined and applies (one record per partition at least).
     for i in 0..(parts as usize * 4) {
@@ -371,7 +458,8 @@ async fn steady(
     let q = |v: &[f64], x: f64| v[((v.len() as f64 - 1.0) * x).round() as usize];
     let (p50, p99) = (q(&lat, 0.5), q(&lat, 0.99));
     eprintln!(
-        "  {} {parts} partitions at {:.0}/s: to the transaction's start p50 {:.1} ms p99 {:.1} ms",
+        "  {} {} {parts} partitions at {:.0}/s: to the transaction's start p50 {:.1} ms p99 {:.1} ms",
+        shape.name(),
         s.name(),
         a.rate,
         q(&to_start, 0.5),
@@ -395,9 +483,17 @@ pub async fn run(a: ConsumersArgs) -> Result<()> {
     // A cold broker (JIT, page cache) and server made the first system measured look slow:
     // 10 untimed seconds of the steady load first, results discarded.
     eprintln!("warm-up: 10 s of the steady load (not measured)");
-    steady(&a, systems[0], 1, 10.0).await?;
+    let shapes = a
+        .shapes
+        .iter()
+        .map(|s| Shape::parse(s))
+        .collect::<Result<Vec<_>>>()?;
+    steady(&a, (systems[0], Shape::KeyLocal), 1, 10.0).await?;
     let mut rows = Vec::new();
-    for &parts in &a.partitions {
+    for (&shape, &parts) in shapes
+        .iter()
+        .flat_map(|s| a.partitions.iter().map(move |p| (s, p)))
+    {
         // One backlog per partition count, drained by every system with a group of its own.
         let topic = format!("cons.backlog.{parts}.{}", pg::now_us());
         kafka::create_topics_with(&a.brokers, std::slice::from_ref(&topic), parts).await?;
@@ -411,13 +507,15 @@ pub async fn run(a: ConsumersArgs) -> Result<()> {
             h.await??;
         }
         for &s in &systems {
-            let rate = drain(&a, s, parts, &topic).await?;
-            let (p50, p99, n) = steady(&a, s, parts, a.seconds).await?;
+            let rate = drain(&a, (s, shape), parts, &topic).await?;
+            let (p50, p99, n) = steady(&a, (s, shape), parts, a.seconds).await?;
             eprintln!(
-                "{} {parts} partitions: drain {rate:.0}/s, steady p50 {p50:.1} ms p99 {p99:.1} ms ({n} events)",
+                "{} {} {parts} partitions: drain {rate:.0}/s, steady p50 {p50:.1} ms p99 {p99:.1} ms ({n} events)",
+                shape.name(),
                 s.name()
             );
             rows.push(Row {
+                shape: shape.name(),
                 system: s.name(),
                 partitions: parts,
                 drain_events_per_s: rate,
@@ -432,13 +530,13 @@ pub async fn run(a: ConsumersArgs) -> Result<()> {
         serde_json::to_string_pretty(&rows)?,
     )?;
     let mut md = format!(
-        "| system | partitions | drain events/s ({} events) | p50 ms at {:.0}/s | p99 ms at {:.0}/s |\n|---|---|---|---|---|\n",
+        "| shape | system | partitions | drain events/s ({} events) | p50 ms at {:.0}/s | p99 ms at {:.0}/s |\n|---|---|---|---|---|---|\n",
         a.events, a.rate, a.rate
     );
     for r in &rows {
         md.push_str(&format!(
-            "| {} | {} | {:.0} | {:.1} | {:.1} |\n",
-            r.system, r.partitions, r.drain_events_per_s, r.steady_p50_ms, r.steady_p99_ms
+            "| {} | {} | {} | {:.0} | {:.1} | {:.1} |\n",
+            r.shape, r.system, r.partitions, r.drain_events_per_s, r.steady_p50_ms, r.steady_p99_ms
         ));
     }
     std::fs::write(a.out.join("report.md"), &md)?;
