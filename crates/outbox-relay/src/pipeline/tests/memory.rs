@@ -50,6 +50,8 @@ struct Inner {
     kafka_txn: u64,
     /// Outcomes of the next commits (default: success).
     commit_outcomes: VecDeque<bool>,
+    /// Checkpoints handed over, with the Kafka transaction each went to.
+    checkpoints: Vec<(u64, Vec<u8>)>,
     /// The producer's fatal error, once the test raised it.
     fatal: Option<String>,
     /// A fresh producer: no partition acknowledged a record of it yet, so each partition's
@@ -107,6 +109,11 @@ impl MemorySink {
     /// Records handed and not reported yet.
     pub(super) fn pending(&self) -> usize {
         self.inner.lock().unwrap().pending.len()
+    }
+
+    /// A view of what the sink holds that outlives a borrow of it (for a model session).
+    pub(super) fn view(&self) -> MemoryView {
+        MemoryView(self.inner.clone())
     }
 
     /// The records handed and not reported yet, oldest first.
@@ -203,7 +210,16 @@ impl Sink for MemorySink {
         }
         Ok(())
     }
-    async fn send_checkpoint(&self, _: &str, _: &str, _: &[u8], _: bool) -> Result<(), RelayError> {
+    async fn send_checkpoint(
+        &self,
+        _: &str,
+        _: &str,
+        value: &[u8],
+        _: bool,
+    ) -> Result<(), RelayError> {
+        let mut inner = self.inner.lock().unwrap();
+        let txn = inner.kafka_txn;
+        inner.checkpoints.push((txn, value.to_vec()));
         Ok(())
     }
     fn checkpoint_failure(&self) -> Option<String> {
@@ -275,5 +291,49 @@ impl Sink for MemorySink {
     }
     async fn abort(&self, _: Duration) -> Result<(), RelayError> {
         Ok(())
+    }
+}
+
+/// What a [`MemorySink`] holds, seen from elsewhere (the simulation's PostgreSQL model checks
+/// every confirmation against it).
+#[derive(Clone)]
+pub(super) struct MemoryView(Arc<Mutex<Inner>>);
+
+impl MemoryView {
+    /// The records and checkpoints of the Kafka transactions whose commit succeeded, in the
+    /// order they were handed over; `uncertain`: also those of a commit that started and had
+    /// not ended (its outcome is the coordinator's).
+    pub(super) fn committed(&self, uncertain: bool) -> (Vec<Sent>, Vec<Vec<u8>>) {
+        let inner = self.0.lock().unwrap();
+        let ok: std::collections::HashSet<u64> = inner
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::CommitEnded(t, true) => Some(*t),
+                Step::CommitStarted(t)
+                    if uncertain
+                        && !inner
+                            .steps
+                            .iter()
+                            .any(|e| matches!(e, Step::CommitEnded(x, _) if x == t)) =>
+                {
+                    Some(*t)
+                }
+                _ => None,
+            })
+            .collect();
+        let records = inner
+            .sent
+            .iter()
+            .filter(|r| ok.contains(&r.kafka_txn))
+            .cloned()
+            .collect();
+        let checkpoints = inner
+            .checkpoints
+            .iter()
+            .filter(|(t, _)| ok.contains(t))
+            .map(|(_, v)| v.clone())
+            .collect();
+        (records, checkpoints)
     }
 }

@@ -92,6 +92,12 @@ pub(super) async fn drive(
             pg.confirmed = pg.durable;
             return false;
         }
+        if may_fault && world.exactly_once && roll < 0.02 {
+            *faults += 1;
+            world.step("kafka: the next commit fails".into());
+            sink.fail_next_commit();
+            continue;
+        }
         if roll < 0.05 {
             let mut pg = world.pg.lock().unwrap();
             if pg.durable != pg.confirmed {
@@ -137,7 +143,8 @@ pub(super) async fn drive(
         heads.insert(p);
         let n = rng.random_range(1..=oldest.len().min(3));
         let acked: HashSet<(u64, u64)> = oldest[..n].iter().copied().collect();
-        {
+        // Exactly-once: acknowledged records become visible when their transaction commits.
+        if !world.exactly_once {
             let mut log = world.log.lock().unwrap();
             for (i, seq) in oldest[..n].iter().enumerate() {
                 // The bug: the first of a batch "implicitly acknowledged", never stored.
