@@ -1,6 +1,7 @@
 //! The searches: many seeds of both delivery modes without a bug (the test command runs 200;
-//! `SIM_SEEDS` sets the count, `SIM_SEED` replays one with its steps printed), and each
-//! deliberate bug until a seed catches it.
+//! `SIM_SEEDS` sets the count, `SIM_SEED` replays one with its steps printed, `SIM_FOR_SECS`
+//! runs seeds from `SIM_FIRST` on for that long: scripts/simulate.sh), and each deliberate bug
+//! until a seed catches it.
 
 use super::{Bug, schedule};
 
@@ -15,11 +16,21 @@ fn env_u64(name: &str) -> Option<u64> {
 
 #[tokio::test(start_paused = true)]
 async fn simulated_fault_schedules_lose_nothing_and_keep_order() {
-    let seeds: Vec<u64> = match env_u64("SIM_SEED") {
-        Some(seed) => vec![seed],
-        None => (1..=env_u64("SIM_SEEDS").unwrap_or(200)).collect(),
-    };
-    let replay = seeds.len() == 1;
+    let first = env_u64("SIM_FIRST").unwrap_or(1);
+    let (seeds, until): (Box<dyn Iterator<Item = u64>>, _) =
+        match (env_u64("SIM_SEED"), env_u64("SIM_FOR_SECS")) {
+            (Some(seed), _) => (Box::new(std::iter::once(seed)), None),
+            (None, Some(secs)) => (
+                Box::new(first..),
+                Some(std::time::Instant::now() + std::time::Duration::from_secs(secs)),
+            ),
+            (None, None) => (
+                Box::new(first..first + env_u64("SIM_SEEDS").unwrap_or(200)),
+                None,
+            ),
+        };
+    let replay = env_u64("SIM_SEED").is_some();
+    let (wall, mut ran) = (std::time::Instant::now(), 0u64);
     let mut failed = Vec::new();
     let kinds = [
         "relay: streams",
@@ -33,7 +44,11 @@ async fn simulated_fault_schedules_lose_nothing_and_keep_order() {
         "kafka: the next commit fails",
     ];
     let mut counts = [0usize; 9];
-    for &seed in &seeds {
+    for seed in seeds {
+        if until.is_some_and(|u| std::time::Instant::now() >= u) {
+            break;
+        }
+        ran += 1;
         let (violations, steps) = schedule(seed, mode(seed), Bug::None).await;
         for step in &steps {
             for (n, kind) in counts.iter_mut().zip(kinds) {
@@ -62,7 +77,13 @@ async fn simulated_fault_schedules_lose_nothing_and_keep_order() {
         .zip(counts)
         .map(|(k, n)| format!("{k}: {n}"))
         .collect();
-    println!("{} schedules; {}", seeds.len(), summary.join(", "));
+    let secs = wall.elapsed().as_secs_f64();
+    println!(
+        "{ran} schedules (seeds {first}..{}) in {secs:.0} s, {:.0} per minute; {}",
+        first + ran.saturating_sub(1),
+        ran as f64 * 60.0 / secs.max(1e-9),
+        summary.join(", ")
+    );
     assert!(failed.is_empty(), "failing seeds: {failed:?}");
 }
 
