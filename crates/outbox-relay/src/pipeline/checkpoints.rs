@@ -99,7 +99,7 @@ pub(super) async fn start(
             "{CHECKPOINT_MISSING}: streaming from the slot's position {start}; events sent \
              before may be sent again, none is lost"
         );
-        return Ok(fresh(id));
+        return Ok(resume(None, start, id));
     };
     if c.timeline != history.timeline {
         // Kafka holds changes of an earlier timeline: the server's history must contain them,
@@ -131,12 +131,37 @@ pub(super) async fn start(
         last = ?c.last.as_ref().map(ChangeRef::to_string), slot_start = %start,
         "{CHECKPOINT_FOUND}"
     );
-    Ok(Start {
+    Ok(resume(Some(c), start, id))
+}
+
+/// Where a start resumes: from the slot's position `start`, skipping what the newest checkpoint
+/// `found` names as already in Kafka (its trail goes on from there).
+pub(super) fn resume(found: Option<Checkpoint>, start: Lsn, id: Identity) -> Start {
+    use super::deliberate::{Bug, on};
+    let Some(mut c) = found else {
+        return Start {
+            start,
+            skip: Skip::none(),
+            trail: Trail::new(None),
+            checkpoints: Some(id),
+        };
+    };
+    if on(Bug::SkipOneTooMany)
+        && let Some(last) = c.last.as_mut()
+    {
+        last.index += 1;
+    }
+    let start = if on(Bug::ResumeFromCheckpoint) {
+        c.covered_lsn
+    } else {
+        start
+    };
+    Start {
         start,
         skip: Skip::new(Some(&c), start),
         trail: Trail::new(c.last.clone()),
         checkpoints: Some(id),
-    })
+    }
 }
 
 /// Under which identity this slot's checkpoints are ([`Scope`]), and, for a promoted

@@ -18,6 +18,7 @@
 
 mod ack_metrics;
 mod checkpoints;
+mod deliberate;
 mod delivery;
 mod drain;
 mod event;

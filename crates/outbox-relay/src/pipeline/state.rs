@@ -273,7 +273,13 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
                 "{CHECKPOINT_SKIP_DONE}: every later change is published"
             );
         }
-        if let Some(w) = self.progress.take_confirmation() {
+        let w = self.progress.take_confirmation();
+        let w = if super::deliberate::on(super::deliberate::Bug::ConfirmBeforeAck) {
+            Some(self.progress.received()).filter(|&r| r > self.client.last_applied_lsn())
+        } else {
+            w
+        };
+        if let Some(w) = w {
             tracing::debug!(lsn = %w, "{LSN_CONFIRMED}");
             self.client.update_applied_lsn(w);
             self.carry.refusals.forget_below(w);

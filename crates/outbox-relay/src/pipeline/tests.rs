@@ -45,6 +45,7 @@ mod fatal;
 mod memory;
 mod paused;
 mod refused;
+mod sim;
 
 /// A replication session that plays `events`, then stays quiet; it records what the loop
 /// confirms.

@@ -23,7 +23,9 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
     /// it with [`settle`](Self::settle)) while the next transaction fills; a commit still
     /// running is settled first: one commit at a time, in order.
     pub(super) async fn commit(&mut self) -> Result<(), RelayError> {
-        self.settle_running().await?;
+        if !super::deliberate::on(super::deliberate::Bug::CommitBeforeSettled) {
+            self.settle_running().await?;
+        }
         let started = Instant::now();
         // The checkpoint that ends the transaction covers every source transaction closed so
         // far, written before their records are acknowledged: the commit makes all of them

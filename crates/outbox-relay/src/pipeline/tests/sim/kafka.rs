@@ -38,8 +38,15 @@ pub(super) async fn drive(
     let mut stopping = false;
     // Partitions that acknowledged or refused a record of this run's producer.
     let mut heads = HashSet::new();
+    let began = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(rng.random_range(1..20))).await;
+        // Two minutes of (paused) time in one run: the pipeline makes no progress (a run of
+        // these WALs ends in seconds; a stalled one reaches the restart backoffs' maxima).
+        if began.elapsed() > Duration::from_secs(120) {
+            world.violation("a run made no progress for 2 minutes".into());
+            return true;
+        }
         let pending = sink.pending_origins();
         if pending.len() > MAX_IN_FLIGHT {
             world.violation(format!(

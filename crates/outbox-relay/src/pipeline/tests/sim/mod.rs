@@ -69,6 +69,9 @@ enum Bug {
     /// Exactly-once without the checkpoint's skip at a start (what the slot replays that Kafka
     /// already holds is sent again).
     NoSkip,
+    /// A rule of the pipeline itself broken behind its test-only switch
+    /// (`pipeline::deliberate`).
+    Pipeline(crate::pipeline::deliberate::Bug),
 }
 
 /// Everything a schedule shares: PostgreSQL, Kafka's stored records, the findings.
@@ -149,7 +152,10 @@ async fn run_once(
         let (sink, reports) = MemorySink::new(false, false, Duration::ZERO);
         (sink.at_heads(), reports)
     };
-    let health = HEALTH.get_or_init(crate::health::Shared::new);
+    // A process's own health (a static shared with the other loop tests would make a schedule
+    // depend on them).
+    let health = crate::health::Shared::new();
+    let health = &health;
     let conn = Connection {
         client: session,
         start: start_of(world, cfg, start),
@@ -260,16 +266,15 @@ fn start_of(world: &World, cfg: &Config, slot: u64) -> Start {
         .last()
         .map(|v| relay_core::checkpoint::Checkpoint::from_json(v).unwrap());
     let c = c.filter(|_| world.bug != Bug::NoSkip);
-    Start {
-        start,
-        skip: Skip::new(c.as_ref(), start),
-        trail: Trail::new(c.as_ref().and_then(|c| c.last.clone())),
-        checkpoints: Some(Identity::new(cfg, "42", 1)),
-    }
+    crate::pipeline::checkpoints::resume(c, start, Identity::new(cfg, "42", 1))
 }
 
 /// Plays schedule `seed`: its violations and its steps.
 async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<String>) {
+    crate::pipeline::deliberate::set(match bug {
+        Bug::Pipeline(b) => Some(b),
+        _ => None,
+    });
     let mut rng = StdRng::seed_from_u64(seed);
     let world = Arc::new(World {
         bug,
