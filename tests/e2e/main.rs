@@ -37,6 +37,7 @@ mod preflight;
 mod progress;
 mod recipes;
 mod refused_order;
+mod republish;
 mod restart;
 mod schema;
 mod security;

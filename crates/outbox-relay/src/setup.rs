@@ -42,6 +42,8 @@ pub(crate) struct SlotInfo {
     pub(crate) idle_timeout: Option<Duration>,
     /// The key the slot's checkpoints go under (a standby's slot has one of its own).
     pub(crate) checkpoint_scope: Scope,
+    /// `setup --recreate-slot` replaced an invalidated slot: its gap is there to heal.
+    pub(crate) recreated: bool,
 }
 
 impl SlotInfo {
@@ -309,6 +311,7 @@ async fn ensure_slot(
             platform,
             idle_timeout: None,
             checkpoint_scope: Scope::Primary,
+            recreated: false,
         });
     };
 
@@ -358,7 +361,7 @@ async fn ensure_slot(
             tracing::warn!(
                 slot = %pg.slot, reason = why.label(), gap_from = %old, gap_to = %new,
                 "{SLOT_RECREATED}: events committed between these LSNs were not relayed; \
-                 re-publish them from the outbox table"
+                 `setup --recreate-slot --heal` re-publishes them from the outbox table"
             );
             return Ok(SlotInfo {
                 confirmed_flush: new,
@@ -369,6 +372,7 @@ async fn ensure_slot(
                 platform,
                 idle_timeout: None,
                 checkpoint_scope: Scope::Primary,
+                recreated: true,
             });
         }
         return Err(RelayError::from(Definite::Precondition(
@@ -437,6 +441,7 @@ async fn ensure_slot(
         platform,
         idle_timeout: None,
         checkpoint_scope: Scope::Primary,
+        recreated: false,
     })
 }
 
