@@ -21,6 +21,7 @@ mod exactly_once;
 mod failover;
 mod failover_slot;
 mod fencing;
+mod heal;
 mod inbox_crate;
 mod inbox_rust;
 mod inbox_sql;

@@ -298,8 +298,8 @@ pub async fn setup(
     sink.check_reachable(Duration::from_millis(cfg.kafka.connect_timeout_ms))
         .await?;
     if let Some(margin_ms) = heal {
-        if slot.recreated {
-            crate::republish::heal::heal(cfg, &slot.checkpoint_scope, margin_ms).await?;
+        if let Some(gap) = slot.gap {
+            crate::republish::heal::heal(cfg, &slot.checkpoint_scope, gap, margin_ms).await?;
         } else {
             tracing::info!(
                 slot = %cfg.postgres.slot,

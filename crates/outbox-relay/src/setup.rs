@@ -42,8 +42,19 @@ pub(crate) struct SlotInfo {
     pub(crate) idle_timeout: Option<Duration>,
     /// The key the slot's checkpoints go under (a standby's slot has one of its own).
     pub(crate) checkpoint_scope: Scope,
-    /// `setup --recreate-slot` replaced an invalidated slot: its gap is there to heal.
-    pub(crate) recreated: bool,
+    /// `setup --recreate-slot` replaced an invalidated slot, or created a missing one: the
+    /// gap since the old slot's last confirmation is there to heal (a missing slot's only if
+    /// a checkpoint says the slot existed).
+    pub(crate) gap: Option<SlotGap>,
+}
+
+/// Why the slot is new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotGap {
+    /// PostgreSQL invalidated the old one (`wal_status = lost`).
+    Lost,
+    /// There was none (dropped by hand, or never created).
+    Missing,
 }
 
 impl SlotInfo {
@@ -311,7 +322,7 @@ async fn ensure_slot(
             platform,
             idle_timeout: None,
             checkpoint_scope: Scope::Primary,
-            recreated: false,
+            gap: Some(SlotGap::Missing),
         });
     };
 
@@ -372,7 +383,7 @@ async fn ensure_slot(
                 platform,
                 idle_timeout: None,
                 checkpoint_scope: Scope::Primary,
-                recreated: true,
+                gap: Some(SlotGap::Lost),
             });
         }
         return Err(RelayError::from(Definite::Precondition(
@@ -441,7 +452,7 @@ async fn ensure_slot(
         platform,
         idle_timeout: None,
         checkpoint_scope: Scope::Primary,
-        recreated: false,
+        gap: None,
     })
 }
 

@@ -25,6 +25,7 @@ use crate::{
     error::{Definite, RelayError},
     events::{HEAL_BOUNDS, HEAL_DONE, HEAL_UNCOVERED},
     pg::{query_err, quote_ident},
+    setup::SlotGap,
 };
 
 /// What the heal did, for the log and the tests.
@@ -43,6 +44,7 @@ pub(crate) struct Healed {
 pub(crate) async fn heal(
     cfg: &Config,
     scope: &Scope,
+    gap: SlotGap,
     margin_ms: u64,
 ) -> Result<Healed, RelayError> {
     let mut uncovered = Vec::new();
@@ -53,6 +55,17 @@ pub(crate) async fn heal(
     let client = crate::pg::connect(cfg).await?;
     rows::pin_session(&client).await?;
     let result = match start_of_gap(cfg, &client, scope).await? {
+        // A slot that was missing and has no checkpoint: a first setup, or a slot dropped
+        // before the relay ever checkpointed; nothing says there was a gap.
+        Err(Uncovered::NoCheckpoint) if gap == SlotGap::Missing && uncovered.is_empty() => {
+            tracing::warn!(
+                slot = %cfg.postgres.slot,
+                "{HEAL_DONE}: the slot was created now and no checkpoint of it exists, so no \
+                 gap is known; if a slot of this name streamed before without \
+                 kafka.checkpoint_topic, its gap is NOT healed"
+            );
+            return Ok(Healed::default());
+        }
         Err(why) => {
             uncovered.push(why);
             Healed::default()
@@ -70,7 +83,8 @@ pub(crate) async fn heal(
         doubtful = result.doubtful,
         streamed = result.streamed,
         unplaced = result.unplaced,
-        "{HEAL_DONE}: the gap's rows are in Kafka, ahead of what the new slot streams"
+        "{HEAL_DONE}: rows of the gap published from the outbox table (healed), ahead of \
+         what the new slot streams"
     );
     if uncovered.is_empty() {
         return Ok(result);
