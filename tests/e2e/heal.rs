@@ -89,21 +89,45 @@ async fn slot_wal_status(db: &TestDb) -> Option<String> {
 /// arrives, per-key order intact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_lost_while_kafka_was_down_is_healed_with_writers_running() {
+    lost_slot_healed(false, 25601, 26600).await;
+}
+
+/// The same in exactly-once mode, read committed: no duplicate either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_a_slot_lost_while_kafka_was_down_is_healed_without_duplicates() {
+    lost_slot_healed(true, 25603, 26610).await;
+}
+
+/// PostgreSQL on `pg_port`, a broker on `broker_port` (+1, +2) behind a proxy on `+4`.
+async fn lost_slot_healed(exactly_once: bool, pg_port: u16, broker_port: u16) {
     let cluster = PgCluster::start(
-        25601,
+        pg_port,
         "-c track_commit_timestamp=on -c max_slot_wal_keep_size=32MB",
     );
-    let (_broker, kafka_proxy) = broker::behind_proxy(26600, 26604).await;
-    let direct = "127.0.0.1:26602".to_string();
+    let (_broker, kafka_proxy) = broker::behind_proxy(broker_port, broker_port + 4).await;
+    let direct = format!("127.0.0.1:{}", broker_port + 2);
     let db = TestDb::new_on(&cluster.base(), cluster.port, "heal").await;
+    let (txn, mode) = if exactly_once {
+        (
+            format!("transactional_id = \"outbox-relay-{}\"\n", db.name),
+            "delivery = \"exactly-once\"\n",
+        )
+    } else {
+        (String::new(), "")
+    };
+    let test = if exactly_once {
+        "heal::exactly_once_a_slot_lost_while_kafka_was_down_is_healed_without_duplicates"
+    } else {
+        "heal::a_slot_lost_while_kafka_was_down_is_healed_with_writers_running"
+    };
     let cfg = db
         .relay_config(&format!(
-            "{}\n[relay]\nrestart_backoff_max_ms = 2000\n\n[monitor]\npoll_interval_ms = 500\n",
+            "{txn}{}\n[relay]\n{mode}restart_backoff_max_ms = 2000\n\n[monitor]\npoll_interval_ms = 500\n",
             db.outbox_section()
         ))
         .replace(
             &format!("brokers = \"{}\"", crate::support::kafka_brokers()),
-            "brokers = \"127.0.0.1:26604\"",
+            &format!("brokers = \"127.0.0.1:{}\"", broker_port + 4),
         )
         .replace("[kafka]\n", "[kafka]\nconnect_timeout_ms = 2000\n");
     let mut relay = Relay::streaming(&db.name, &cfg).await;
@@ -138,10 +162,11 @@ async fn a_slot_lost_while_kafka_was_down_is_healed_with_writers_running() {
         Relay::once(&db.name, &cfg, &["setup", "--recreate-slot", "--heal"], &[]);
     assert_eq!(exit.code(), Some(0), "{heal_log}");
     assert!(heal_log.contains(events::SLOT_RECREATED), "{heal_log}");
-    let (healed, doubtful, streamed) = (
+    let (healed, doubtful, streamed, in_kafka) = (
         heal_field(&heal_log, "healed"),
         heal_field(&heal_log, "doubtful"),
         heal_field(&heal_log, "streamed"),
+        heal_field(&heal_log, "in_kafka"),
     );
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -161,21 +186,21 @@ async fn a_slot_lost_while_kafka_was_down_is_healed_with_writers_running() {
     .await
     .unwrap();
     relay.terminate(Duration::from_secs(30));
-    let f = check::check(
-        "heal::a_slot_lost_while_kafka_was_down_is_healed_with_writers_running",
-        |t| db.topic(t),
-        &written,
-        &got,
-    );
+    let f = check::check(test, |t| db.topic(t), &written, &got);
     let republished = got
         .iter()
         .filter(|r| r.header("outbox-relay.commit-lsn") == "0/0")
         .count();
     note(&format!(
-        "heal (at-least-once): {} events written by 4 writers throughout, Kafka cut for {} s, \
-         slot lost; healed {healed} rows from the table ({doubtful} within the margin), {streamed} \
-         rows left to the new slot; delivered {}, lost {}, duplicates {}, order violations {}; \
-         {republished} records with commit-lsn 0/0",
+        "heal ({}): {} events written by 4 writers throughout, Kafka cut for {} s, slot lost; \
+         healed {healed} rows from the table ({doubtful} within the margin), {in_kafka} found in \
+         Kafka and left out, {streamed} rows left to the new slot; delivered {}, lost {}, \
+         duplicates {}, order violations {}; {republished} records with commit-lsn 0/0",
+        if exactly_once {
+            "exactly-once"
+        } else {
+            "at-least-once"
+        },
         f.written,
         cut_at.elapsed().as_secs(),
         f.delivered,
@@ -183,7 +208,11 @@ async fn a_slot_lost_while_kafka_was_down_is_healed_with_writers_running() {
         f.duplicated,
         f.order_violations
     ));
-    f.assert_nothing_lost_or_reordered("heal after a lost slot");
+    if exactly_once {
+        f.assert_exactly_once("heal after a lost slot, exactly-once");
+    } else {
+        f.assert_nothing_lost_or_reordered("heal after a lost slot");
+    }
     assert!(healed > 0, "the gap had rows: {heal_log}");
     db.cleanup().await;
 }

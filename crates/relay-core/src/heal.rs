@@ -26,7 +26,10 @@ pub struct GapRow {
     pub xid: u64,
     /// `pg_xact_commit_timestamp(xmin)` in µs since the Unix epoch; `None`: not known.
     pub commit_time_us: Option<i64>,
-    /// Its position among its transaction's rows (physical order within the transaction).
+    /// The command that inserted it within its transaction (`cmin`: each statement of a
+    /// transaction takes the next one, so it orders a transaction's rows across statements).
+    pub command: u64,
+    /// Its physical position (orders the rows of one multi-row statement).
     pub position: u64,
 }
 
@@ -79,11 +82,12 @@ pub fn order(rows: &mut [GapRow]) {
 }
 
 /// The key [`order`] sorts by, for callers that sort rows of their own.
-pub fn order_key(r: &GapRow) -> (bool, Option<i64>, u64, u64) {
+pub fn order_key(r: &GapRow) -> (bool, Option<i64>, u64, u64, u64) {
     (
         r.commit_time_us.is_none(),
         r.commit_time_us,
         r.xid,
+        r.command,
         r.position,
     )
 }
@@ -153,6 +157,7 @@ mod tests {
         GapRow {
             xid,
             commit_time_us: t,
+            command: 0,
             position: 0,
         }
     }
@@ -179,8 +184,8 @@ mod tests {
 
     prop_compose! {
         fn any_row()(xid in 0u64..20, t in proptest::option::weighted(0.9, 0i64..3_000),
-                     position in 0u64..5) -> GapRow {
-            GapRow { xid, commit_time_us: t, position }
+                     command in 0u64..4, position in 0u64..5) -> GapRow {
+            GapRow { xid, commit_time_us: t, command, position }
         }
     }
 
@@ -227,8 +232,14 @@ mod tests {
         ) {
             order(&mut rows);
             for w in rows.windows(2) {
-                let key = |r: &GapRow| (r.commit_time_us.is_none(), r.commit_time_us, r.xid, r.position);
+                let key = |r: &GapRow| {
+                    (r.commit_time_us.is_none(), r.commit_time_us, r.xid, r.command, r.position)
+                };
                 prop_assert!(key(&w[0]) <= key(&w[1]));
+                // A transaction's rows: by command first.
+                if w[0].xid == w[1].xid && w[0].commit_time_us == w[1].commit_time_us {
+                    prop_assert!(w[0].command <= w[1].command);
+                }
             }
         }
 

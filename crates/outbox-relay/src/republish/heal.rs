@@ -7,7 +7,9 @@
 //! * the gap's end: the rows are read in one REPEATABLE READ snapshot, then the new slot is
 //!   *peeked* (`pg_logical_slot_peek_binary_changes`, nothing consumed) up to the WAL position
 //!   read after that snapshot: the transactions it lists are the new slot's, every other row
-//!   visible in the snapshot committed before the slot's start.
+//!   visible in the snapshot committed before the slot's start;
+//! * what Kafka holds already: the event ids of the committed records of the partitions the
+//!   heal writes to, since the gap's start ([`in_kafka`]); those rows are left out.
 //!
 //! Invariant: the heal never reports success while a part of the gap is not covered; each
 //! uncovered part is named ([`Uncovered`]) and the command exits non-zero after publishing
@@ -18,7 +20,10 @@ use std::collections::HashSet;
 use relay_core::heal::{Bounds, Uncovered, Verdict, verdict};
 use tokio_postgres::Client;
 
-use super::{Filter, TableSource, gap_row, rows, send::Sender};
+use super::{
+    Filter, TableSource, gap_row, in_kafka, rows,
+    send::{Ids, Sender},
+};
 use crate::{
     checkpoint::{Identity, Scope, read_latest},
     config::Config,
@@ -36,6 +41,8 @@ pub(crate) struct Healed {
     pub(crate) doubtful: u64,
     /// Rows the new slot streams.
     pub(crate) streamed: u64,
+    /// Candidates whose event id Kafka holds already (left out).
+    pub(crate) in_kafka: u64,
     pub(crate) unplaced: u64,
 }
 
@@ -82,6 +89,7 @@ pub(crate) async fn heal(
         healed = result.healed,
         doubtful = result.doubtful,
         streamed = result.streamed,
+        in_kafka = result.in_kafka,
         unplaced = result.unplaced,
         "{HEAL_DONE}: rows of the gap published from the outbox table (healed), ahead of \
          what the new slot streams"
@@ -202,8 +210,10 @@ async fn publish_gap(
         )
         .await?;
     let unplaced = count_unplaced(client, &source, cp_xid).await?;
+    // The insert position: every commit the snapshot sees is before it, even one not yet
+    // written (synchronous_commit = off).
     let upto: String = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
         .await
         .map_err(query_err("read the WAL position after the heal's snapshot"))?
         .get(0);
@@ -211,6 +221,7 @@ async fn publish_gap(
         .batch_execute("COMMIT")
         .await
         .map_err(query_err("close the heal's snapshot"))?;
+    wait_flushed(client, &upto).await?;
     let streamed = streamed_xids(cfg, client, &upto).await?;
     tracing::info!(
         candidates = rows.len(), upto = %upto, streamed_transactions = streamed.len(),
@@ -238,8 +249,27 @@ async fn publish_gap(
         }
     }
     let records = source.records(cfg, gap)?;
-    let mut sender = Sender::new(cfg).await?;
+    let mut sender = Sender::new(cfg, Ids::Relay).await?;
+    let mut partitions = HashSet::new();
+    for (rec, _) in &records {
+        if let Some(p) = sender.partition_of(rec).await {
+            partitions.insert((rec.topic.clone(), p));
+        }
+    }
+    let held = in_kafka::ids(
+        cfg,
+        partitions.into_iter().collect(),
+        (cp_time - margin_us) / 1_000,
+    )
+    .await?;
     for (rec, _) in records {
+        let id = rec.headers.iter().find(|(n, _)| &**n == "id");
+        if let Some((_, Some(id))) = id
+            && held.contains(&id[..])
+        {
+            done.in_kafka += 1;
+            continue;
+        }
         sender.send(rec).await?;
     }
     done.healed = sender.finish().await?;
@@ -272,6 +302,31 @@ async fn count_unplaced(
         n += count as u64;
     }
     Ok(n)
+}
+
+/// Waits until the WAL is flushed up to `upto`: logical decoding reads flushed WAL only, so
+/// the peek would not see a later commit (the WAL writer flushes within `wal_writer_delay`).
+async fn wait_flushed(client: &Client, upto: &str) -> Result<(), RelayError> {
+    for _ in 0..200 {
+        let flushed: bool = client
+            .query_one(
+                "SELECT pg_current_wal_flush_lsn() >= $1::text::pg_lsn",
+                &[&upto],
+            )
+            .await
+            .map_err(query_err("read the flushed WAL position"))?
+            .get(0);
+        if flushed {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Err(RelayError::from(Definite::Precondition(format!(
+        "the server did not flush its WAL up to {upto} within 10 s, so the new slot's first \
+         transactions cannot be read yet; nothing was published: while no relay runs, drop the \
+         new slot (SELECT pg_drop_replication_slot(...)) and run `setup --recreate-slot \
+         --heal` again, which heals a missing slot's gap from the checkpoint"
+    ))))
 }
 
 /// The transactions the new slot will stream that committed before `upto`, read without

@@ -10,6 +10,7 @@
 //! timestamp (`track_commit_timestamp`), as streaming sends it; 0 when it is off.
 
 pub(crate) mod heal;
+mod in_kafka;
 mod rows;
 mod send;
 
@@ -79,7 +80,7 @@ pub async fn republish(cfg: &Config, req: &Request) -> Result<u64, RelayError> {
     }
     let selected = records.len() as u64;
     let sent = if req.execute {
-        let mut sender = send::Sender::new(cfg).await?;
+        let mut sender = send::Sender::new(cfg, send::Ids::Own).await?;
         for (rec, _) in records {
             sender.send(rec).await?;
         }
@@ -213,6 +214,7 @@ pub(crate) fn gap_row(r: &Row) -> GapRow {
     GapRow {
         xid: r.xid,
         commit_time_us: r.commit_time_us,
+        command: r.command,
         position: r.position,
     }
 }

@@ -2,7 +2,8 @@
 //! table's description as a Relation message gives it (column names and type OIDs in column
 //! order, generated columns left out as pgoutput leaves them out), every value as its type's
 //! text output in the replication session's settings (ISO dates, UTC, extra_float_digits=3,
-//! `source::replication_config`), its inserting transaction and that transaction's commit time.
+//! `source::replication_config`), its inserting transaction and command, and that transaction's
+//! commit time.
 
 use bytes::Bytes;
 use relay_core::{
@@ -39,7 +40,9 @@ pub(crate) struct Row {
     pub(crate) xid: u64,
     /// Commit time in µs since the Unix epoch, when `track_commit_timestamp` knew it.
     pub(crate) commit_time_us: Option<i64>,
-    /// Physical position (block << 16 | line), the order of a transaction's rows.
+    /// The inserting command in its transaction (`cmin`).
+    pub(crate) command: u64,
+    /// Physical position (block << 16 | line): the order of one statement's rows.
     pub(crate) position: u64,
     /// The event id (the column mapped to the `id` header), for printing.
     pub(crate) id: Option<String>,
@@ -133,7 +136,7 @@ impl TableRows {
             .map(|n| format!("{}::text", quote_ident(n)))
             .collect();
         let select = format!(
-            "SELECT xmin::text::bigint, {commit_time}, ctid::text, {} FROM {}.{}",
+            "SELECT xmin::text::bigint, {commit_time}, ctid::text, cmin::text::bigint, {} FROM {}.{}",
             values.join(", "),
             quote_ident(&schema),
             quote_ident(&name)
@@ -214,7 +217,7 @@ impl TableRows {
             .iter()
             .map(|r| {
                 let tuple: Vec<Value> = (0..self.relation.columns.len())
-                    .map(|i| match r.get::<_, Option<String>>(3 + i) {
+                    .map(|i| match r.get::<_, Option<String>>(4 + i) {
                         None => Value::Null,
                         Some(t) => Value::Text(Bytes::from(t)),
                     })
@@ -228,6 +231,7 @@ impl TableRows {
                     xid: r.get::<_, i64>(0) as u64,
                     commit_time_us: r.get(1),
                     position: ctid_position(&r.get::<_, String>(2)),
+                    command: r.get::<_, i64>(3) as u64,
                     tuple,
                     id,
                 }

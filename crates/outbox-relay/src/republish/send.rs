@@ -5,9 +5,11 @@
 //! holds as in the pipeline (`relay_core::head`: a partition's first record of this producer
 //! goes alone, on the partition chosen by the relay); any failed report stops the command
 //! before it reports success (what was sent may be sent again: at-least-once). In exactly-once
-//! mode every record goes inside Kafka transactions of a producer of its own
-//! (`<kafka.transactional_id>.republish`, so a running relay is not fenced), committed every
-//! [`RECORDS_PER_TRANSACTION`] records and at the end; a failure aborts the open one.
+//! mode every record goes inside Kafka transactions, committed every
+//! [`RECORDS_PER_TRANSACTION`] records and at the end; a failure aborts the open one. `republish`
+//! uses a transactional id of its own (`<kafka.transactional_id>.republish`, so a running relay
+//! is not fenced); the heal uses the relay's own ids, which fences the stopped relay's producers
+//! and aborts the transaction a failed relay left open (read-committed readers wait behind it).
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +25,15 @@ use crate::{
 /// Records per Kafka transaction in exactly-once mode.
 const RECORDS_PER_TRANSACTION: usize = 1_000;
 
+/// Whose transactional ids the sender takes in exactly-once mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ids {
+    /// `<kafka.transactional_id>.republish`: a running relay is not fenced.
+    Own,
+    /// The relay's: the heal, which runs while no relay streams.
+    Relay,
+}
+
 /// The producer of `republish` and the heal.
 pub(crate) struct Sender {
     sink: KafkaSink,
@@ -37,13 +48,14 @@ pub(crate) struct Sender {
 }
 
 impl Sender {
-    /// Connects the producer; in exactly-once mode fences earlier `.republish` producers and
+    /// Connects the producer; in exactly-once mode fences earlier producers of its ids and
     /// opens the first transaction.
-    pub(crate) async fn new(cfg: &Config) -> Result<Sender, RelayError> {
+    pub(crate) async fn new(cfg: &Config, ids: Ids) -> Result<Sender, RelayError> {
         let mut kafka = cfg.kafka.clone();
         let transactional = cfg.relay.delivery == Delivery::ExactlyOnce;
-        kafka.transactional_id = match (&cfg.kafka.transactional_id, transactional) {
-            (Some(id), true) => Some(format!("{id}.republish")),
+        kafka.transactional_id = match (&cfg.kafka.transactional_id, transactional, ids) {
+            (Some(id), true, Ids::Own) => Some(format!("{id}.republish")),
+            (Some(id), true, Ids::Relay) => Some(id.clone()),
             _ => None,
         };
         let transactional = kafka.transactional_id.is_some();
@@ -68,6 +80,12 @@ impl Sender {
 
     fn now_ms(&self) -> u64 {
         self.born.elapsed().as_millis() as u64
+    }
+
+    /// The partition `rec` lands on (its own, else its key's), if the topic's partition count
+    /// can be read.
+    pub(crate) async fn partition_of(&self, rec: &Record) -> Option<i32> {
+        self.sink.partition_of(rec).await
     }
 
     /// Hands one record over, after the head it waits for (if any) was acknowledged.
