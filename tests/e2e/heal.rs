@@ -73,6 +73,40 @@ fn heal_field(log: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key}= in heal_done:\n{log}"))
 }
 
+/// Prints, for each aggregate whose first deliveries are out of order, the records around the
+/// first violation: seq, partition offset, commit-lsn header (0/0: healed), commit time.
+fn explain_order(written: &[Written], got: &[kafka::Rec]) {
+    let seq: std::collections::HashMap<&str, (&str, i32)> = written
+        .iter()
+        .map(|w| (w.id.as_str(), (w.aggregate.as_str(), w.seq)))
+        .collect();
+    let mut sorted: Vec<&kafka::Rec> = got.iter().collect();
+    sorted.sort_by_key(|r| (r.partition, r.offset));
+    let mut seen = std::collections::HashSet::new();
+    let mut by_agg: std::collections::HashMap<&str, Vec<(i32, &kafka::Rec)>> = Default::default();
+    for r in sorted {
+        let Some((agg, s)) = seq.get(r.header("id")) else {
+            continue;
+        };
+        if seen.insert(r.header("id").to_string()) {
+            by_agg.entry(agg).or_default().push((*s, r));
+        }
+    }
+    for (agg, recs) in by_agg {
+        if let Some(i) = recs.windows(2).position(|w| w[1].0 != w[0].0 + 1) {
+            let from = i.saturating_sub(3);
+            for (s, r) in &recs[from..(i + 5).min(recs.len())] {
+                eprintln!(
+                    "order {agg}: seq {s} offset {} commit-lsn {} time {}",
+                    r.offset,
+                    r.header("outbox-relay.commit-lsn"),
+                    r.header("outbox-relay.commit-time-us")
+                );
+            }
+        }
+    }
+}
+
 async fn slot_wal_status(db: &TestDb) -> Option<String> {
     db.client
         .query_opt(
@@ -208,6 +242,9 @@ async fn lost_slot_healed(exactly_once: bool, pg_port: u16, broker_port: u16) {
         f.duplicated,
         f.order_violations
     ));
+    if f.order_violations > 0 {
+        explain_order(&written, &got);
+    }
     if exactly_once {
         f.assert_exactly_once("heal after a lost slot, exactly-once");
     } else {
