@@ -352,3 +352,81 @@ async fn a_slot_dropped_by_hand_is_healed_and_what_cannot_be_healed_exits_5() {
     ));
     db.cleanup().await;
 }
+
+/// PostgreSQL 18: a slot invalidated by `idle_replication_slot_timeout` while the relay was
+/// down is healed the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg18_a_slot_lost_to_the_idle_timeout_is_healed() {
+    let cluster = PgCluster::start_with(
+        Some(crate::support::cluster::pg_bin(18)),
+        25604,
+        "-c idle_replication_slot_timeout=1 -c track_commit_timestamp=on",
+    );
+    let db = TestDb::new_on(&cluster.base(), cluster.port, "heal18").await;
+    let cfg = db.relay_config(&db.outbox_section());
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let mut written = Vec::new();
+    for i in 0..50 {
+        written.push(
+            writer::insert_event(&db.client, "order", &format!("a{}", i % 5), 0)
+                .await
+                .unwrap(),
+        );
+    }
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    relay.terminate(Duration::from_secs(30));
+    for i in 0..300 {
+        written.push(
+            writer::insert_event(&db.client, "order", &format!("a{}", i % 5), 0)
+                .await
+                .unwrap(),
+        );
+    }
+    let mut reason = None;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        db.client.batch_execute("CHECKPOINT").await.unwrap();
+        reason = db
+            .client
+            .query_one(
+                "SELECT invalidation_reason FROM pg_replication_slots WHERE slot_name = $1",
+                &[&db.name],
+            )
+            .await
+            .unwrap()
+            .get::<_, Option<String>>(0);
+        if reason.is_some() {
+            break;
+        }
+    }
+    assert_eq!(reason.as_deref(), Some("idle_timeout"));
+    let (exit, log) = Relay::once(&db.name, &cfg, &["setup", "--recreate-slot", "--heal"], &[]);
+    assert_eq!(exit.code(), Some(0), "{log}");
+    assert!(log.contains("reason=\"idle_timeout\""), "{log}");
+    let healed = heal_field(&log, "healed");
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    for i in 0..20 {
+        written.push(
+            writer::insert_event(&db.client, "order", &format!("a{}", i % 5), 0)
+                .await
+                .unwrap(),
+        );
+    }
+    let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
+    relay.terminate(Duration::from_secs(30));
+    let f = check::check(
+        "heal::pg18_a_slot_lost_to_the_idle_timeout_is_healed",
+        |t| db.topic(t),
+        &written,
+        &got,
+    );
+    note(&format!(
+        "heal (PostgreSQL 18 idle_timeout): 50 streamed, 300 in the gap, healed {healed}, 20 \
+         after; delivered {}, lost {}, duplicates {}, order violations {}",
+        f.delivered, f.lost, f.duplicated, f.order_violations
+    ));
+    f.assert_exactly_once("heal after an idle-timeout invalidation");
+    db.cleanup().await;
+}
