@@ -22,6 +22,7 @@ mod failover;
 mod failover_slot;
 mod fencing;
 mod heal;
+mod heal_other_causes;
 mod inbox_crate;
 mod inbox_rust;
 mod inbox_sql;

@@ -295,7 +295,7 @@ pub enum Definite {
     /// `setup --recreate-slot --heal` published what it could of a lost slot's gap, and this
     /// part of it could not be covered (one line each).
     #[error(
-        "the gap of the lost slot was not healed completely ({healed} row(s) published); what \
+        "the gap of the re-created slot was not healed completely ({healed} row(s) published); what \
          is not covered: {uncovered}"
     )]
     GapNotHealed { healed: u64, uncovered: String },

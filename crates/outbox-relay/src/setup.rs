@@ -374,6 +374,14 @@ async fn ensure_slot(
                 "{SLOT_RECREATED}: events committed between these LSNs were not relayed; \
                  `setup --recreate-slot --heal` re-publishes them from the outbox table"
             );
+            if !cfg.message.is_empty() {
+                tracing::warn!(
+                    slot = %pg.slot,
+                    "{SLOT_RECREATED}: [[message]] sections publish logical messages, which are \
+                     in no table: the messages of the gap cannot be re-published, only rebuilt \
+                     from the business tables"
+                );
+            }
             return Ok(SlotInfo {
                 confirmed_flush: new,
                 wal_sender_timeout,

@@ -8,8 +8,9 @@
 //! 2. Kafka may not hold it: its transaction committed at or after the commit time of the
 //!    checkpoint's last change minus the margin. Commit timestamps are taken just before the
 //!    commit record is written, so two transactions' timestamps may invert against their
-//!    commit order within a short window; the margin takes the rows of that window too (they
-//!    may be duplicates, counted as such), so an inversion never loses a row.
+//!    commit order within a short window; the margin takes the rows of that window too (Kafka
+//!    may hold them: the caller leaves out the ids it finds there), so an inversion never
+//!    loses a row.
 //!
 //! A row without a commit timestamp (committed while `track_commit_timestamp` was off, or older
 //! than the commit-timestamp horizon) cannot be placed: it is counted as uncovered, never
