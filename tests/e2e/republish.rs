@@ -60,14 +60,25 @@ fn of<'a>(got: &'a [Rec], id: &str) -> Vec<&'a Rec> {
     v
 }
 
-/// A republished record is the streamed one but for the commit LSN and the position.
-fn assert_same_record(streamed: &Rec, again: &Rec) {
+/// A republished record is the streamed one but for the commit LSN and the position (and the
+/// commit time, 0 without `track_commit_timestamp`).
+fn assert_same_record(streamed: &Rec, again: &Rec, commit_times: bool) {
     assert_eq!(streamed.topic, again.topic);
     assert_eq!(streamed.partition, again.partition);
     assert_eq!(streamed.key, again.key);
     assert_eq!(streamed.value, again.value);
-    for h in ["id", "eventType", "outbox-relay.commit-time-us"] {
+    for h in ["id", "eventType"] {
         assert_eq!(streamed.header(h), again.header(h), "header {h}");
+    }
+    let time = "outbox-relay.commit-time-us";
+    if commit_times {
+        assert_eq!(streamed.header(time), again.header(time), "header {time}");
+    } else {
+        assert_eq!(
+            again.header(time),
+            "0",
+            "header {time} without commit timestamps"
+        );
     }
     assert_eq!(again.header("outbox-relay.commit-lsn"), "0/0");
     let mut names: Vec<&String> = streamed.headers.keys().collect();
@@ -145,7 +156,7 @@ async fn republish_by_ids_aggregate_and_time_range_with_a_dry_run_that_sends_not
         let times = 1 + usize::from(by_id) + usize::from(by_agg) + usize::from(by_time);
         assert_eq!(recs.len(), times, "records of {} ({})", w.id, w.aggregate);
         for again in &recs[1..] {
-            assert_same_record(recs[0], again);
+            assert_same_record(recs[0], again, true);
         }
         again_total += times - 1;
     }
@@ -168,5 +179,57 @@ async fn republish_by_ids_aggregate_and_time_range_with_a_dry_run_that_sends_not
     ));
     // By id (seq 2), by aggregate (1-5 in order), by time (4, 5 in order).
     assert_eq!(seqs, [2, 1, 2, 3, 4, 5, 4, 5]);
+    db.cleanup().await;
+}
+
+/// Exactly-once mode (the shared cluster: `track_commit_timestamp` off): the records go out in
+/// a Kafka transaction of the command's own transactional id, visible to read-committed
+/// consumers, and the running relay (whose ids it does not take) streams on unfenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_republish_commits_its_records_and_leaves_the_running_relay_alone() {
+    let db = TestDb::new("republisheos").await;
+    let cfg = db.relay_config(&format!(
+        "transactional_id = \"outbox-relay-{}\"\n{}\n[relay]\ndelivery = \"exactly-once\"\n",
+        db.name,
+        db.outbox_section()
+    ));
+    let topic = db.topic("order");
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let first = write(&db, &["b1", "b2"], 3).await;
+    let streamed = kafka::consume(vec![topic.clone()], Duration::from_secs(60), first.len()).await;
+    assert_eq!(streamed.len(), first.len());
+    let (code, out, err) = republish(&relay.config, &["--aggregate", "b1", "--execute"]);
+    assert_eq!(code, Some(0), "{err}\n{out}");
+    assert!(err.contains("republish_done"), "{err}");
+    // The relay was not fenced: it streams what comes next.
+    let second = write(&db, &["b1", "b2"], 2).await;
+    let expected = first.len() + 3 + second.len();
+    let got = tokio::task::spawn_blocking(move || {
+        kafka::consume_until(&[topic], Duration::from_secs(60), |r| r.len() >= expected)
+    })
+    .await
+    .unwrap();
+    assert_eq!(got.len(), expected, "read committed");
+    for w in second.iter() {
+        assert_eq!(
+            of(&got, &w.id).len(),
+            1,
+            "streamed after the republish: {}",
+            w.id
+        );
+    }
+    for w in first.iter().filter(|w| w.aggregate == "b1") {
+        let recs = of(&got, &w.id);
+        assert_eq!(recs.len(), 2, "{}", w.id);
+        assert_same_record(recs[0], recs[1], false);
+    }
+    assert!(relay.is_running(), "{}", relay.log_text());
+    relay.terminate(Duration::from_secs(30));
+    crate::support::check::note(&format!(
+        "republish (exactly-once): {} streamed, 3 re-published by aggregate in a Kafka \
+         transaction (read committed), {} streamed after it by the unfenced relay",
+        first.len(),
+        second.len()
+    ));
     db.cleanup().await;
 }
