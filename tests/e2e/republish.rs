@@ -233,3 +233,64 @@ async fn exactly_once_republish_commits_its_records_and_leaves_the_running_relay
     ));
     db.cleanup().await;
 }
+
+/// `[outbox.debezium]` (JsonConverter with schemas, extended headers, the record timestamp and
+/// a header from `created_at`, a timestamptz whose text depends on the session's settings):
+/// the re-published record's key, value, timestamp and headers are the streamed record's bytes,
+/// but for the relay's position headers and Debezium's per-run `runId`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn republished_debezium_records_are_the_streamed_bytes() {
+    let db = TestDb::new("republishdbz").await;
+    let cfg = db.relay_config(&format!(
+        "[[outbox]]\ntable = \"public.outbox\"\ntopic = \"{db}.{{aggregatetype}}\"\n\
+         headers = {{ id = \"id\" }}\n[outbox.debezium]\n\"topic.prefix\" = \"{db}\"\n\
+         \"extended.headers.enabled\" = true\n\
+         \"key.converter\" = \"org.apache.kafka.connect.json.JsonConverter\"\n\
+         \"value.converter\" = \"org.apache.kafka.connect.json.JsonConverter\"\n\
+         \"table.field.event.timestamp\" = \"created_at\"\n\
+         \"table.fields.additional.placement\" = \"type:header:eventType,created_at:header:createdAt\"\n",
+        db = db.name
+    ));
+    let topic = db.topic("order");
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let written = write(&db, &["d1", "d2"], 2).await;
+    let streamed =
+        kafka::consume(vec![topic.clone()], Duration::from_secs(60), written.len()).await;
+    assert_eq!(streamed.len(), written.len());
+    let (code, out, err) = republish(&relay.config, &["--aggregate", "d1,d2", "--execute"]);
+    assert_eq!(code, Some(0), "{err}\n{out}");
+    relay.terminate(Duration::from_secs(30));
+    let expected = 2 * written.len();
+    let got = tokio::task::spawn_blocking(move || {
+        kafka::consume_until(&[topic], Duration::from_secs(60), |r| r.len() >= expected)
+    })
+    .await
+    .unwrap();
+    assert_eq!(got.len(), expected);
+    let skip = |h: &str| h.starts_with("outbox-relay.") || h == "__debezium.context.runId";
+    for w in &written {
+        let recs = of(&got, &w.id);
+        assert_eq!(recs.len(), 2, "{}", w.id);
+        let (a, b) = (recs[0], recs[1]);
+        assert_eq!((a.partition, &a.key), (b.partition, &b.key));
+        assert_eq!(a.value_bytes(), b.value_bytes(), "value bytes of {}", w.id);
+        assert_eq!(
+            a.timestamp_ms, b.timestamp_ms,
+            "record timestamp of {}",
+            w.id
+        );
+        let mut ha: Vec<_> = a.headers.iter().filter(|(k, _)| !skip(k)).collect();
+        let mut hb: Vec<_> = b.headers.iter().filter(|(k, _)| !skip(k)).collect();
+        ha.sort();
+        hb.sort();
+        assert_eq!(ha, hb, "headers of {}", w.id);
+        assert!(ha.iter().any(|(k, _)| *k == "createdAt"), "{ha:?}");
+    }
+    crate::support::check::note(&format!(
+        "republish ([outbox.debezium] JsonConverter): {} events re-published, key, value, \
+         timestamp and headers equal to the streamed records' (relay position headers and runId \
+         aside)",
+        written.len()
+    ));
+    db.cleanup().await;
+}
