@@ -249,7 +249,7 @@ async fn publish_gap(
         }
     }
     let records = source.records(cfg, gap)?;
-    let mut sender = Sender::new(cfg, Ids::Relay).await?;
+    let sender = Sender::new(cfg, Ids::Relay).await?;
     let mut partitions = HashSet::new();
     for (rec, _) in &records {
         if let Some(p) = sender.partition_of(rec).await {
@@ -262,6 +262,7 @@ async fn publish_gap(
         (cp_time - margin_us) / 1_000,
     )
     .await?;
+    let mut gap = Vec::with_capacity(records.len());
     for (rec, _) in records {
         let id = rec.headers.iter().find(|(n, _)| &**n == "id");
         if let Some((_, Some(id))) = id
@@ -270,9 +271,9 @@ async fn publish_gap(
             done.in_kafka += 1;
             continue;
         }
-        sender.send(rec).await?;
+        gap.push(rec);
     }
-    done.healed = sender.finish().await?;
+    done.healed = sender.send_all(gap).await?;
     Ok(done)
 }
 

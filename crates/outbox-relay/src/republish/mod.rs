@@ -80,11 +80,10 @@ pub async fn republish(cfg: &Config, req: &Request) -> Result<u64, RelayError> {
     }
     let selected = records.len() as u64;
     let sent = if req.execute {
-        let mut sender = send::Sender::new(cfg, send::Ids::Own).await?;
-        for (rec, _) in records {
-            sender.send(rec).await?;
-        }
-        sender.finish().await?
+        send::Sender::new(cfg, send::Ids::Own)
+            .await?
+            .send_all(records.into_iter().map(|(rec, _)| rec))
+            .await?
     } else {
         0
     };

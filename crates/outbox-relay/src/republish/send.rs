@@ -89,7 +89,7 @@ impl Sender {
     }
 
     /// Hands one record over, after the head it waits for (if any) was acknowledged.
-    pub(crate) async fn send(&mut self, mut rec: Record) -> Result<(), RelayError> {
+    async fn send(&mut self, mut rec: Record) -> Result<(), RelayError> {
         let mut head = NO_HEAD;
         if self.heads.is_some() {
             let chosen = self.sink.partition_of(&rec).await;
@@ -166,9 +166,27 @@ impl Sender {
         Ok(())
     }
 
+    /// Sends every record in order, then [`finish`](Self::finish)es; on a failure the open
+    /// Kafka transaction is aborted at once (read-committed readers would wait behind it until
+    /// `transaction.timeout.ms`). Returns how many records Kafka holds.
+    pub(crate) async fn send_all(
+        mut self,
+        records: impl IntoIterator<Item = Record>,
+    ) -> Result<u64, RelayError> {
+        for rec in records {
+            if let Err(e) = self.send(rec).await {
+                if self.heads.is_none() {
+                    let _ = self.sink.abort(self.timeout).await;
+                }
+                return Err(e);
+            }
+        }
+        self.finish().await
+    }
+
     /// Waits for every report (and commits what the open transaction holds): after `Ok`,
     /// Kafka holds every record sent.
-    pub(crate) async fn finish(mut self) -> Result<u64, RelayError> {
+    async fn finish(mut self) -> Result<u64, RelayError> {
         self.sink.kick();
         let result = async {
             if self.heads.is_none() {
