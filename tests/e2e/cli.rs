@@ -25,10 +25,12 @@ fn completions_cover_every_subcommand_and_are_valid_shell() {
         "manpage",
         "apply",
         "redrive",
+        "republish",
     ] {
         assert!(bash.contains(sub), "bash completion lacks {sub}");
     }
     assert!(bash.contains("--recreate-slot"), "flags of subcommands");
+    assert!(bash.contains("--heal-margin-ms"), "flags of subcommands");
     let path = std::env::temp_dir().join(format!("outbox-relay-{}.bash", std::process::id()));
     std::fs::write(&path, &bash).unwrap();
     let syntax = Command::new("bash").arg("-n").arg(&path).output().unwrap();

@@ -292,6 +292,14 @@ pub enum Definite {
     #[error("the replication stream broke transaction framing: {0}")]
     Framing(#[source] FramingError),
 
+    /// `setup --recreate-slot --heal` published what it could of a lost slot's gap, and this
+    /// part of it could not be covered (one line each).
+    #[error(
+        "the gap of the re-created slot was not healed completely ({healed} row(s) published); what \
+         is not covered: {uncovered}"
+    )]
+    GapNotHealed { healed: u64, uncovered: String },
+
     #[error("cannot create the Kafka producer: {detail}")]
     KafkaSetup {
         detail: String,
@@ -441,6 +449,7 @@ impl Definite {
             Definite::OutboxUpdated { .. } => "outbox_updated",
             Definite::Framing { .. } => "framing",
             Definite::KafkaSetup { .. } => "kafka_setup",
+            Definite::GapNotHealed { .. } => "gap_not_healed",
             Definite::KafkaTransactionRefused { .. } => "kafka_transaction_refused",
             Definite::DeliveryRefused { .. } => "kafka_delivery_refused",
         }

@@ -180,6 +180,14 @@ pub const SLOT_CREATED: &str = "slot_created";
 pub const SLOT_CREATED_BY_OTHER: &str = "slot_created_by_other";
 /// `setup --recreate-slot` replaced an invalidated slot; the gap between the LSNs is logged.
 pub const SLOT_RECREATED: &str = "slot_recreated";
+/// `setup --recreate-slot --heal`: where the gap starts and ends, and what is read to heal it.
+pub const HEAL_BOUNDS: &str = "heal_bounds";
+/// The heal published the gap's rows (counts: healed, doubtful, streamed by the new slot).
+pub const HEAL_DONE: &str = "heal_done";
+/// The heal could not cover part of the gap (the process then exits non-zero).
+pub const HEAL_UNCOVERED: &str = "heal_uncovered";
+/// `outbox-relay republish`: what was selected and sent (or, in a dry run, would be).
+pub const REPUBLISH_DONE: &str = "republish_done";
 /// Another connection holds the slot (an active instance); this one waits for it.
 pub const SLOT_IN_USE: &str = "slot_in_use";
 /// A passive instance saw the slot free (its holder gone) and takes it over at once.
@@ -309,6 +317,10 @@ pub const ALL: &[&str] = &[
     SLOT_CREATED,
     SLOT_CREATED_BY_OTHER,
     SLOT_RECREATED,
+    HEAL_BOUNDS,
+    HEAL_DONE,
+    HEAL_UNCOVERED,
+    REPUBLISH_DONE,
     SLOT_IN_USE,
     SLOT_FREED,
     SLOT_POLL_FAILED,

@@ -38,6 +38,7 @@ mod pipeline;
 mod publication;
 mod reader_thread;
 mod replication_role;
+pub mod republish;
 pub mod run;
 mod setup;
 mod sink;

@@ -45,9 +45,20 @@ enum Command {
         #[arg(short, long, env = "OUTBOX_RELAY_CONFIG")]
         config: Option<PathBuf>,
         /// Drop and re-create a slot that PostgreSQL invalidated (wal_status = lost). Events
-        /// committed in between are NOT relayed; the gap is logged. See docs/operations.md.
+        /// committed in between are NOT relayed unless --heal is given; the gap is logged. See
+        /// docs/operations.md ("Slot lost").
         #[arg(long)]
         recreate_slot: bool,
+        /// With --recreate-slot: publish the lost slot's gap from the outbox table before `run`
+        /// streams from the new slot (the rows committed after the checkpoint's last event and
+        /// before the new slot's start, in commit order). Needs track_commit_timestamp = on and
+        /// kafka.checkpoint_topic. Exits 5 naming what it could not cover.
+        #[arg(long, requires = "recreate_slot")]
+        heal: bool,
+        /// With --heal: rows committed up to this long before the checkpoint's event are
+        /// published too (commit timestamps may invert against commit order by a little).
+        #[arg(long, value_name = "MS", default_value_t = 1000, requires = "heal")]
+        heal_margin_ms: u64,
         /// Cut over from this Debezium PostgreSQL connector (its `name`), which must be stopped:
         /// take over the slot of postgres.slot (or create it), and record in
         /// kafka.checkpoint_topic that the first `run` starts after the last transaction the
@@ -75,6 +86,32 @@ enum Command {
         #[arg(long, value_name = "SLOT", requires = "from_debezium")]
         debezium_slot: Option<String>,
         /// With `[source.<name>]` tables: prepare this source only (default: every source).
+        #[arg(long, value_name = "NAME")]
+        source: Option<String>,
+    },
+    /// Re-publish outbox rows from the table, with the records streaming produces (topic,
+    /// key, value, headers; commit-lsn 0/0). Dry run by default: prints what it would send.
+    /// See docs/operations.md ("Re-publishing events").
+    Republish {
+        #[arg(short, long, env = "OUTBOX_RELAY_CONFIG")]
+        config: Option<PathBuf>,
+        /// Event ids (the column mapped to the `id` header), comma-separated.
+        #[arg(long, value_delimiter = ',', value_name = "ID,...")]
+        ids: Vec<String>,
+        /// Aggregate ids (the key column), comma-separated.
+        #[arg(long, value_delimiter = ',', value_name = "KEY,...")]
+        aggregate: Vec<String>,
+        /// Rows committed at or after this time (any timestamptz text, e.g.
+        /// 2026-12-06T08:00:00Z); needs track_commit_timestamp = on.
+        #[arg(long, value_name = "TIME")]
+        since: Option<String>,
+        /// Rows committed before this time (with --since).
+        #[arg(long, value_name = "TIME", requires = "since")]
+        until: Option<String>,
+        /// Send the records (without it: a dry run that prints them and sends nothing).
+        #[arg(long)]
+        execute: bool,
+        /// With `[source.<name>]` tables: the source to read (required with several).
         #[arg(long, value_name = "NAME")]
         source: Option<String>,
     },
@@ -129,10 +166,15 @@ enum FailOn {
 /// `status` found an alert at or above `--fail-on`.
 const EXIT_ALERT: u8 = 4;
 
+/// `setup --recreate-slot --heal` could not cover part of the gap.
+const EXIT_GAP_NOT_HEALED: u8 = 5;
+
 /// Exit codes: 0 ok, 1 runtime failure, 2 bad configuration, 3 unmet precondition,
-/// 4 (`status` only) an alert at or above `--fail-on`.
+/// 4 (`status` only) an alert at or above `--fail-on`, 5 (`setup --heal`) a gap not healed
+/// completely.
 fn exit_code(e: &RelayError) -> ExitCode {
     match e {
+        RelayError::Definite(Definite::GapNotHealed { .. }) => ExitCode::from(EXIT_GAP_NOT_HEALED),
         RelayError::Definite(Definite::Config(_)) => ExitCode::from(2),
         RelayError::Definite(Definite::Precondition(_) | Definite::CheckpointTopic { .. }) => {
             ExitCode::from(3)
@@ -204,6 +246,8 @@ fn main() -> ExitCode {
             Command::Setup {
                 config,
                 recreate_slot,
+                heal,
+                heal_margin_ms,
                 from_debezium,
                 offsets_topic,
                 offsets_file,
@@ -222,7 +266,12 @@ fn main() -> ExitCode {
                 match from_debezium {
                     None => {
                         for cfg in streams {
-                            outbox_relay::run::setup(cfg, recreate_slot).await?;
+                            outbox_relay::run::setup(
+                                cfg,
+                                recreate_slot,
+                                heal.then_some(heal_margin_ms),
+                            )
+                            .await?;
                         }
                         Ok(())
                     }
@@ -249,6 +298,31 @@ fn main() -> ExitCode {
                     }
                 }
                 .map(|()| ExitCode::SUCCESS)
+            }
+            Command::Republish {
+                config,
+                ids,
+                aggregate,
+                since,
+                until,
+                execute,
+                source,
+            } => {
+                let root = load(config)?;
+                let streams = pick(&root, source.as_deref())?;
+                if streams.len() > 1 {
+                    return Err(usage("republish reads one source: add --source <name>"));
+                }
+                let req = outbox_relay::republish::Request {
+                    ids,
+                    aggregates: aggregate,
+                    since,
+                    until,
+                    execute,
+                };
+                outbox_relay::republish::republish(streams[0], &req)
+                    .await
+                    .map(|_| ExitCode::SUCCESS)
             }
             Command::Status {
                 config,

@@ -22,7 +22,7 @@ use crate::{
     config::{Config, HttpConfig},
     error::{RelayError, Transient},
     events::{
-        PIPELINE_RESTART, PIPELINE_RESTART_REPEATED, SETUP_OK, SHUTDOWN_COMPLETE,
+        HEAL_DONE, PIPELINE_RESTART, PIPELINE_RESTART_REPEATED, SETUP_OK, SHUTDOWN_COMPLETE,
         SOURCE_AT_CAPACITY,
     },
     health::Shared,
@@ -278,7 +278,14 @@ async fn attempt(
 }
 
 /// `outbox-relay setup`: checks everything, creates the publication and the slot if missing.
-pub async fn setup(cfg: &Config, recreate_lost_slot: bool) -> Result<(), RelayError> {
+/// With `heal` (`setup --recreate-slot --heal`, the margin in ms): once the slot was replaced,
+/// its gap is published from the outbox table before anything streams from the new slot
+/// (`republish::heal`).
+pub async fn setup(
+    cfg: &Config,
+    recreate_lost_slot: bool,
+    heal: Option<u64>,
+) -> Result<(), RelayError> {
     let control = crate::pg::connect(cfg).await?;
     let policy = if recreate_lost_slot {
         SlotPolicy::RecreateIfLost
@@ -290,6 +297,16 @@ pub async fn setup(cfg: &Config, recreate_lost_slot: bool) -> Result<(), RelayEr
     let (sink, _reports) = KafkaSink::new(&cfg.kafka)?;
     sink.check_reachable(Duration::from_millis(cfg.kafka.connect_timeout_ms))
         .await?;
+    if let Some(margin_ms) = heal {
+        if let Some(gap) = slot.gap {
+            crate::republish::heal::heal(cfg, &slot.checkpoint_scope, gap, margin_ms).await?;
+        } else {
+            tracing::info!(
+                slot = %cfg.postgres.slot,
+                "{HEAL_DONE}: the slot was not lost, so there is no gap to heal"
+            );
+        }
+    }
     tracing::info!(
         slot = %cfg.postgres.slot, publication = %cfg.postgres.publication,
         confirmed_flush = %slot.confirmed_flush, "{SETUP_OK}"

@@ -42,6 +42,19 @@ pub(crate) struct SlotInfo {
     pub(crate) idle_timeout: Option<Duration>,
     /// The key the slot's checkpoints go under (a standby's slot has one of its own).
     pub(crate) checkpoint_scope: Scope,
+    /// `setup --recreate-slot` replaced an invalidated slot, or created a missing one: the
+    /// gap since the old slot's last confirmation is there to heal (a missing slot's only if
+    /// a checkpoint says the slot existed).
+    pub(crate) gap: Option<SlotGap>,
+}
+
+/// Why the slot is new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotGap {
+    /// PostgreSQL invalidated the old one (`wal_status = lost`).
+    Lost,
+    /// There was none (dropped by hand, or never created).
+    Missing,
 }
 
 impl SlotInfo {
@@ -309,6 +322,7 @@ async fn ensure_slot(
             platform,
             idle_timeout: None,
             checkpoint_scope: Scope::Primary,
+            gap: Some(SlotGap::Missing),
         });
     };
 
@@ -358,8 +372,16 @@ async fn ensure_slot(
             tracing::warn!(
                 slot = %pg.slot, reason = why.label(), gap_from = %old, gap_to = %new,
                 "{SLOT_RECREATED}: events committed between these LSNs were not relayed; \
-                 re-publish them from the outbox table"
+                 `setup --recreate-slot --heal` re-publishes them from the outbox table"
             );
+            if !cfg.message.is_empty() {
+                tracing::warn!(
+                    slot = %pg.slot,
+                    "{SLOT_RECREATED}: [[message]] sections publish logical messages, which are \
+                     in no table: the messages of the gap cannot be re-published, only rebuilt \
+                     from the business tables"
+                );
+            }
             return Ok(SlotInfo {
                 confirmed_flush: new,
                 wal_sender_timeout,
@@ -369,6 +391,7 @@ async fn ensure_slot(
                 platform,
                 idle_timeout: None,
                 checkpoint_scope: Scope::Primary,
+                gap: Some(SlotGap::Lost),
             });
         }
         return Err(RelayError::from(Definite::Precondition(
@@ -437,6 +460,7 @@ async fn ensure_slot(
         platform,
         idle_timeout: None,
         checkpoint_scope: Scope::Primary,
+        gap: None,
     })
 }
 

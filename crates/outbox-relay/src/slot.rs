@@ -222,7 +222,7 @@ pub(crate) fn lost_message(
         "replication slot {slot:?} was invalidated (wal_status = lost, reason {why}): {}, so \
          events committed after {from} may never reach Kafka. To keep it from happening again, \
          {}. outbox-relay stops and will not re-create the slot silently: run `outbox-relay \
-         setup --recreate-slot` and re-publish the gap from the outbox table \
+         setup --recreate-slot --heal`, which re-publishes the gap from the outbox table \
          (docs/operations.md#slot-lost)",
         why.what_happened(),
         why.prevention()

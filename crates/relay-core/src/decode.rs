@@ -194,31 +194,7 @@ impl Decoder {
             Message::Insert {
                 relation_oid,
                 tuple,
-            } => match self.relations.get(&relation_oid) {
-                None => Err(DecodeError::UnknownRelation(relation_oid)),
-                Some(Cached::Other) => Ok(Decoded::OtherInsert(Fingerprint::of_row(&tuple))),
-                Some(Cached::Outbox(plan, routed)) => match plan.route(&tuple, pos) {
-                    Ok(record) => Ok(Decoded::Record {
-                        record,
-                        routed: routed.clone(),
-                        fingerprint: plan.fingerprint(&tuple),
-                    }),
-                    Err(error) => Ok(Decoded::Poison(Poison {
-                        table: plan.table().to_string(),
-                        routed: routed.clone(),
-                        fingerprint: plan.fingerprint(&tuple),
-                        row: row_json(plan.relation(), &tuple),
-                        error,
-                    })),
-                },
-                Some(Cached::Broken(rel, error, routed)) => Ok(Decoded::Poison(Poison {
-                    table: format!("{}.{}", rel.namespace, rel.name),
-                    routed: routed.clone(),
-                    fingerprint: Fingerprint::of_row(&tuple),
-                    row: row_json(rel, &tuple),
-                    error: error.clone(),
-                })),
-            },
+            } => self.insert(relation_oid, &tuple, pos),
             Message::LogicalMessage {
                 transactional,
                 lsn,
@@ -245,6 +221,48 @@ impl Decoder {
                 Some(Cached::Other) | None => Decoded::Nothing,
             }),
             Message::Ignored { .. } => Ok(Decoded::Nothing),
+        }
+    }
+
+    /// A table description, as a Relation message gives it: the stream's path, and the one a
+    /// row read from the table (`outbox-relay republish`, the heal) takes, so both build the
+    /// same record.
+    pub fn relation(&mut self, rel: Relation) -> Decoded {
+        self.on_relation(rel)
+    }
+
+    /// One inserted row of the relation `relation_oid` described before: the stream's path,
+    /// and the one a row read from the table takes.
+    pub fn insert(
+        &mut self,
+        relation_oid: u32,
+        tuple: &[pgoutput::Value],
+        pos: Position,
+    ) -> Result<Decoded, DecodeError> {
+        match self.relations.get(&relation_oid) {
+            None => Err(DecodeError::UnknownRelation(relation_oid)),
+            Some(Cached::Other) => Ok(Decoded::OtherInsert(Fingerprint::of_row(tuple))),
+            Some(Cached::Outbox(plan, routed)) => match plan.route(tuple, pos) {
+                Ok(record) => Ok(Decoded::Record {
+                    record,
+                    routed: routed.clone(),
+                    fingerprint: plan.fingerprint(tuple),
+                }),
+                Err(error) => Ok(Decoded::Poison(Poison {
+                    table: plan.table().to_string(),
+                    routed: routed.clone(),
+                    fingerprint: plan.fingerprint(tuple),
+                    row: row_json(plan.relation(), tuple),
+                    error,
+                })),
+            },
+            Some(Cached::Broken(rel, error, routed)) => Ok(Decoded::Poison(Poison {
+                table: format!("{}.{}", rel.namespace, rel.name),
+                routed: routed.clone(),
+                fingerprint: Fingerprint::of_row(tuple),
+                row: row_json(rel, tuple),
+                error: error.clone(),
+            })),
         }
     }
 

@@ -14,6 +14,7 @@
 //! limit, safe_wal_size, retained WAL ──headroom::Series──▶ samples of one basis ──forecast──▶ when the slot is lost
 //! stream up, WAL grows, markers still ──stall::StallDetector──▶ stalled for N s
 //! new timeline's history + last published commit ──timeline::follow──▶ follow or refuse
+//! outbox rows (xmin, commit time) + checkpoint + new slot ──heal──▶ which rows fill a lost slot's gap
 //! Debezium's Connect offset ──debezium_position──▶ the cutover's checkpoint (whole txns only)
 //! Kafka records of a partition + outcomes ──apply──▶ the applier's transactions, start, failures
 //! ```
@@ -29,6 +30,7 @@ pub mod decode;
 pub mod forecast;
 pub mod head;
 pub mod headroom;
+pub mod heal;
 pub mod idle_timeout;
 pub mod invalidation;
 pub mod lsn;

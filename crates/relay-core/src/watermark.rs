@@ -23,6 +23,11 @@ use crate::Lsn;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TxId(u64);
 
+impl TxId {
+    /// A record sent outside the stream (`outbox-relay republish`, the heal): in no tracker.
+    pub const OUTSIDE: TxId = TxId(u64::MAX);
+}
+
 /// Every entry, transaction or mark, takes the next id, so an entry's index in the queue is
 /// `id - front id`: acknowledgements find their transaction in O(1).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,7 +18,7 @@ const ACTION_UNRESERVED: &str = "PostgreSQL removes WAL this slot still needs at
      SET max_slot_wal_keep_size = '<larger>'; SELECT pg_reload_conf() \
      (docs/operations.md#wal-status)";
 const ACTION_LOST: &str = "the slot is unusable: outbox-relay stops and will not re-create it; \
-     run `outbox-relay setup --recreate-slot` and re-publish the gap from the outbox table \
+     run `outbox-relay setup --recreate-slot --heal`, which re-publishes the gap from the outbox table \
      (docs/operations.md#slot-lost)";
 
 pub(super) fn retained_wal(cfg: &AlertsConfig, obs: &Observation) -> Finding {

@@ -257,7 +257,7 @@ fn show(l: Option<Lsn>) -> String {
 
 /// The server's system identifier and timeline, as `run` reads them (IDENTIFY_SYSTEM), so the
 /// checkpoint's key and timeline are the ones `run` looks for.
-async fn identify(cfg: &Config) -> Result<(String, u32), RelayError> {
+pub(crate) async fn identify(cfg: &Config) -> Result<(String, u32), RelayError> {
     let rcfg = replication_config(cfg, std::time::Duration::from_secs(1))?;
     let mut client = pgwire_replication::ReplicationClient::connect_gated(rcfg)
         .await

@@ -176,7 +176,7 @@ pub(crate) async fn stream(
 
 /// This run's id, as Debezium 3.x's `__debezium.context.runId` header carries one per task
 /// run: a UUID version 7 (time-ordered) string.
-fn run_id() -> String {
+pub(crate) fn run_id() -> String {
     use rand::Rng as _;
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
