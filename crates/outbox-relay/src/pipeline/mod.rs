@@ -177,21 +177,5 @@ pub(crate) async fn stream(
 /// This run's id, as Debezium 3.x's `__debezium.context.runId` header carries one per task
 /// run: a UUID version 7 (time-ordered) string.
 pub(crate) fn run_id() -> String {
-    use rand::Rng as _;
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let r: u128 = rand::rng().random();
-    let v = (u128::from(ms) << 80) | (r & ((1u128 << 80) - 1));
-    let v = (v & !(0xF << 76)) | (0x7 << 76);
-    let v = (v & !(0x3 << 62)) | (0x2 << 62);
-    let h = format!("{v:032x}");
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+    uuid::Uuid::now_v7().to_string()
 }
