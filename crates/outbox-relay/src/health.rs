@@ -19,6 +19,7 @@ use relay_core::Lsn;
 
 use crate::{
     alert::{Active, Severity},
+    console::relay::SourceHealth,
     metrics as m,
 };
 
@@ -178,6 +179,31 @@ impl Shared {
             Ok(())
         } else {
             Err(reasons)
+        }
+    }
+
+    /// The source's state for the console: `stopped` (why), `streaming`, `passive` (another
+    /// instance holds the slot) or `waiting` (between attempts), and its firing alerts.
+    pub(crate) fn health(&self) -> SourceHealth {
+        let stopped = lock(&self.stopped).clone();
+        let (state, why) = match stopped {
+            Some(why) => ("stopped", Some(why)),
+            None if self.streaming() => ("streaming", None),
+            None if self.passive() => (
+                "passive",
+                Some("another instance holds the slot; this one takes over if it goes".into()),
+            ),
+            None => (
+                "waiting",
+                Some(
+                    "the replication stream is not open (see the log for pipeline_restart)".into(),
+                ),
+            ),
+        };
+        SourceHealth {
+            state,
+            why,
+            alerts: lock(&self.alerts).clone(),
         }
     }
 

@@ -7,7 +7,12 @@ use std::{fmt::Write, time::Duration};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::{error::ApplyError, store};
-use crate::config::ApplyConfig;
+use crate::{
+    config::ApplyConfig,
+    console::applier::{
+        DeadLetter, DeadLetterTopic, NEWEST_DEAD_LETTERS, StoreView, redrive_command,
+    },
+};
 
 /// One partition's line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,19 +159,69 @@ pub async fn collect(cfg: &ApplyConfig) -> Result<Report, ApplyError> {
     })
     .await
     .map_err(|e| ApplyError::Precondition(format!("the Kafka client's thread failed: {e}")))??;
-    let dead_letters = client
+    let store = store_report(&client, cfg).await?;
+    Ok(Report {
+        consumer: a.consumer.clone(),
+        partitions,
+        dead_letters: store
+            .dead_letters
+            .iter()
+            .map(|d| (d.topic.clone(), d.count))
+            .collect(),
+        claims: store.claims,
+        oldest_claim_s: store.oldest_claim_secs,
+    })
+}
+
+/// The consumer's dead letters (count and newest few per topic) and claims: what `apply
+/// status` prints and the applier's console shows.
+pub(crate) async fn store_report(
+    client: &tokio_postgres::Client,
+    cfg: &ApplyConfig,
+) -> Result<StoreView, ApplyError> {
+    let a = &cfg.apply;
+    let dead = quoted(&a.dead_letter_table);
+    let mut dead_letters: Vec<DeadLetterTopic> = client
         .query(
             &format!(
-                "SELECT topic, count(*) FROM {} WHERE consumer = $1 GROUP BY 1 ORDER BY 1",
-                quoted(&a.dead_letter_table)
+                "SELECT topic, count(*) FROM {dead} WHERE consumer = $1 GROUP BY 1 ORDER BY 1"
             ),
             &[&a.consumer],
         )
         .await
         .map_err(ApplyError::pg(format!("reading {}", a.dead_letter_table)))?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        .map(|r| DeadLetterTopic {
+            topic: r.get(0),
+            count: r.get(1),
+            newest: Vec::new(),
+            redrive: redrive_command(r.get(0)),
+        })
         .collect();
+    let newest = client
+        .query(
+            &format!(
+                "SELECT topic, partition, \"offset\", event_type, error, failed_at::text FROM \
+                 (SELECT *, row_number() OVER (PARTITION BY topic ORDER BY failed_at DESC, \
+                 \"offset\" DESC) AS n FROM {dead} WHERE consumer = $1) d WHERE n <= $2 \
+                 ORDER BY topic, failed_at DESC, \"offset\" DESC"
+            ),
+            &[&a.consumer, &NEWEST_DEAD_LETTERS],
+        )
+        .await
+        .map_err(ApplyError::pg(format!("reading {}", a.dead_letter_table)))?;
+    for r in newest {
+        let topic: String = r.get(0);
+        if let Some(t) = dead_letters.iter_mut().find(|t| t.topic == topic) {
+            t.newest.push(DeadLetter {
+                partition: r.get(1),
+                offset: r.get(2),
+                event_type: r.get(3),
+                error: r.get(4),
+                failed_at: r.get(5),
+            });
+        }
+    }
     let claims = client
         .query_one(
             &format!(
@@ -178,12 +233,11 @@ pub async fn collect(cfg: &ApplyConfig) -> Result<Report, ApplyError> {
         )
         .await
         .map_err(ApplyError::pg(format!("reading {}", a.inbox_table)))?;
-    Ok(Report {
-        consumer: a.consumer.clone(),
-        partitions,
+    Ok(StoreView {
+        read_at: crate::console::relay::unix(std::time::SystemTime::now()),
         dead_letters,
         claims: claims.get(0),
-        oldest_claim_s: claims.get(1),
+        oldest_claim_secs: claims.get(1),
     })
 }
 
