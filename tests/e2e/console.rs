@@ -1,0 +1,188 @@
+//! The console in a real browser (headless Chromium over the DevTools protocol,
+//! support/browser.rs): the relay's page shows a streaming source with its lag, retained WAL
+//! and a firing alert, updates as events flow, raises no console error, and says STALE once
+//! the relay stops; the applier's page shows a halted partition with its reason and a dead
+//! letter with the command that re-drives it. `status` reads the same `/status.json`.
+
+use std::time::Duration;
+
+use crate::support::{
+    TestDb,
+    applier::{producer, send},
+    browser::Browser,
+    http::{free_port, get},
+    kafka, kafka_brokers,
+    relay::Relay,
+    writer,
+};
+
+const PAGE: Duration = Duration::from_secs(30);
+
+/// The number just before `" acknowledged"` on the page.
+fn acknowledged(text: &str) -> Option<u64> {
+    let before = &text[..text.find(" acknowledged")?];
+    before.rsplit(' ').next()?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relays_page_streams_alerts_updates_and_goes_stale() {
+    let db = TestDb::new("console").await;
+    let port = free_port();
+    // Any retained WAL is over 1 byte: the retained_wal alert fires (warning) on the first poll.
+    let cfg = db.relay_config(&format!(
+        "{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n\n[monitor]\npoll_interval_ms = 250\n\
+         outbox_stats_interval_ms = 500\n\n[alerts]\nretained_wal_warning_bytes = 1\n\
+         retained_wal_critical_bytes = 0\n",
+        db.outbox_section()
+    ));
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    for i in 0..3 {
+        writer::insert_event(&db.client, "order", &format!("c-{i}"), 0)
+            .await
+            .unwrap();
+    }
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (code, json) = get(addr, "/status.json").await;
+    assert_eq!(code, 200, "{json}");
+    let doc: outbox_relay::console::relay::RelayStatus = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        (doc.kind.as_str(), doc.sources.len()),
+        ("relay", 1),
+        "{json}"
+    );
+
+    let mut browser = Browser::start(&db.name);
+    let page = browser.open(&format!("http://{addr}/"));
+    let text = browser.wait_text(
+        &page,
+        "a streaming source, its lag and the alert",
+        PAGE,
+        |t| {
+            t.contains("STREAMING")
+                && t.contains("live, updated")
+                && t.contains("behind")
+                && t.contains("WARNING retained_wal")
+                && acknowledged(t).is_some_and(|n| n >= 3)
+        },
+    );
+    assert!(
+        text.contains("Retained WAL") && text.contains("Forecast"),
+        "{text}"
+    );
+    assert!(text.contains("since "), "the alert's start: {text}");
+
+    // It updates: more events, a larger count, without reloading.
+    for i in 3..10 {
+        writer::insert_event(&db.client, "order", &format!("c-{i}"), 0)
+            .await
+            .unwrap();
+    }
+    browser.wait_text(&page, "10 events acknowledged", PAGE, |t| {
+        acknowledged(t).is_some_and(|n| n >= 10)
+    });
+    let errors = browser.errors(&page);
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+
+    // `status` reads the same document: the relay's part of its report is there.
+    let out = std::process::Command::new(crate::support::relay::binary())
+        .args(["status", "--config"])
+        .arg(&relay.config)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("relay            streaming, "), "{report}");
+
+    // Stopped: the page keeps the last data and says it is stale.
+    assert!(relay.terminate(Duration::from_secs(30)).success());
+    let text = browser.wait_text(&page, "the stale indicator", PAGE, |t| t.contains("STALE"));
+    assert!(text.contains("no update since"), "{text}");
+    crate::support::check::note(&format!(
+        "console_relay: page streaming, alert, update 3→10 acknowledged, stale after stop ({} errors)",
+        errors.len()
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_appliers_page_shows_a_halted_partition_and_dead_letters() {
+    let db = TestDb::new("console_ap").await;
+    let topic = format!("{}.ops", db.name);
+    kafka::create_topic(&topic, 1).await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE ops_sum (n int NOT NULL, event_id text NOT NULL);
+             CREATE FUNCTION ops_add(v jsonb, id text) RETURNS void LANGUAGE plpgsql AS $$
+             BEGIN
+               IF (v->>'n')::int < 0 THEN RAISE EXCEPTION 'negative %', v->>'n'; END IF;
+               INSERT INTO ops_sum VALUES ((v->>'n')::int, id);
+             END $$;",
+        )
+        .await
+        .unwrap();
+    let port = free_port();
+    let cfg = |policy: &str| {
+        format!(
+            "[postgres]\nport = {}\ndatabase = \"{}\"\n\n[kafka]\nbrokers = \"{}\"\n\
+             group_id = \"{}-group\"\ntopics = [\"{topic}\"]\n\n[apply]\nconsumer = \"ops\"\n\
+             on_failure = \"{policy}\"\n\n[[handler]]\nevent_type = \"Add\"\n\
+             sql = \"SELECT ops_add(:value, :event_id)\"\n\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+            db.port,
+            db.name,
+            kafka_brokers(),
+            db.name
+        )
+    };
+    let (status, log) = Relay::once(
+        &format!("{}-setup", db.name),
+        &cfg("halt"),
+        &["apply", "setup"],
+        &[],
+    );
+    assert!(status.success(), "{log}");
+    let p = producer();
+    for (i, n) in [1, -1, 2].into_iter().enumerate() {
+        send(&p, &topic, &format!("ev-{i}"), n).await;
+    }
+    let url = format!("http://127.0.0.1:{port}/");
+    let mut browser = Browser::start(&db.name);
+
+    // Halt: the partition stops on the raising record; the page says so and why.
+    let mut a = Relay::start_with(
+        &format!("{}-halt", db.name),
+        &cfg("halt"),
+        &["apply", "run"],
+        &[],
+    );
+    a.wait_log("apply_partition_halted", Duration::from_secs(60))
+        .await;
+    let page = browser.open(&url);
+    let text = browser.wait_text(&page, "the halted partition and why", PAGE, |t| {
+        t.contains(&format!("{topic}[0]")) && t.contains("HALTED") && t.contains("negative -1")
+    });
+    assert!(text.contains("consumer ops"), "{text}");
+    let errors = browser.errors(&page);
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    assert!(a.terminate(Duration::from_secs(30)).success());
+
+    // Dead-letter: the record is listed with its coordinates and the command to re-drive it.
+    let mut a = Relay::start_with(
+        &format!("{}-dead", db.name),
+        &cfg("dead-letter"),
+        &["apply", "run"],
+        &[],
+    );
+    let page = browser.open(&url);
+    let text = browser.wait_text(&page, "the dead letter", PAGE, |t| {
+        t.contains("1 dead letter;") && t.contains("apply redrive")
+    });
+    assert!(
+        text.contains(&format!("{topic}: 1")) && text.contains("Add"),
+        "{text}"
+    );
+    assert!(text.contains("negative -1"), "the error: {text}");
+    let errors = browser.errors(&page);
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    assert!(a.terminate(Duration::from_secs(30)).success());
+    crate::support::check::note(
+        "console_applier: halted partition with reason, dead letter with redrive command, no console errors",
+    );
+}
