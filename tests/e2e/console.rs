@@ -94,6 +94,7 @@ async fn the_relays_page_streams_alerts_updates_and_goes_stale() {
 
     // Stopped: the page keeps the last data and says it is stale.
     assert!(relay.terminate(Duration::from_secs(30)).success());
+    page.server_stopped();
     let text = browser.wait_text(&page, "the stale indicator", PAGE, |t| t.contains("STALE"));
     assert!(text.contains("no update since"), "{text}");
     crate::support::check::note(&format!(

@@ -37,6 +37,16 @@ pub struct Browser {
 /// One open tab.
 pub struct Page {
     session: String,
+    /// Refused connections are expected (the server was stopped on purpose): the page's own
+    /// failed fetches are not errors then.
+    refused_ok: std::cell::Cell<bool>,
+}
+
+impl Page {
+    /// The server behind the page was stopped on purpose.
+    pub fn server_stopped(&self) {
+        self.refused_ok.set(true);
+    }
 }
 
 impl Browser {
@@ -135,7 +145,10 @@ impl Browser {
             self.call(Some(&session), domain, json!({}));
         }
         self.call(Some(&session), "Page.navigate", json!({"url": url}));
-        Page { session }
+        Page {
+            session,
+            refused_ok: false.into(),
+        }
     }
 
     /// The value of a JavaScript expression in the page.
@@ -154,7 +167,8 @@ impl Browser {
         v.as_str().unwrap_or_default().to_string()
     }
 
-    /// Waits (at most `timeout`) until the page's text satisfies `ok`; returns the text.
+    /// Waits (at most `timeout`) until the page's text satisfies `ok`; returns the text. Fails
+    /// at once on a console error.
     pub fn wait_text(
         &mut self,
         page: &Page,
@@ -168,6 +182,12 @@ impl Browser {
             if ok(&text) {
                 return text;
             }
+            let errors = self.errors(page);
+            assert!(
+                errors.is_empty(),
+                "console errors while waiting for {what}: {:#?}\nthe page shows:\n{text}",
+                &errors[..errors.len().min(3)]
+            );
             assert!(
                 Instant::now() < deadline,
                 "the page did not show {what} within {timeout:?}; it shows:\n{text}"
@@ -186,12 +206,23 @@ impl Browser {
                 let p = &e["params"];
                 match e["method"].as_str()? {
                     "Runtime.exceptionThrown" => {
-                        Some(format!("exception: {}", p["exceptionDetails"]))
+                        let d = &p["exceptionDetails"];
+                        let what = d["exception"]["description"].as_str().unwrap_or_default();
+                        Some(format!(
+                            "{}: {what}",
+                            d["text"].as_str().unwrap_or("exception")
+                        ))
                     }
                     "Runtime.consoleAPICalled" if p["type"] == "error" => {
                         Some(format!("console.error: {}", p["args"]))
                     }
-                    "Log.entryAdded" if p["entry"]["level"] == "error" => {
+                    "Log.entryAdded"
+                        if p["entry"]["level"] == "error"
+                            && !(page.refused_ok.get()
+                                && p["entry"]["text"]
+                                    .as_str()
+                                    .is_some_and(|t| t.contains("ERR_CONNECTION_REFUSED"))) =>
+                    {
                         Some(format!("log: {}", p["entry"]["text"]))
                     }
                     _ => None,

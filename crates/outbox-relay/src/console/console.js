@@ -217,23 +217,29 @@ function freshness() {
 }
 
 async function refresh() {
+  let doc = null;
   try {
     const r = await fetch("/status.json", { cache: "no-store" });
     if (!r.ok) throw new Error("HTTP " + r.status);
-    lastDoc = await r.json();
-    lastOk = Date.now() / 1000;
-    render();
+    doc = await r.json();
   } catch (e) {
     // Stale: the indicator says so; the last data stays on screen.
   }
+  if (doc) {
+    lastDoc = doc;
+    lastOk = Date.now() / 1000;
+  }
   freshness();
+  // Outside the try: a drawing error is an uncaught error (the browser tests look for them).
+  if (doc) render();
 }
 
 async function refreshHistory() {
   try {
     const r = await fetch("/history.json", { cache: "no-store" });
-    if (r.ok) { history = await r.json(); render(); }
-  } catch (e) { /* shown by the status fetch's freshness */ }
+    if (r.ok) history = await r.json(); else return;
+  } catch (e) { return; /* shown by the status fetch's freshness */ }
+  render();
 }
 
 refresh();

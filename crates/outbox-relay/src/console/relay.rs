@@ -178,7 +178,8 @@ impl SourceStatus {
                 m::MAX_SLOT_WAL_KEEP_SIZE_BYTES if v >= 0.0 => {
                     s.max_slot_wal_keep_size_bytes = Some(v)
                 }
-                m::SLOT_SAFE_WAL_SIZE_BYTES => s.safe_wal_size_bytes = Some(v),
+                // -1: unlimited or unknown (the gauge's documented sentinel).
+                m::SLOT_SAFE_WAL_SIZE_BYTES if v != -1.0 => s.safe_wal_size_bytes = Some(v),
                 m::SLOT_WAL_STATUS if v > 0.0 => s.wal_status = x.label("status").map(Into::into),
                 m::SLOT_LOSS_FORECAST_SECONDS => s.loss_forecast_secs = Some(v),
                 m::EVENTS_PRODUCED => *s.events_produced.get_or_insert(0.0) += v,
