@@ -18,6 +18,45 @@ use crate::support::{
 
 const PAGE: Duration = Duration::from_secs(30);
 
+/// A handler that raises on a negative `n`.
+async fn ops_schema(db: &TestDb) {
+    db.client
+        .batch_execute(
+            "CREATE TABLE ops_sum (n int NOT NULL, event_id text NOT NULL);
+             CREATE FUNCTION ops_add(v jsonb, id text) RETURNS void LANGUAGE plpgsql AS $$
+             BEGIN
+               IF (v->>'n')::int < 0 THEN RAISE EXCEPTION 'negative %', v->>'n'; END IF;
+               INSERT INTO ops_sum VALUES ((v->>'n')::int, id);
+             END $$;",
+        )
+        .await
+        .unwrap();
+}
+
+/// Consumer `ops` of `topic` with `on_failure = policy`, its endpoint on `port`.
+fn applier_config(db: &TestDb, topic: &str, port: u16, policy: &str) -> String {
+    format!(
+        "[postgres]\nport = {}\ndatabase = \"{}\"\n\n[kafka]\nbrokers = \"{}\"\n\
+         group_id = \"{}-group\"\ntopics = [\"{topic}\"]\n\n[apply]\nconsumer = \"ops\"\n\
+         on_failure = \"{policy}\"\n\n[[handler]]\nevent_type = \"Add\"\n\
+         sql = \"SELECT ops_add(:value, :event_id)\"\n\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
+        db.port,
+        db.name,
+        kafka_brokers(),
+        db.name
+    )
+}
+
+/// A relay whose retained_wal alert fires (any retained WAL is over 1 byte) on the first poll.
+fn relay_config(db: &TestDb, port: u16) -> String {
+    db.relay_config(&format!(
+        "{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n\n[monitor]\npoll_interval_ms = 250\n\
+         outbox_stats_interval_ms = 500\n\n[alerts]\nretained_wal_warning_bytes = 1\n\
+         retained_wal_critical_bytes = 0\n",
+        db.outbox_section()
+    ))
+}
+
 /// The number just before `" acknowledged"` on the page.
 fn acknowledged(text: &str) -> Option<u64> {
     let before = &text[..text.find(" acknowledged")?];
@@ -28,13 +67,7 @@ fn acknowledged(text: &str) -> Option<u64> {
 async fn the_relays_page_streams_alerts_updates_and_goes_stale() {
     let db = TestDb::new("console").await;
     let port = free_port();
-    // Any retained WAL is over 1 byte: the retained_wal alert fires (warning) on the first poll.
-    let cfg = db.relay_config(&format!(
-        "{}\n[http]\nlisten = \"127.0.0.1:{port}\"\n\n[monitor]\npoll_interval_ms = 250\n\
-         outbox_stats_interval_ms = 500\n\n[alerts]\nretained_wal_warning_bytes = 1\n\
-         retained_wal_critical_bytes = 0\n",
-        db.outbox_section()
-    ));
+    let cfg = relay_config(&db, port);
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     for i in 0..3 {
         writer::insert_event(&db.client, "order", &format!("c-{i}"), 0)
@@ -108,30 +141,9 @@ async fn the_appliers_page_shows_a_halted_partition_and_dead_letters() {
     let db = TestDb::new("console_ap").await;
     let topic = format!("{}.ops", db.name);
     kafka::create_topic(&topic, 1).await;
-    db.client
-        .batch_execute(
-            "CREATE TABLE ops_sum (n int NOT NULL, event_id text NOT NULL);
-             CREATE FUNCTION ops_add(v jsonb, id text) RETURNS void LANGUAGE plpgsql AS $$
-             BEGIN
-               IF (v->>'n')::int < 0 THEN RAISE EXCEPTION 'negative %', v->>'n'; END IF;
-               INSERT INTO ops_sum VALUES ((v->>'n')::int, id);
-             END $$;",
-        )
-        .await
-        .unwrap();
+    ops_schema(&db).await;
     let port = free_port();
-    let cfg = |policy: &str| {
-        format!(
-            "[postgres]\nport = {}\ndatabase = \"{}\"\n\n[kafka]\nbrokers = \"{}\"\n\
-             group_id = \"{}-group\"\ntopics = [\"{topic}\"]\n\n[apply]\nconsumer = \"ops\"\n\
-             on_failure = \"{policy}\"\n\n[[handler]]\nevent_type = \"Add\"\n\
-             sql = \"SELECT ops_add(:value, :event_id)\"\n\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
-            db.port,
-            db.name,
-            kafka_brokers(),
-            db.name
-        )
-    };
+    let cfg = |policy: &str| applier_config(&db, &topic, port, policy);
     let (status, log) = Relay::once(
         &format!("{}-setup", db.name),
         &cfg("halt"),
@@ -186,4 +198,81 @@ async fn the_appliers_page_shows_a_halted_partition_and_dead_letters() {
     crate::support::check::note(
         "console_applier: halted partition with reason, dead letter with redrive command, no console errors",
     );
+}
+
+/// Not a check: the screenshots of docs/images (scripts/screenshots.sh runs it). The relay
+/// with a stream of events for a minute (the charts' first points) and a firing alert; the
+/// applier with a dead letter and then a halted partition. PNGs in SCREENSHOT_DIR (default
+/// target/screenshots).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "makes the docs' screenshots: scripts/screenshots.sh"]
+async fn screenshots() {
+    let dir = std::path::PathBuf::from(
+        std::env::var("SCREENSHOT_DIR").unwrap_or_else(|_| "target/screenshots".into()),
+    );
+    let secs: u64 = std::env::var("SCREENSHOT_STREAM_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let db = TestDb::new("shots").await;
+    let port = free_port();
+    let mut relay = Relay::streaming(&db.name, &relay_config(&db, port)).await;
+    let mut browser = Browser::start(&db.name);
+    let page = browser.open(&format!("http://127.0.0.1:{port}/"));
+    // 20 events a second, as scripts/demo.sh writes them.
+    for i in 0..secs * 20 {
+        writer::insert_event(&db.client, "order", &format!("s-{}", i % 4), 0)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    browser.wait_text(&page, "the stream", PAGE, |t| t.contains("STREAMING"));
+    browser.screenshot(&page, &dir.join("console-relay.png"));
+    assert!(relay.terminate(Duration::from_secs(30)).success());
+
+    let topic = format!("{}.orders", db.name);
+    kafka::create_topic(&topic, 2).await;
+    ops_schema(&db).await;
+    let aport = free_port();
+    let cfg = |policy: &str| applier_config(&db, &topic, aport, policy);
+    let (status, log) = Relay::once(
+        &format!("{}-setup", db.name),
+        &cfg("halt"),
+        &["apply", "setup"],
+        &[],
+    );
+    assert!(status.success(), "{log}");
+    let p = producer();
+    for (i, n) in [1, -1, 2, 3, 4].into_iter().enumerate() {
+        send(&p, &topic, &format!("ev-{i}"), n).await;
+    }
+    let mut a = Relay::start_with(
+        &format!("{}-dead", db.name),
+        &cfg("dead-letter"),
+        &["apply", "run"],
+        &[],
+    );
+    let page = browser.open(&format!("http://127.0.0.1:{aport}/"));
+    browser.wait_text(&page, "the dead letter", PAGE, |t| {
+        t.contains("1 dead letter;")
+    });
+    assert!(a.terminate(Duration::from_secs(30)).success());
+    for (i, n) in [5, -7, 8].into_iter().enumerate() {
+        send(&p, &topic, &format!("ev2-{i}"), n).await;
+    }
+    let mut a = Relay::start_with(
+        &format!("{}-halt", db.name),
+        &cfg("halt"),
+        &["apply", "run"],
+        &[],
+    );
+    a.wait_log("apply_partition_halted", Duration::from_secs(60))
+        .await;
+    let page = browser.open(&format!("http://127.0.0.1:{aport}/"));
+    browser.wait_text(&page, "the halted partition", PAGE, |t| {
+        t.contains("HALTED") && t.contains("1 dead letter;")
+    });
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    browser.screenshot(&page, &dir.join("console-applier.png"));
+    assert!(a.terminate(Duration::from_secs(30)).success());
 }

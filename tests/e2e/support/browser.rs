@@ -196,6 +196,21 @@ impl Browser {
         }
     }
 
+    /// Saves a PNG of the page as it is now (the whole page, not just the window).
+    pub fn screenshot(&mut self, page: &Page, path: &std::path::Path) {
+        use base64::Engine as _;
+        let r = self.call(
+            Some(&page.session),
+            "Page.captureScreenshot",
+            json!({"format": "png", "captureBeyondViewport": true}),
+        );
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(r["data"].as_str().expect("screenshot data"))
+            .expect("base64 PNG");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, png).unwrap();
+    }
+
     /// Uncaught exceptions, `console.error` calls and error log entries of `page` so far.
     pub fn errors(&self, page: &Page) -> Vec<String> {
         let events = self.events.lock().unwrap();
