@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::support::{
     TestDb,
-    applier::{producer, send},
+    applier::{apply_cmd, producer, send},
     browser::Browser,
     http::{free_port, get},
     kafka, kafka_brokers,
@@ -174,6 +174,13 @@ async fn the_appliers_page_shows_a_halted_partition_and_dead_letters() {
     assert!(text.contains("consumer ops"), "{text}");
     let errors = browser.errors(&page);
     assert!(errors.is_empty(), "console errors: {errors:#?}");
+    // `apply status` reads the same document for what only the running applier knows.
+    let out = apply_cmd("status", &a.config, &[]);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains(&format!("{topic}[0] HALTED: ")) && report.contains("negative -1"),
+        "{report}"
+    );
     assert!(a.terminate(Duration::from_secs(30)).success());
 
     // Dead-letter: the record is listed with its coordinates and the command to re-drive it.

@@ -1,6 +1,7 @@
 //! `outbox-relay apply status`: the consumer's positions against the logs' bounds (lag, and
 //! positions outside the log), its dead letters and its oldest claim, on one screen, from the
-//! database and Kafka (no running applier needed).
+//! database and Kafka (no running applier needed); when the local applier's endpoint answers, its
+//! `/status.json` (the console's data) adds the partitions it halted, with their reason.
 
 use std::{fmt::Write, time::Duration};
 
@@ -10,8 +11,9 @@ use super::{error::ApplyError, store};
 use crate::{
     config::ApplyConfig,
     console::applier::{
-        DeadLetter, DeadLetterTopic, NEWEST_DEAD_LETTERS, StoreView, redrive_command,
+        ApplierStatus, DeadLetter, DeadLetterTopic, NEWEST_DEAD_LETTERS, StoreView, redrive_command,
     },
+    http_client::{self as http, Target},
 };
 
 /// One partition's line.
@@ -45,6 +47,9 @@ pub struct Report {
     /// Claims of this consumer and the age of the oldest, in seconds.
     pub claims: i64,
     pub oldest_claim_s: Option<f64>,
+    /// The local applier's own view (its `/status.json`, the console's data), when its
+    /// endpoint answers: the partitions it applies, halted ones with their reason.
+    pub running: Result<ApplierStatus, String>,
 }
 
 impl Report {
@@ -103,6 +108,30 @@ impl Report {
             .oldest_claim_s
             .map_or("none".into(), |a| format!("{:.0} s ago", a));
         let _ = writeln!(s, "claims: {} (oldest {oldest})", self.claims);
+        match &self.running {
+            Ok(r) => {
+                let halted: Vec<String> = r
+                    .partitions
+                    .iter()
+                    .filter_map(|p| {
+                        let why = p.halted.as_ref()?;
+                        Some(format!("{}[{}] HALTED: {why}", p.topic, p.partition))
+                    })
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "running applier: {} partitions assigned, {} halted",
+                    r.partitions.len(),
+                    halted.len()
+                );
+                for h in halted {
+                    let _ = writeln!(s, "  {h}");
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(s, "running applier: no report ({e})");
+            }
+        }
         s
     }
 }
@@ -160,6 +189,7 @@ pub async fn collect(cfg: &ApplyConfig) -> Result<Report, ApplyError> {
     .await
     .map_err(|e| ApplyError::Precondition(format!("the Kafka client's thread failed: {e}")))??;
     let store = store_report(&client, cfg).await?;
+    let running = running(cfg).await;
     Ok(Report {
         consumer: a.consumer.clone(),
         partitions,
@@ -170,7 +200,22 @@ pub async fn collect(cfg: &ApplyConfig) -> Result<Report, ApplyError> {
             .collect(),
         claims: store.claims,
         oldest_claim_s: store.oldest_claim_secs,
+        running,
     })
+}
+
+/// The local applier's `/status.json`, if its endpoint is on a fixed port and answers.
+async fn running(cfg: &ApplyConfig) -> Result<ApplierStatus, String> {
+    if !cfg.http.enabled || cfg.http.listen.port() == 0 {
+        return Err("http endpoint disabled or on a random port".into());
+    }
+    let t = Target::local(cfg.http.listen, "/status.json");
+    match http::get(&t, Duration::from_secs(2)).await {
+        Ok((s, body)) if s.is_success() => serde_json::from_str(&body)
+            .map_err(|e| format!("{} answered a document it cannot read: {e}", t.redacted())),
+        Ok((s, _)) => Err(format!("{} answered {s}", t.redacted())),
+        Err(e) => Err(format!("{} not reachable: {e}", t.redacted())),
+    }
 }
 
 /// The consumer's dead letters (count and newest few per topic) and claims: what `apply
@@ -267,6 +312,7 @@ mod tests {
             dead_letters: vec![("t".into(), 2)],
             claims: 4,
             oldest_claim_s: Some(60.0),
+            running: Err("not reachable".into()),
         };
         assert!(r.alarming());
         let text = r.render();
@@ -276,6 +322,10 @@ mod tests {
         );
         assert!(
             text.contains("dead letters: 2 (t: 2)") && text.contains("claims: 4 (oldest 60 s ago)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("running applier: no report (not reachable)"),
             "{text}"
         );
     }
