@@ -57,6 +57,18 @@ fn relay_config(db: &TestDb, port: u16) -> String {
     ))
 }
 
+/// `request` (a request line and headers, without the blank line) with `Connection: close`; the
+/// whole answer.
+async fn raw(addr: std::net::SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("{request}Host: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
 /// The number just before `" acknowledged"` on the page.
 fn acknowledged(text: &str) -> Option<u64> {
     let before = &text[..text.find(" acknowledged")?];
@@ -84,6 +96,14 @@ async fn the_relays_page_streams_alerts_updates_and_goes_stale() {
         "{json}"
     );
 
+    // Read-only: nothing but GET and HEAD; the page may run only its own script.
+    let post = raw(addr, "POST /status.json HTTP/1.1\r\nContent-Length: 0\r\n").await;
+    assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+    let page = raw(addr, "GET / HTTP/1.1\r\n").await.to_ascii_lowercase();
+    assert!(
+        page.contains("content-security-policy: default-src 'none'; script-src 'self'"),
+        "{page}"
+    );
     let mut browser = Browser::start(&db.name);
     let page = browser.open(&format!("http://{addr}/"));
     let text = browser.wait_text(

@@ -100,7 +100,7 @@ impl crate::console::View for Fleet {
 
 impl Fleet {
     /// Every source's name and health, by name.
-    fn health(&self) -> Vec<(Option<String>, crate::console::relay::SourceHealth)> {
+    fn health(&self) -> Vec<(Option<String>, crate::health::SourceHealth)> {
         let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
         members
             .iter()

@@ -19,9 +19,17 @@ use relay_core::Lsn;
 
 use crate::{
     alert::{Active, Severity},
-    console::relay::SourceHealth,
     metrics as m,
 };
+
+/// What a source's [`Shared`] knows beyond its metrics, for the console: its state
+/// (`streaming`, `passive`, `stopped`, `waiting`), why, and its firing alerts.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SourceHealth {
+    pub(crate) state: &'static str,
+    pub(crate) why: Option<String>,
+    pub(crate) alerts: Vec<Active>,
+}
 
 /// Heartbeats kept while waiting for their confirmation.
 const MAX_PENDING_HEARTBEATS: usize = 10_000;

@@ -26,7 +26,6 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::{net::TcpListener, sync::watch};
 
 use crate::{
-    console::{self, Console, View},
     events::{HTTP_ACCEPT_FAILED, HTTP_LISTEN_FAILED, HTTP_LISTENING},
     health::Shared,
 };
@@ -37,6 +36,14 @@ pub(crate) trait Readiness: Send + Sync + 'static {
     fn readiness(&self, passive_ok: bool) -> Result<(), Vec<String>>;
 }
 
+/// The read-only pages served beside the probes (the console, [`crate::console`]).
+pub(crate) trait Routes: Readiness {
+    /// The paths, for the 404 text.
+    const PATHS: &'static str;
+    /// The answer to a GET of `path` (content type and body), if it is one of the routes.
+    fn route(&self, path: &str, prom: &PrometheusHandle) -> Option<(&'static str, String)>;
+}
+
 impl Readiness for Shared {
     fn readiness(&self, passive_ok: bool) -> Result<(), Vec<String>> {
         Shared::readiness(self, passive_ok)
@@ -44,10 +51,10 @@ impl Readiness for Shared {
 }
 
 /// Serves the endpoint on `listen` until `shutdown` flips to true.
-pub(crate) async fn serve<V: View>(
+pub(crate) async fn serve<R: Routes>(
     listen: std::net::SocketAddr,
     prom: PrometheusHandle,
-    shared: Arc<Console<V>>,
+    shared: Arc<R>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let listener = loop {
@@ -98,10 +105,10 @@ pub(crate) async fn serve<V: View>(
     }
 }
 
-fn respond<V: View>(
+fn respond<R: Routes>(
     req: &Request<Incoming>,
     prom: &PrometheusHandle,
-    shared: &Console<V>,
+    shared: &R,
 ) -> Response<Full<Bytes>> {
     let text = |status: StatusCode, body: String| {
         let mut r = Response::new(Full::new(Bytes::from(body)));
@@ -118,7 +125,7 @@ fn respond<V: View>(
         return text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n".into());
     }
     if !known {
-        return match shared.respond(path, prom) {
+        return match shared.route(path, prom) {
             Some((kind, body)) => {
                 let mut r = text(StatusCode::OK, body);
                 let h = r.headers_mut();
@@ -139,7 +146,7 @@ fn respond<V: View>(
                 StatusCode::NOT_FOUND,
                 format!(
                     "not found: try /metrics, /healthz, /readyz or {}\n",
-                    console::ROUTES
+                    R::PATHS
                 ),
             ),
         };

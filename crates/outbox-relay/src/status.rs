@@ -117,7 +117,7 @@ async fn relay_report(cfg: &Config) -> Result<RelayView, String> {
             doc.sources
                 .iter()
                 .find(|s| want.is_none() || s.name.as_deref() == want)
-                .map(SourceStatus::view)
+                .map(RelayView::from)
                 .ok_or_else(|| {
                     format!(
                         "{} does not relay source {}",
@@ -161,7 +161,27 @@ pub fn sources(cfg: &Config) -> String {
 /// Reads the relay's own metrics from Prometheus text; with `source`, only that source's series
 /// (a multi-source relay labels every series with `source`).
 pub fn relay_view(text: &str, source: Option<&str>) -> RelayView {
-    SourceStatus::from_metrics(text, source).view()
+    RelayView::from(&SourceStatus::from_metrics(text, source))
+}
+
+impl From<&SourceStatus> for RelayView {
+    /// The terminal view's part of the relay's document.
+    fn from(s: &SourceStatus) -> RelayView {
+        RelayView {
+            streaming: s.streaming,
+            ready: s.ready,
+            time_lag_secs: s.lag_secs,
+            heartbeat_age_secs: s.heartbeat_age_secs,
+            alert_levels: s
+                .alerts
+                .iter()
+                .map(|a| (a.alert.clone(), a.level))
+                .collect(),
+            events_produced: s.events_produced,
+            inflight_events: s.inflight_events,
+            loss_forecast_secs: s.loss_forecast_secs,
+        }
+    }
 }
 
 impl StatusReport {

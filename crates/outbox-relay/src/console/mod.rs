@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 
-use crate::http::Readiness;
+use crate::http::{Readiness, Routes};
 
 pub(crate) mod applier;
 pub(crate) mod history;
@@ -45,12 +45,6 @@ impl<V: View> Readiness for Console<V> {
     }
 }
 
-/// A console route's answer: content type and body.
-pub(crate) type Asset = (&'static str, String);
-
-/// The routes the console adds to the endpoint (for the 404 text).
-pub(crate) const ROUTES: &str = "/, /status.json, /history.json";
-
 impl<V: View> Console<V> {
     pub(crate) fn new(view: Arc<V>) -> Arc<Self> {
         Arc::new(Console {
@@ -62,9 +56,12 @@ impl<V: View> Console<V> {
     fn history(&self) -> std::sync::MutexGuard<'_, History> {
         self.history.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
 
-    /// The answer to `path`, if it is a console route.
-    pub(crate) fn respond(&self, path: &str, prom: &PrometheusHandle) -> Option<Asset> {
+impl<V: View> Routes for Console<V> {
+    const PATHS: &'static str = "/, /status.json, /history.json";
+
+    fn route(&self, path: &str, prom: &PrometheusHandle) -> Option<(&'static str, String)> {
         Some(match path {
             "/" | "/index.html" => ("text/html; charset=utf-8", PAGE.to_string()),
             "/console.js" => ("text/javascript; charset=utf-8", SCRIPT.to_string()),
@@ -76,7 +73,9 @@ impl<V: View> Console<V> {
             _ => return None,
         })
     }
+}
 
+impl<V: View> Console<V> {
     /// Takes a reading every [`history::INTERVAL`] until `stop` flips.
     pub(crate) async fn sample(
         self: Arc<Self>,

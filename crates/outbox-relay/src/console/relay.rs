@@ -15,7 +15,11 @@ use super::{
     history::{History, Reading},
     prom_text::{Sample, samples},
 };
-use crate::{alert::Active, health::Shared, metrics as m, webhook::rfc3339};
+use crate::{
+    health::{Shared, SourceHealth},
+    metrics as m,
+    webhook::rfc3339,
+};
 
 /// The whole document.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -73,14 +77,6 @@ pub struct AlertStatus {
     pub summary: Option<String>,
     /// When it started firing (RFC 3339), while it fires.
     pub since: Option<String>,
-}
-
-/// What a source's [`Shared`](crate::health::Shared) knows beyond its metrics.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct SourceHealth {
-    pub(crate) state: &'static str,
-    pub(crate) why: Option<String>,
-    pub(crate) alerts: Vec<Active>,
 }
 
 /// The document for `sources` (name and health; one unnamed source in a single-database
@@ -236,30 +232,12 @@ impl SourceStatus {
             entry.since = Some(rfc3339(a.since));
         }
     }
-
-    /// The terminal view's part of it.
-    pub fn view(&self) -> crate::status::RelayView {
-        crate::status::RelayView {
-            streaming: self.streaming,
-            ready: self.ready,
-            time_lag_secs: self.lag_secs,
-            heartbeat_age_secs: self.heartbeat_age_secs,
-            alert_levels: self
-                .alerts
-                .iter()
-                .map(|a| (a.alert.clone(), a.level))
-                .collect(),
-            events_produced: self.events_produced,
-            inflight_events: self.inflight_events,
-            loss_forecast_secs: self.loss_forecast_secs,
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alert::{AlertKind, Severity};
+    use crate::alert::{Active, AlertKind, Severity};
 
     const TEXT: &str = "outbox_relay_streaming{source=\"a\"} 1\n\
         outbox_relay_slot_lag_bytes{source=\"a\"} 2048\n\
@@ -279,7 +257,10 @@ mod tests {
         assert_eq!(a.confirmed_lsn.as_deref(), Some("1/1"));
         assert_eq!(a.wal_status.as_deref(), Some("extended"));
         assert_eq!(a.oldest_row_age_secs, Some(7.0));
-        assert_eq!(a.view().alert_levels, [("time_lag".to_string(), 2.0)]);
+        assert_eq!(
+            (a.alerts[0].alert.as_str(), a.alerts[0].level),
+            ("time_lag", 2.0)
+        );
         let b = SourceStatus::from_metrics(TEXT, Some("b"));
         assert_eq!((b.state.as_str(), b.lag_bytes), ("waiting", None));
     }
