@@ -5,9 +5,12 @@
 
 const REFRESH_MS = 2000;
 const HISTORY_MS = 5000;
-// The data is stale when no fetch succeeded for this long, or the document is this old.
+// The data is stale when no fetch brought a newer document for this long (measured on this
+// browser's clock only: the server's `at` is compared with the previous `at`, never with the
+// browser's time, so a skewed clock cannot make the page look stale or fresh).
 const STALE_SECS = 6;
 
+// When (browser time, seconds) a document newer than the one before arrived.
 let lastOk = 0;
 let lastDoc = null;
 let history = { series: {} };
@@ -201,19 +204,16 @@ function render() {
 
 function freshness() {
   const f = document.getElementById("freshness");
-  const now = Date.now() / 1000;
-  const age = lastDoc ? now - lastDoc.at : Infinity;
-  const stale = now - lastOk > STALE_SECS || age > STALE_SECS;
-  f.classList.toggle("stale", stale);
+  const quiet = Date.now() / 1000 - lastOk;
+  const stale = quiet > STALE_SECS;
+  f.classList.toggle("stale", stale && (lastDoc !== null || performance.now() > STALE_SECS * 1000));
   document.body.dataset.stale = stale ? "yes" : "no";
   if (!lastDoc) {
-    f.textContent = stale && lastOk === 0 && performance.now() > STALE_SECS * 1000
-      ? "STALE: no answer from the process" : "loading…";
-    if (f.textContent.startsWith("STALE")) f.classList.add("stale");
+    f.textContent = performance.now() > STALE_SECS * 1000 ? "STALE: no answer from the process" : "loading…";
     return;
   }
   const at = new Date(lastDoc.at * 1000).toLocaleTimeString();
-  f.textContent = stale ? `STALE: no update since ${at} (${secs(age)} ago)` : `live, updated ${at}`;
+  f.textContent = stale ? `STALE: no update since ${at} (${secs(quiet)} ago)` : `live, updated ${at}`;
 }
 
 async function refresh() {
@@ -226,8 +226,8 @@ async function refresh() {
     // Stale: the indicator says so; the last data stays on screen.
   }
   if (doc) {
+    if (!lastDoc || doc.at > lastDoc.at) lastOk = Date.now() / 1000;
     lastDoc = doc;
-    lastOk = Date.now() / 1000;
   }
   freshness();
   // Outside the try: a drawing error is an uncaught error (the browser tests look for them).
