@@ -139,7 +139,10 @@ function relaySource(s) {
       row("Retained WAL", ...retained(s)),
       row("Forecast", forecast(s)),
       row("Events", `${num(s.events_per_sec, 1)} events/s, ${num(s.events_produced, 0)} acknowledged since start`),
-      row("In flight", `${num(s.inflight_events, 0)} records, ${num(s.inflight_transactions, 0)} transactions`),
+      row("In flight", `${num(s.inflight_events, 0)} records (${bytes(s.inflight_bytes)}), ` +
+        `${num(s.inflight_transactions, 0)} transactions`),
+      row("Last confirmation", s.last_confirmation_age_secs === null || s.last_confirmation_age_secs === undefined
+        ? "none since start" : `${secs(s.last_confirmation_age_secs)} ago`),
       row("Heartbeat age", secs(s.heartbeat_age_secs)),
       row("Oldest unsent row", secs(s.oldest_row_age_secs)),
       row("Alerts", ...alertLines(s.alerts))),

@@ -62,6 +62,9 @@ pub struct SourceStatus {
     pub events_per_sec: Option<f64>,
     pub inflight_events: Option<f64>,
     pub inflight_transactions: Option<f64>,
+    pub inflight_bytes: Option<f64>,
+    /// Seconds since the relay last confirmed a position to the slot.
+    pub last_confirmation_age_secs: Option<f64>,
     pub heartbeat_age_secs: Option<f64>,
     /// The oldest row still in an outbox table (the oldest of the source's tables).
     pub oldest_row_age_secs: Option<f64>,
@@ -181,6 +184,10 @@ impl SourceStatus {
                 m::EVENTS_PRODUCED => *s.events_produced.get_or_insert(0.0) += v,
                 m::INFLIGHT_EVENTS => s.inflight_events = Some(v),
                 m::INFLIGHT_TRANSACTIONS => s.inflight_transactions = Some(v),
+                m::INFLIGHT_BYTES => s.inflight_bytes = Some(v),
+                m::LAST_CONFIRMATION if v > 0.0 => {
+                    s.last_confirmation_age_secs = Some((unix(SystemTime::now()) - v).max(0.0))
+                }
                 m::HEARTBEAT_AGE_SECONDS => s.heartbeat_age_secs = Some(v),
                 m::OUTBOX_OLDEST_ROW_AGE => {
                     let o = s.oldest_row_age_secs.get_or_insert(v);
