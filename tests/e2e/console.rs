@@ -116,6 +116,8 @@ async fn the_relays_page_streams_alerts_updates_and_goes_stale() {
                 && t.contains("behind")
                 && t.contains("WARNING retained_wal")
                 && acknowledged(t).is_some_and(|n| n >= 3)
+                && t.lines()
+                    .any(|l| l.starts_with("Last confirmation") && l.ends_with(" ago"))
         },
     );
     assert!(
