@@ -127,3 +127,43 @@ impl View for ApplierView {
         )]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_shows_lag_halts_and_the_last_database_reading() {
+        let cfg = ApplyConfig::from_test_toml(
+            "[kafka]\ngroup_id = \"g\"\ntopics = [\"t\"]\n[apply]\nconsumer = \"c\"\n\
+             [[handler]]\nevent_type = \"E\"\nsql = \"SELECT :value\"\n",
+        )
+        .unwrap();
+        let a = Arc::new(Assignment::default());
+        let (t0, t1) = (("t".to_string(), 0), ("t".to_string(), 1));
+        a.assigned(&t0, Some(5), None);
+        a.log_end(&t0, 9);
+        a.assigned(&t1, Some(2), None);
+        a.halt(&t1, "handler of \"E\" failed: <b>boom</b>".into());
+        let view = ApplierView::new(Arc::new(cfg), a);
+        *view.store.lock().unwrap() = (None, Some("cannot connect".into()));
+        let d = view.document(&History::default());
+        assert_eq!((d.consumer.as_str(), d.group.as_str()), ("c", "g"));
+        assert_eq!(
+            (d.partitions[0].lag, d.partitions[0].halted.as_deref()),
+            (Some(4), None)
+        );
+        assert_eq!(d.partitions[1].lag, None, "no log end seen yet");
+        assert_eq!(
+            d.partitions[1].halted.as_deref(),
+            Some("handler of \"E\" failed: <b>boom</b>"),
+            "carried as text (the page draws it with textContent)"
+        );
+        assert_eq!(d.store_error.as_deref(), Some("cannot connect"));
+        let r = view.readings(
+            "outbox_relay_apply_records_total{topic=\"t\",result=\"applied\"} 7\n",
+            1.0,
+        );
+        assert_eq!((r[0].1.a, r[0].1.b, r[0].1.counter), (4.0, 1.0, 7.0));
+    }
+}

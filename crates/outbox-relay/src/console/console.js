@@ -144,7 +144,8 @@ function relaySource(s) {
       row("Last confirmation", s.last_confirmation_age_secs === null || s.last_confirmation_age_secs === undefined
         ? "none since start" : `${secs(s.last_confirmation_age_secs)} ago`),
       row("Heartbeat age", secs(s.heartbeat_age_secs)),
-      row("Oldest unsent row", secs(s.oldest_row_age_secs)),
+      row("Oldest outbox row", s.oldest_row_age_secs === null || s.oldest_row_age_secs === undefined
+        ? "not measured (needs created_at_column on the outbox table)" : secs(s.oldest_row_age_secs)),
       row("Alerts", ...alertLines(s.alerts))),
     charts(s.name || "", [
       ["Lag", "a", bytes], ["Retained WAL", "b", bytes], ["Events/s", "rate", x => num(x, 1)]]));
