@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use crate::http::{Readiness, Routes};
 
-pub(crate) mod applier;
+pub mod applier;
 pub(crate) mod history;
 pub(crate) mod prom_text;
 pub mod relay;
