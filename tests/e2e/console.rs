@@ -224,8 +224,10 @@ async fn the_appliers_page_shows_a_halted_partition_and_dead_letters() {
     let errors = browser.errors(&page);
     assert!(errors.is_empty(), "console errors: {errors:#?}");
     assert!(a.terminate(Duration::from_secs(30)).success());
+    page.server_stopped();
+    browser.wait_text(&page, "the stale indicator", PAGE, |t| t.contains("STALE"));
     crate::support::check::note(
-        "console_applier: halted partition with reason, dead letter with redrive command, no console errors",
+        "console_applier: halted partition with reason, dead letter with redrive command, stale after stop, no console errors",
     );
 }
 
