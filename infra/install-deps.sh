@@ -9,6 +9,7 @@
 #  - PostgreSQL 14, 16, 17, 18 and 13 server binaries from Maven Central into infra/pg/<major> (infra/pg/pom.xml):
 #    the version matrix, failover slots (17), PostgreSQL 18's own features, the refusal of servers older than 14
 #  - the Debezium PostgreSQL connector plugin into infra/debezium/plugins (infra/debezium/pom.xml)
+#  - apt: chromium, the headless browser of the console's tests (tests/e2e/console.rs)
 #  - the Go modules, Maven artifacts and kcat of the inbox recipes (infra/install-recipes.sh; Go itself must be
 #    on PATH: it says how to get it)
 set -euo pipefail
@@ -126,6 +127,9 @@ PY
   log "PostgreSQL $("$dir/bin/postgres" --version | awk '{print $3}') ready in $(( $(now_ms) - t0 )) ms ($dir)"
 }
 for major in 14 16 17 18 13; do fetch_pg "$major"; done
+# 4b. Headless Chromium for the console's browser tests (tests/e2e/console.rs, driven over the DevTools
+#     protocol) and scripts/screenshots.sh: Debian's own package, no downloaded browser.
+installed chromium || apt_install chromium
 # 5. Debezium plugin jars (infra/debezium/pom.xml) for the side-by-side test (tests/e2e/debezium_compat.rs)
 #    and the benchmark peers.
 DBZ_JAR="$INFRA_DIR/debezium/plugins/debezium-connector-postgres/debezium-connector-postgres-3.6.1.Final.jar"

@@ -4,7 +4,8 @@
 # the outbox table, runs `outbox-relay setup` and `outbox-relay run`, writes sample outbox
 # events in business transactions, and shows them arriving in Kafka with their keys and headers;
 # then writes a steady stream of events for DEMO_WATCH_SECS (10) seconds while
-# `outbox-relay status --watch` shows the relay working live.
+# `outbox-relay status --watch` shows the relay working live, and prints the address of the same
+# view as a web page (the console, docs/operations.md#the-console).
 # The stack keeps running afterwards (infra/stack.sh down stops it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -70,6 +71,8 @@ psql -X -q -v ON_ERROR_STOP=1 "$PG dbname=demo" -c "DO \$\$ BEGIN
     PERFORM pg_sleep(0.05);
   END LOOP; END \$\$" &
 WRITER=$!
+echo "== the same, live in a browser: the console at http://127.0.0.1:9559/ (data: /status.json;"
+echo "   open it while the relay runs: it says STALE once the relay stops)"
 timeout -s TERM "$DEMO_WATCH_SECS" "$BIN" status --watch --config "$CONFIG" || true
 wait "$WRITER" || true
 

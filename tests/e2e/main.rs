@@ -14,6 +14,7 @@ mod backpressure;
 mod balances;
 mod chaos;
 mod cli;
+mod console;
 mod debezium_compat;
 mod debezium_cutover;
 mod delivery;

@@ -87,6 +87,28 @@ impl Readiness for Fleet {
     }
 }
 
+impl crate::console::View for Fleet {
+    fn status_json(&self, metrics: &str, history: &crate::console::history::History) -> String {
+        crate::console::relay::status_json(metrics, &self.health(), history)
+    }
+
+    fn readings(&self, metrics: &str, now: f64) -> Vec<(String, crate::console::history::Reading)> {
+        let names: Vec<Option<String>> = self.health().into_iter().map(|(n, _)| n).collect();
+        crate::console::relay::readings(metrics, &names, now)
+    }
+}
+
+impl Fleet {
+    /// Every source's name and health, by name.
+    fn health(&self) -> Vec<(Option<String>, crate::health::SourceHealth)> {
+        let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        members
+            .iter()
+            .map(|(name, shared)| (Some(name.clone()), shared.health()))
+            .collect()
+    }
+}
+
 /// A source as the fleet runs it.
 struct Member {
     fingerprint: u64,

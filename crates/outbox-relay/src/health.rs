@@ -22,6 +22,15 @@ use crate::{
     metrics as m,
 };
 
+/// What a source's [`Shared`] knows beyond its metrics, for the console: its state
+/// (`streaming`, `passive`, `stopped`, `waiting`), why, and its firing alerts.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SourceHealth {
+    pub(crate) state: &'static str,
+    pub(crate) why: Option<String>,
+    pub(crate) alerts: Vec<Active>,
+}
+
 /// Heartbeats kept while waiting for their confirmation.
 const MAX_PENDING_HEARTBEATS: usize = 10_000;
 
@@ -178,6 +187,31 @@ impl Shared {
             Ok(())
         } else {
             Err(reasons)
+        }
+    }
+
+    /// The source's state for the console: `stopped` (why), `streaming`, `passive` (another
+    /// instance holds the slot) or `waiting` (between attempts), and its firing alerts.
+    pub(crate) fn health(&self) -> SourceHealth {
+        let stopped = lock(&self.stopped).clone();
+        let (state, why) = match stopped {
+            Some(why) => ("stopped", Some(why)),
+            None if self.streaming() => ("streaming", None),
+            None if self.passive() => (
+                "passive",
+                Some("another instance holds the slot; this one takes over if it goes".into()),
+            ),
+            None => (
+                "waiting",
+                Some(
+                    "the replication stream is not open (see the log for pipeline_restart)".into(),
+                ),
+            ),
+        };
+        SourceHealth {
+            state,
+            why,
+            alerts: lock(&self.alerts).clone(),
         }
     }
 

@@ -1,5 +1,6 @@
-//! HTTP: the relay's endpoint (`/metrics`, `/healthz`, `/readyz`), plain HTTP over hyper; no
-//! TLS. The client used by webhooks and `outbox-relay status` is [`crate::http_client`].
+//! HTTP: the relay's endpoint (`/metrics`, `/healthz`, `/readyz`, and the read-only console of
+//! [`crate::console`]: `/`, `/status.json`, `/history.json`), plain HTTP over hyper; no TLS.
+//! The client used by webhooks and `outbox-relay status` is [`crate::http_client`].
 //!
 //! Invariants: `/healthz` answers 200 while the process serves requests; `/readyz` answers
 //! 200 only when the stream is open and no alert is critical, else 503 with one reason per
@@ -12,8 +13,13 @@ use std::{convert::Infallible, sync::Arc, time::Duration};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{
-    Method, Request, Response, StatusCode, body::Incoming, header::CONTENT_TYPE,
-    server::conn::http1, service::service_fn,
+    Method, Request, Response, StatusCode,
+    body::Incoming,
+    header::{
+        CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HeaderValue, X_CONTENT_TYPE_OPTIONS,
+    },
+    server::conn::http1,
+    service::service_fn,
 };
 use hyper_util::rt::{TokioIo, TokioTimer};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -30,6 +36,14 @@ pub(crate) trait Readiness: Send + Sync + 'static {
     fn readiness(&self, passive_ok: bool) -> Result<(), Vec<String>>;
 }
 
+/// The read-only pages served beside the probes (the console, [`crate::console`]).
+pub(crate) trait Routes: Readiness {
+    /// The paths, for the 404 text.
+    const PATHS: &'static str;
+    /// The answer to a GET of `path` (content type and body), if it is one of the routes.
+    fn route(&self, path: &str, prom: &PrometheusHandle) -> Option<(&'static str, String)>;
+}
+
 impl Readiness for Shared {
     fn readiness(&self, passive_ok: bool) -> Result<(), Vec<String>> {
         Shared::readiness(self, passive_ok)
@@ -37,7 +51,7 @@ impl Readiness for Shared {
 }
 
 /// Serves the endpoint on `listen` until `shutdown` flips to true.
-pub(crate) async fn serve<R: Readiness>(
+pub(crate) async fn serve<R: Routes>(
     listen: std::net::SocketAddr,
     prom: PrometheusHandle,
     shared: Arc<R>,
@@ -91,7 +105,7 @@ pub(crate) async fn serve<R: Readiness>(
     }
 }
 
-fn respond<R: Readiness>(
+fn respond<R: Routes>(
     req: &Request<Incoming>,
     prom: &PrometheusHandle,
     shared: &R,
@@ -106,14 +120,36 @@ fn respond<R: Readiness>(
         r
     };
     let path = req.uri().path();
-    if !matches!(path, "/metrics" | "/healthz" | "/readyz") {
-        return text(
-            StatusCode::NOT_FOUND,
-            "not found: try /metrics, /healthz or /readyz\n".into(),
-        );
-    }
+    let known = matches!(path, "/metrics" | "/healthz" | "/readyz");
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n".into());
+    }
+    if !known {
+        return match shared.route(path, prom) {
+            Some((kind, body)) => {
+                let mut r = text(StatusCode::OK, body);
+                let h = r.headers_mut();
+                h.insert(CONTENT_TYPE, HeaderValue::from_static(kind));
+                h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+                h.insert(
+                    CONTENT_SECURITY_POLICY,
+                    HeaderValue::from_static(
+                        "default-src 'none'; script-src 'self'; connect-src 'self'; \
+                         style-src 'unsafe-inline'; img-src 'self' data:; \
+                         frame-ancestors 'none'; form-action 'none'",
+                    ),
+                );
+                r
+            }
+            None => text(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "not found: try /metrics, /healthz, /readyz or {}\n",
+                    R::PATHS
+                ),
+            ),
+        };
     }
     match path {
         "/metrics" => {

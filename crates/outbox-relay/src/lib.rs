@@ -20,6 +20,7 @@ mod budget;
 mod carry;
 mod checkpoint;
 pub mod config;
+pub mod console;
 pub mod cutover;
 pub mod error;
 pub mod events;

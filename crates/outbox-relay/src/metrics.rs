@@ -24,6 +24,8 @@ pub const OUTBOX_TABLES: &str = "outbox_relay_outbox_tables";
 pub const MESSAGE_PREFIXES: &str = "outbox_relay_message_prefixes";
 pub const INFLIGHT_EVENTS: &str = "outbox_relay_inflight_events";
 pub const INFLIGHT_TRANSACTIONS: &str = "outbox_relay_inflight_transactions";
+pub const INFLIGHT_BYTES: &str = "outbox_relay_inflight_bytes";
+pub const LAST_CONFIRMATION: &str = "outbox_relay_last_confirmation_timestamp_seconds";
 pub const RECEIVED_LSN: &str = "outbox_relay_received_lsn";
 pub const CONFIRMED_LSN: &str = "outbox_relay_confirmed_lsn";
 pub const COMMIT_TO_ACK_SECONDS: &str = "outbox_relay_commit_to_ack_seconds";
@@ -98,6 +100,8 @@ pub const ALL: &[&str] = &[
     MESSAGE_PREFIXES,
     INFLIGHT_EVENTS,
     INFLIGHT_TRANSACTIONS,
+    INFLIGHT_BYTES,
+    LAST_CONFIRMATION,
     RECEIVED_LSN,
     CONFIRMED_LSN,
     COMMIT_TO_ACK_SECONDS,
@@ -241,6 +245,8 @@ pub fn init(alerts: AlertLabels) {
     for g in [
         INFLIGHT_EVENTS,
         INFLIGHT_TRANSACTIONS,
+        INFLIGHT_BYTES,
+        LAST_CONFIRMATION,
         STREAMING,
         READY,
         MONITOR_UP,
@@ -325,6 +331,16 @@ pub fn describe() {
     describe_gauge!(
         INFLIGHT_TRANSACTIONS,
         "Source transactions received and not yet confirmed."
+    );
+    describe_gauge!(
+        INFLIGHT_BYTES,
+        Unit::Bytes,
+        "Payload bytes handed to Kafka and not yet acknowledged."
+    );
+    describe_gauge!(
+        LAST_CONFIRMATION,
+        Unit::Seconds,
+        "When the relay last confirmed a position to the slot (Unix time); 0 before the first."
     );
     describe_gauge!(
         RECEIVED_LSN,

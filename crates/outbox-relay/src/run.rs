@@ -62,11 +62,11 @@ pub async fn run(
 }
 
 /// The process's HTTP endpoint and the Prometheus upkeep, until `stop` flips.
-pub(crate) fn endpoint<R: http::Readiness>(
+pub(crate) fn endpoint<V: crate::console::View>(
     helpers: &mut tokio::task::JoinSet<()>,
     cfg: &HttpConfig,
     prom: PrometheusHandle,
-    readiness: Arc<R>,
+    readiness: Arc<V>,
     stop: &watch::Receiver<bool>,
 ) {
     let upkeep = prom.clone();
@@ -81,7 +81,9 @@ pub(crate) fn endpoint<R: http::Readiness>(
         }
     });
     if cfg.enabled {
-        helpers.spawn(http::serve(cfg.listen, prom, readiness, stop.clone()));
+        let console = crate::console::Console::new(readiness);
+        helpers.spawn(console.clone().sample(prom.clone(), stop.clone()));
+        helpers.spawn(http::serve(cfg.listen, prom, console, stop.clone()));
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! It reads the slot directly from PostgreSQL (so it works while the relay is down) and
 //! evaluates the alerts that need no history (retained WAL, `wal_status`). When the relay's
-//! HTTP endpoint answers, its view is added: streaming, time lag, heartbeat age and the level
+//! HTTP endpoint answers, its view (its `/status.json`, the document its console draws) is added: streaming, time lag, heartbeat age and the level
 //! of every alert, including `time_lag`, which needs the monitor's history.
 //!
 //! Invariant: the worst level among both views decides the exit code, and a missing or lost
@@ -13,6 +13,7 @@ use std::{fmt::Write, time::Duration};
 use crate::{
     alert::{self, Finding, Observation, Severity, human_bytes, human_duration},
     config::Config,
+    console::relay::{RelayStatus, SourceStatus},
     error::{RelayError, Transient},
     http_client::{self as http, Target},
     outbox_health::{self, TableHealth},
@@ -21,7 +22,7 @@ use crate::{
     webhook::rfc3339,
 };
 
-/// What the running relay reports about itself (from its `/metrics`).
+/// What the running relay reports about itself (from its `/status.json`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RelayView {
     pub streaming: Option<bool>,
@@ -87,12 +88,7 @@ pub(crate) async fn collect_on(
     let relay = if !cfg.http.enabled || cfg.http.listen.port() == 0 {
         Err("http endpoint disabled or on a random port".to_string())
     } else {
-        let t = Target::local(cfg.http.listen, "/metrics");
-        match http::get(&t, Duration::from_secs(2)).await {
-            Ok((s, body)) if s.is_success() => Ok(relay_view(&body, cfg.source.as_deref())),
-            Ok((s, _)) => Err(format!("{} answered {s}", t.redacted())),
-            Err(e) => Err(format!("{} not reachable: {e}", t.redacted())),
-        }
+        relay_report(cfg).await
     };
     Ok(StatusReport {
         source: cfg.source.clone(),
@@ -107,6 +103,32 @@ pub(crate) async fn collect_on(
         relay,
         outbox,
     })
+}
+
+/// The running relay's view of this source, from its `/status.json` (the document its console
+/// draws: [`crate::console::relay`]).
+async fn relay_report(cfg: &Config) -> Result<RelayView, String> {
+    let t = Target::local(cfg.http.listen, "/status.json");
+    match http::get(&t, Duration::from_secs(2)).await {
+        Ok((s, body)) if s.is_success() => {
+            let doc: RelayStatus = serde_json::from_str(&body)
+                .map_err(|e| format!("{} answered a document it cannot read: {e}", t.redacted()))?;
+            let want = cfg.source.as_deref();
+            doc.sources
+                .iter()
+                .find(|s| want.is_none() || s.name.as_deref() == want)
+                .map(RelayView::from)
+                .ok_or_else(|| {
+                    format!(
+                        "{} does not relay source {}",
+                        t.redacted(),
+                        want.unwrap_or("?")
+                    )
+                })
+        }
+        Ok((s, _)) => Err(format!("{} answered {s}", t.redacted())),
+        Err(e) => Err(format!("{} not reachable: {e}", t.redacted())),
+    }
 }
 
 /// `tables public.outbox; message prefixes "a"`, or `no outbox table` when only `[[message]]`
@@ -139,40 +161,27 @@ pub fn sources(cfg: &Config) -> String {
 /// Reads the relay's own metrics from Prometheus text; with `source`, only that source's series
 /// (a multi-source relay labels every series with `source`).
 pub fn relay_view(text: &str, source: Option<&str>) -> RelayView {
-    let mut v = RelayView::default();
-    let label = source.map(|s| format!("source=\"{s}\""));
-    let mine = |l: &&str| label.as_deref().is_none_or(|want| l.contains(want));
-    for line in text.lines().filter(|l| !l.starts_with('#')).filter(mine) {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(value) = value.parse::<f64>() else {
-            continue;
-        };
-        let (name, labels) = series.split_once('{').unwrap_or((series, ""));
-        match name {
-            crate::metrics::STREAMING => v.streaming = Some(value > 0.0),
-            crate::metrics::READY => v.ready = Some(value > 0.0),
-            crate::metrics::SLOT_LAG_SECONDS => v.time_lag_secs = Some(value),
-            crate::metrics::HEARTBEAT_AGE_SECONDS => v.heartbeat_age_secs = Some(value),
-            crate::metrics::EVENTS_PRODUCED => {
-                *v.events_produced.get_or_insert(0.0) += value;
-            }
-            crate::metrics::INFLIGHT_EVENTS => v.inflight_events = Some(value),
-            crate::metrics::SLOT_LOSS_FORECAST_SECONDS => v.loss_forecast_secs = Some(value),
-            crate::metrics::ALERT_LEVEL => {
-                if let Some(alert) = labels
-                    .split_once("alert=\"")
-                    .and_then(|(_, rest)| rest.split_once('"'))
-                    .map(|(a, _)| a.to_string())
-                {
-                    v.alert_levels.push((alert, value));
-                }
-            }
-            _ => {}
+    RelayView::from(&SourceStatus::from_metrics(text, source))
+}
+
+impl From<&SourceStatus> for RelayView {
+    /// The terminal view's part of the relay's document.
+    fn from(s: &SourceStatus) -> RelayView {
+        RelayView {
+            streaming: s.streaming,
+            ready: s.ready,
+            time_lag_secs: s.lag_secs,
+            heartbeat_age_secs: s.heartbeat_age_secs,
+            alert_levels: s
+                .alerts
+                .iter()
+                .map(|a| (a.alert.clone(), a.level))
+                .collect(),
+            events_produced: s.events_produced,
+            inflight_events: s.inflight_events,
+            loss_forecast_secs: s.loss_forecast_secs,
         }
     }
-    v
 }
 
 impl StatusReport {

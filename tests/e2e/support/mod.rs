@@ -12,6 +12,7 @@
 
 pub mod applier;
 pub mod broker;
+pub mod browser;
 pub mod certs;
 pub mod check;
 pub mod cluster;

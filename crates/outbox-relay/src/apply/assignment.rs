@@ -64,6 +64,11 @@ impl Assignment {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// The first assignment is known.
+    pub(crate) fn has_joined(&self) -> bool {
+        self.joined.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub(crate) fn advanced(&self, tp: &Tp, next: i64) {
         if let Some(p) = self.lock().get_mut(tp)
             && p.next.is_none_or(|n| next > n)

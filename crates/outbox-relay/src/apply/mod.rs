@@ -15,6 +15,7 @@
 
 mod assignment;
 mod broker;
+mod console;
 mod contention;
 pub mod error;
 pub(crate) mod handler;
@@ -68,10 +69,14 @@ pub async fn run(
     let stopping = Arc::new(AtomicBool::new(false));
     let (http_stop_tx, http_stop) = watch::channel(false);
     if let (true, Some(prom)) = (cfg.http.enabled, prom) {
+        let view = console::ApplierView::new(cfg.clone(), assignment.clone());
+        tokio::spawn(view.clone().refresh(http_stop.clone()));
+        let console = crate::console::Console::new(view);
+        tokio::spawn(console.clone().sample(prom.clone(), http_stop.clone()));
         tokio::spawn(crate::http::serve(
             cfg.http.listen,
             prom,
-            assignment.clone(),
+            console,
             http_stop,
         ));
     }

@@ -1,13 +1,20 @@
 //! `outbox-relay apply status`: the consumer's positions against the logs' bounds (lag, and
 //! positions outside the log), its dead letters and its oldest claim, on one screen, from the
-//! database and Kafka (no running applier needed).
+//! database and Kafka (no running applier needed); when the local applier's endpoint answers, its
+//! `/status.json` (the console's data) adds the partitions it halted, with their reason.
 
 use std::{fmt::Write, time::Duration};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::{error::ApplyError, store};
-use crate::config::ApplyConfig;
+use crate::{
+    config::ApplyConfig,
+    console::applier::{
+        ApplierStatus, DeadLetter, DeadLetterTopic, NEWEST_DEAD_LETTERS, StoreView, redrive_command,
+    },
+    http_client::{self as http, Target},
+};
 
 /// One partition's line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +47,9 @@ pub struct Report {
     /// Claims of this consumer and the age of the oldest, in seconds.
     pub claims: i64,
     pub oldest_claim_s: Option<f64>,
+    /// The local applier's own view (its `/status.json`, the console's data), when its
+    /// endpoint answers: the partitions it applies, halted ones with their reason.
+    pub running: Result<ApplierStatus, String>,
 }
 
 impl Report {
@@ -98,6 +108,30 @@ impl Report {
             .oldest_claim_s
             .map_or("none".into(), |a| format!("{:.0} s ago", a));
         let _ = writeln!(s, "claims: {} (oldest {oldest})", self.claims);
+        match &self.running {
+            Ok(r) => {
+                let halted: Vec<String> = r
+                    .partitions
+                    .iter()
+                    .filter_map(|p| {
+                        let why = p.halted.as_ref()?;
+                        Some(format!("{}[{}] HALTED: {why}", p.topic, p.partition))
+                    })
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "running applier: {} partitions assigned, {} halted",
+                    r.partitions.len(),
+                    halted.len()
+                );
+                for h in halted {
+                    let _ = writeln!(s, "  {h}");
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(s, "running applier: no report ({e})");
+            }
+        }
         s
     }
 }
@@ -154,19 +188,85 @@ pub async fn collect(cfg: &ApplyConfig) -> Result<Report, ApplyError> {
     })
     .await
     .map_err(|e| ApplyError::Precondition(format!("the Kafka client's thread failed: {e}")))??;
-    let dead_letters = client
+    let store = store_report(&client, cfg).await?;
+    let running = running(cfg).await;
+    Ok(Report {
+        consumer: a.consumer.clone(),
+        partitions,
+        dead_letters: store
+            .dead_letters
+            .iter()
+            .map(|d| (d.topic.clone(), d.count))
+            .collect(),
+        claims: store.claims,
+        oldest_claim_s: store.oldest_claim_secs,
+        running,
+    })
+}
+
+/// The local applier's `/status.json`, if its endpoint is on a fixed port and answers.
+async fn running(cfg: &ApplyConfig) -> Result<ApplierStatus, String> {
+    if !cfg.http.enabled || cfg.http.listen.port() == 0 {
+        return Err("http endpoint disabled or on a random port".into());
+    }
+    let t = Target::local(cfg.http.listen, "/status.json");
+    match http::get(&t, Duration::from_secs(2)).await {
+        Ok((s, body)) if s.is_success() => serde_json::from_str(&body)
+            .map_err(|e| format!("{} answered a document it cannot read: {e}", t.redacted())),
+        Ok((s, _)) => Err(format!("{} answered {s}", t.redacted())),
+        Err(e) => Err(format!("{} not reachable: {e}", t.redacted())),
+    }
+}
+
+/// The consumer's dead letters (count and newest few per topic) and claims: what `apply
+/// status` prints and the applier's console shows.
+pub(crate) async fn store_report(
+    client: &tokio_postgres::Client,
+    cfg: &ApplyConfig,
+) -> Result<StoreView, ApplyError> {
+    let a = &cfg.apply;
+    let dead = quoted(&a.dead_letter_table);
+    let mut dead_letters: Vec<DeadLetterTopic> = client
         .query(
             &format!(
-                "SELECT topic, count(*) FROM {} WHERE consumer = $1 GROUP BY 1 ORDER BY 1",
-                quoted(&a.dead_letter_table)
+                "SELECT topic, count(*) FROM {dead} WHERE consumer = $1 GROUP BY 1 ORDER BY 1"
             ),
             &[&a.consumer],
         )
         .await
         .map_err(ApplyError::pg(format!("reading {}", a.dead_letter_table)))?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
+        .map(|r| DeadLetterTopic {
+            topic: r.get(0),
+            count: r.get(1),
+            newest: Vec::new(),
+            redrive: redrive_command(r.get(0)),
+        })
         .collect();
+    let newest = client
+        .query(
+            &format!(
+                "SELECT topic, partition, \"offset\", event_type, error, failed_at::text FROM \
+                 (SELECT *, row_number() OVER (PARTITION BY topic ORDER BY failed_at DESC, \
+                 \"offset\" DESC) AS n FROM {dead} WHERE consumer = $1) d WHERE n <= $2 \
+                 ORDER BY topic, failed_at DESC, \"offset\" DESC"
+            ),
+            &[&a.consumer, &NEWEST_DEAD_LETTERS],
+        )
+        .await
+        .map_err(ApplyError::pg(format!("reading {}", a.dead_letter_table)))?;
+    for r in newest {
+        let topic: String = r.get(0);
+        if let Some(t) = dead_letters.iter_mut().find(|t| t.topic == topic) {
+            t.newest.push(DeadLetter {
+                partition: r.get(1),
+                offset: r.get(2),
+                event_type: r.get(3),
+                error: r.get(4),
+                failed_at: r.get(5),
+            });
+        }
+    }
     let claims = client
         .query_one(
             &format!(
@@ -178,12 +278,11 @@ pub async fn collect(cfg: &ApplyConfig) -> Result<Report, ApplyError> {
         )
         .await
         .map_err(ApplyError::pg(format!("reading {}", a.inbox_table)))?;
-    Ok(Report {
-        consumer: a.consumer.clone(),
-        partitions,
+    Ok(StoreView {
+        read_at: crate::console::relay::unix(std::time::SystemTime::now()),
         dead_letters,
         claims: claims.get(0),
-        oldest_claim_s: claims.get(1),
+        oldest_claim_secs: claims.get(1),
     })
 }
 
@@ -213,6 +312,7 @@ mod tests {
             dead_letters: vec![("t".into(), 2)],
             claims: 4,
             oldest_claim_s: Some(60.0),
+            running: Err("not reachable".into()),
         };
         assert!(r.alarming());
         let text = r.render();
@@ -222,6 +322,10 @@ mod tests {
         );
         assert!(
             text.contains("dead letters: 2 (t: 2)") && text.contains("claims: 4 (oldest 60 s ago)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("running applier: no report (not reachable)"),
             "{text}"
         );
     }

@@ -284,6 +284,7 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
             self.client.update_applied_lsn(w);
             self.carry.refusals.forget_below(w);
             metrics::gauge!(m::CONFIRMED_LSN).set(w.0 as f64);
+            metrics::gauge!(m::LAST_CONFIRMATION).set(now_unix_us() as f64 / 1e6);
         }
     }
 
@@ -291,6 +292,7 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
         let p = &self.progress;
         metrics::gauge!(m::INFLIGHT_EVENTS).set(p.outstanding_records() as f64);
         metrics::gauge!(m::INFLIGHT_TRANSACTIONS).set(p.pending_txns() as f64);
+        metrics::gauge!(m::INFLIGHT_BYTES).set(p.in_flight_bytes() as f64);
         metrics::gauge!(m::RECEIVED_LSN).set(p.received().0 as f64);
         let acked = p.acked();
         self.health
