@@ -156,6 +156,7 @@ async fn the_relays_page_streams_alerts_updates_and_goes_stale() {
         "console_relay: page streaming, alert, update 3→10 acknowledged, stale after stop ({} errors)",
         errors.len()
     ));
+    db.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,6 +230,7 @@ async fn the_appliers_page_shows_a_halted_partition_and_dead_letters() {
     crate::support::check::note(
         "console_applier: halted partition with reason, dead letter with redrive command, stale after stop, no console errors",
     );
+    db.cleanup().await;
 }
 
 /// Not a check: the screenshots of docs/images (scripts/screenshots.sh runs it). The relay
@@ -306,4 +308,5 @@ async fn screenshots() {
     tokio::time::sleep(Duration::from_secs(6)).await;
     browser.screenshot(&page, &dir.join("console-applier.png"));
     assert!(a.terminate(Duration::from_secs(30)).success());
+    db.cleanup().await;
 }
