@@ -334,6 +334,11 @@ async fn ahead_of(cluster: &PgCluster, behind: &str, slots: &[&str], bytes: i64)
                     )
                     .await
                     .unwrap();
+                // Paced: the next step only once every other slot has confirmed this one, so
+                // that no streaming slot falls max_slot_wal_keep_size behind while this writes
+                // (under a CPU hog a source that had just started was: stress run 4 of 20 at
+                // bf48cb2, `source s08 stopped: ... wal_status = lost`).
+                confirmed_by_all_but(&admin, behind).await;
                 // NULL once `behind`'s slot is invalidated: no slot left to be ahead of.
                 let gap: Option<i64> = admin
                     .query_one(
@@ -350,4 +355,32 @@ async fn ahead_of(cluster: &PgCluster, behind: &str, slots: &[&str], bytes: i64)
         )
         .await;
     }
+}
+
+/// Waits (at most 90 s) until every slot but `behind` and the invalidated ones has confirmed the
+/// current end of the WAL.
+async fn confirmed_by_all_but(admin: &tokio_postgres::Client, behind: &str) {
+    let head: String = admin
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    eventually(
+        &format!("every streaming slot to confirm {head}"),
+        Duration::from_secs(90),
+        || async {
+            let lagging: i64 = admin
+                .query_one(
+                    "SELECT count(*) FROM pg_replication_slots
+                      WHERE slot_name <> $1 AND wal_status IS DISTINCT FROM 'lost'
+                        AND (confirmed_flush_lsn IS NULL OR confirmed_flush_lsn < $2::text::pg_lsn)",
+                    &[&behind, &head],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            (lagging == 0).then_some(())
+        },
+    )
+    .await;
 }
