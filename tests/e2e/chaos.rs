@@ -21,7 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use outbox_relay::events;
+use outbox_relay::telemetry::events;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use crate::support::{

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use outbox_relay::events;
+use outbox_relay::telemetry::events;
 
 use crate::support::{TestDb, check, cluster::PgCluster, connect, kafka, relay::Relay, writer};
 

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use outbox_relay::events;
+use outbox_relay::telemetry::events;
 use tokio_postgres::Client;
 
 use crate::{

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use outbox_relay::events;
+use outbox_relay::telemetry::events;
 
 use crate::{
     heal::heal_field,

@@ -285,7 +285,7 @@ async fn exactly_once_skips_messages_exactly_after_a_slot_rewind() {
     check::record("messages_eos_rewind", &f);
     let log = relay.log_text();
     assert!(
-        log.contains(outbox_relay::events::CHECKPOINT_SKIP_DONE),
+        log.contains(outbox_relay::telemetry::events::CHECKPOINT_SKIP_DONE),
         "{log}"
     );
     relay.terminate(Duration::from_secs(30));

@@ -259,7 +259,7 @@ async fn kill_9_in_the_middle_of_a_transaction(exactly_once: bool) {
     if exactly_once {
         assert_eq!(f.duplicated, 0, "exactly-once re-sent events: {f:?}");
         assert!(
-            log.contains(outbox_relay::events::CHECKPOINT_SKIP_DONE),
+            log.contains(outbox_relay::telemetry::events::CHECKPOINT_SKIP_DONE),
             "the restart skipped nothing: {log}"
         );
     }

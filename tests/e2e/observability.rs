@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use outbox_relay::events;
+use outbox_relay::telemetry::events;
 
 use crate::support::{
     TestDb,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use outbox_relay::events;
+use outbox_relay::telemetry::events;
 
 use crate::support::{
     TestDb,

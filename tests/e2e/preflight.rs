@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use outbox_relay::events;
+use outbox_relay::telemetry::events;
 
 use crate::support::{TestDb, connect, kafka, relay::Relay, repo_root, writer};
 

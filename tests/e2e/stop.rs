@@ -120,7 +120,7 @@ async fn sigterm_stops_a_relay_whose_preflight_waits_for_a_lock() {
     // froze slot-lag alerting before: CI saw two sessions waiting here).
     relay
         .wait_log(
-            outbox_relay::events::OUTBOX_STATS_FAILED,
+            outbox_relay::telemetry::events::OUTBOX_STATS_FAILED,
             Duration::from_secs(15),
         )
         .await;

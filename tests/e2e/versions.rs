@@ -266,7 +266,7 @@ async fn pg18_generated_columns_are_mapped_and_their_publication_option_is_no_ch
     let distinct: std::collections::HashSet<&str> = seen.iter().copied().collect();
     let log = relay.log_text();
     assert!(
-        log.contains(outbox_relay::events::CHECKPOINT_SKIP_DONE),
+        log.contains(outbox_relay::telemetry::events::CHECKPOINT_SKIP_DONE),
         "{log}"
     );
     assert!(

@@ -6,7 +6,7 @@ use clap::Subcommand;
 use outbox_relay::{
     apply::{self, ApplyError},
     config::ApplyConfig,
-    events::APPLY_FAILED,
+    telemetry::events::APPLY_FAILED,
 };
 
 #[derive(Subcommand)]
@@ -81,7 +81,7 @@ async fn dispatch(
     match action {
         Action::Run { config } => {
             let cfg = load(&config)?;
-            let prom = crate::recorder(outbox_relay::metrics::install_apply());
+            let prom = crate::recorder(outbox_relay::telemetry::metrics::install_apply());
             let stop = crate::stop_flag(signal, "finishing the open transactions");
             apply::run(cfg, stop, prom).await?;
         }

@@ -1,55 +1,34 @@
 //! outbox-relay: transactional-outbox rows from PostgreSQL logical replication into Kafka.
 //!
-//! The pure parts (pgoutput decoding, routing, the LSN watermark) live in `relay-core`; this
-//! crate holds the I/O edges: configuration, preflight/setup SQL, the replication stream, the
-//! Kafka producer and the supervisor that restarts the pipeline after transient failures.
-//! Beside the supervisor run the observability tasks: the slot monitor and its alerts
-//! (`monitor`, `alert`, `webhook`), the heartbeat, and the HTTP endpoint (`http`, `health`);
-//! `status` is the one-shot report of the same checks. `http_client` is the small HTTP client
-//! of the webhook and `status`.
-//! Only what the binary (`main.rs`) uses is public: `run`, `status`, `config`, `error`,
-//! `metrics`, `events` (log event names, which the tests wait on), and the types their
-//! signatures name (`alert`, `slot`); everything else is
-//! private to the crate.
-//! Under all of them: `pg` (the control SQL connection and its error text) and `slot` (what the
-//! server reports about the slot), which use nothing of the modules built on them.
+//! The pure rules (pgoutput decoding, routing, the LSN watermark, what may be confirmed) live in
+//! `relay-core`; this crate holds the I/O edges, grouped by concern. Follow one outbox row:
+//! - [`postgres`]: everything that talks to PostgreSQL: the control connection and TLS, the
+//!   preflight and setup, the replication session and its reader thread, the slot and its
+//!   keeper, the publication, standbys, failover checks, the passive wait, the heartbeat and the
+//!   state file.
+//! - [`pipeline`]: the replication stream decoded, routed and produced in commit order, and the
+//!   progress that decides what may be confirmed.
+//! - [`sink`]: the Kafka edge (the producer, its transactions, the checkpoint topic).
+//! - [`supervise`]: the supervisor that restarts a source after transient failures, several
+//!   sources in one process (the fleet), stopping from any wait, the shared in-flight budget.
+//! - [`observe`]: metric and log event names, the slot monitor and its alerts, webhooks, the HTTP
+//!   endpoint and console, readiness, outbox table health and `status`.
+//! - [`config`], [`error`]; the commands beside `run`: [`cutover`] (from Debezium), [`republish`]
+//!   (heal a lost slot) and [`apply`] (the consumer-side applier).
+//!
+//! Only what the binary (`main.rs`) and the tests use is public; everything else is `pub(crate)`
+//! or narrower. Under all of them: `postgres::control` (the control SQL connection and its error
+//! text) and `postgres::slot` (what the server reports about the slot), which use nothing of the
+//! modules built on them.
 
-pub mod alert;
 pub mod apply;
-mod budget;
-mod carry;
-mod checkpoint;
 pub mod config;
-pub mod console;
 pub mod cutover;
 pub mod error;
-pub mod events;
-mod failover;
-pub mod fleet;
-mod health;
-mod heartbeat;
-mod http;
-mod http_client;
-pub mod metrics;
-mod monitor;
-pub mod outbox_health;
-mod passive;
-mod pg;
+pub mod observe;
 mod pipeline;
-mod publication;
-mod reader_thread;
-mod replication_role;
+pub mod postgres;
 pub mod republish;
-pub mod run;
-mod setup;
 mod sink;
-pub mod slot;
-mod slot_keeper;
-mod source;
-pub(crate) mod source_scope;
-mod standby;
-mod state;
-pub mod status;
-mod stop;
-mod tls;
-mod webhook;
+pub mod supervise;
+pub mod telemetry;

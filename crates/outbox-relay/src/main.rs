@@ -7,11 +7,11 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::{Parser, Subcommand};
 use metrics_exporter_prometheus::PrometheusHandle;
 use outbox_relay::{
-    alert::Severity,
     config::Config,
     cutover::{FromDebezium, OffsetStorage},
     error::{Definite, RelayError},
-    events::{CONFIG_RELOAD_FAILED, METRICS_DISABLED, SIGNAL_RECEIVED},
+    observe::alert::Severity,
+    telemetry::events::{CONFIG_RELOAD_FAILED, METRICS_DISABLED, SIGNAL_RECEIVED},
 };
 use tokio::sync::watch;
 
@@ -228,18 +228,20 @@ fn main() -> ExitCode {
                 let cfg = load(config)?;
                 // Several sources: every series is labelled by its source.
                 let prom = if cfg.sources.is_empty() {
-                    recorder(outbox_relay::metrics::install(outbox_relay::alert::LABELS))
+                    recorder(outbox_relay::telemetry::metrics::install(
+                        outbox_relay::observe::alert::LABELS,
+                    ))
                 } else {
-                    recorder(outbox_relay::fleet::install_labelled())
+                    recorder(outbox_relay::supervise::fleet::install_labelled())
                 };
                 let stop = stop_flag(
                     wait_for_signal(),
                     "stopping intake, waiting for in-flight acks",
                 );
                 if cfg.sources.is_empty() {
-                    outbox_relay::run::run(&cfg, stop, prom).await
+                    outbox_relay::supervise::run::run(&cfg, stop, prom).await
                 } else {
-                    outbox_relay::fleet::run(&cfg, stop, prom, reloads(path)).await
+                    outbox_relay::supervise::fleet::run(&cfg, stop, prom, reloads(path)).await
                 }
                 .map(|()| ExitCode::SUCCESS)
             }
@@ -266,7 +268,7 @@ fn main() -> ExitCode {
                 match from_debezium {
                     None => {
                         for cfg in streams {
-                            outbox_relay::run::setup(
+                            outbox_relay::supervise::run::setup(
                                 cfg,
                                 recreate_slot,
                                 heal.then_some(heal_margin_ms),
@@ -336,7 +338,8 @@ fn main() -> ExitCode {
                 if watch {
                     let every =
                         std::time::Duration::from_secs_f64(interval_secs.clamp(0.1, 3600.0));
-                    outbox_relay::status::watch::run(&streams, every, wait_for_signal()).await;
+                    outbox_relay::observe::status::watch::run(&streams, every, wait_for_signal())
+                        .await;
                     return Ok(ExitCode::SUCCESS);
                 }
                 let limit = match fail_on {
@@ -345,7 +348,7 @@ fn main() -> ExitCode {
                 };
                 let mut alert = false;
                 for (i, cfg) in streams.iter().enumerate() {
-                    let report = outbox_relay::status::collect(cfg).await?;
+                    let report = outbox_relay::observe::status::collect(cfg).await?;
                     if i > 0 {
                         println!();
                     }

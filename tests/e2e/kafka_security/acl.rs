@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use outbox_relay::events;
+use outbox_relay::telemetry::events;
 
 use super::{broker::Broker, *};
 

@@ -12,7 +12,7 @@ mod broker;
 
 use std::time::Duration;
 
-use outbox_relay::events;
+use outbox_relay::telemetry::events;
 
 use crate::support::{TestDb, check, connect, kafka, relay::Relay, repo_root, writer};
 use broker::Broker;

@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use outbox_relay::events;
+use outbox_relay::telemetry::events;
 
 use super::{NO_KAFKA, keep_size, slot_exists, spawn_wal_writer};
 use crate::support::{

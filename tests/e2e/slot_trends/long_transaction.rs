@@ -23,7 +23,7 @@ use std::{
 };
 
 use futures::SinkExt;
-use outbox_relay::events;
+use outbox_relay::telemetry::events;
 use relay_core::Lsn;
 
 use crate::support::{

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use outbox_relay::events::{PIPELINE_RESTART, SOURCE_STOPPED};
+use outbox_relay::telemetry::events::{PIPELINE_RESTART, SOURCE_STOPPED};
 
 use super::{all_streaming, count_from_env, source_section, top_level};
 use crate::support::{

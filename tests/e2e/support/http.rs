@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use outbox_relay::events;
+use outbox_relay::telemetry::events;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},

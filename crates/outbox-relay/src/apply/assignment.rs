@@ -10,7 +10,7 @@ use std::{
     sync::{Mutex, MutexGuard},
 };
 
-use crate::{http::Readiness, metrics as m};
+use crate::{observe::http::Readiness, telemetry::metrics as m};
 
 pub(crate) type Tp = (String, i32);
 

@@ -13,13 +13,13 @@ use tokio::sync::watch;
 use super::{assignment::Assignment, status, store};
 use crate::{
     config::ApplyConfig,
-    console::{
+    observe::console::{
         View,
         applier::{ApplierStatus, PartitionView, StoreView},
         history::{History, INTERVAL, Reading},
         relay::unix,
     },
-    http::Readiness,
+    observe::http::Readiness,
 };
 
 pub(crate) struct ApplierView {
@@ -115,7 +115,10 @@ impl View for ApplierView {
             let lag = p.high.zip(p.next).map_or(0, |(hi, n)| (hi - n).max(0));
             (l + lag, h + i64::from(p.halted.is_some()))
         });
-        let applied = crate::console::prom_text::total(metrics, crate::metrics::APPLY_RECORDS);
+        let applied = crate::observe::console::prom_text::total(
+            metrics,
+            crate::telemetry::metrics::APPLY_RECORDS,
+        );
         vec![(
             self.cfg.apply.consumer.clone(),
             Reading {

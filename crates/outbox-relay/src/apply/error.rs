@@ -1,7 +1,7 @@
 //! The applier's errors at its edges (start, setup, the operator's commands). A record's own
 //! failure is not an error here: it is the failure policy's business (`apply::partition`).
 
-use crate::{config::ConfigError, pg::describe_pg};
+use crate::{config::ConfigError, postgres::control::describe_pg};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {

@@ -39,7 +39,9 @@ pub use error::ApplyError;
 
 use crate::{
     config::ApplyConfig,
-    events::{APPLY_INBOX_RETENTION_REFUSED, APPLY_SETUP_DONE, APPLY_STARTED, APPLY_STOPPED},
+    telemetry::events::{
+        APPLY_INBOX_RETENTION_REFUSED, APPLY_SETUP_DONE, APPLY_STARTED, APPLY_STOPPED,
+    },
 };
 pub use redrive::redrive;
 
@@ -71,9 +73,9 @@ pub async fn run(
     if let (true, Some(prom)) = (cfg.http.enabled, prom) {
         let view = console::ApplierView::new(cfg.clone(), assignment.clone());
         tokio::spawn(view.clone().refresh(http_stop.clone()));
-        let console = crate::console::Console::new(view);
+        let console = crate::observe::console::Console::new(view);
         tokio::spawn(console.clone().sample(prom.clone(), http_stop.clone()));
-        tokio::spawn(crate::http::serve(
+        tokio::spawn(crate::observe::http::serve(
             cfg.http.listen,
             prom,
             console,

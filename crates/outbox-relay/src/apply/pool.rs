@@ -11,7 +11,7 @@ use std::{
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
 use super::{contention::Contention, store::Conn};
-use crate::{config::ApplyConfig, events::APPLY_DATABASE_UNREACHABLE};
+use crate::{config::ApplyConfig, telemetry::events::APPLY_DATABASE_UNREACHABLE};
 
 pub(crate) struct Pool {
     cfg: Arc<ApplyConfig>,

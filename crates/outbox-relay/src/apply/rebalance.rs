@@ -38,7 +38,7 @@ use super::{
 };
 use crate::{
     config::ApplyConfig,
-    events::{
+    telemetry::events::{
         APPLY_DATABASE_UNREACHABLE, APPLY_KAFKA_ERROR, APPLY_PARTITIONS_ASSIGNED,
         APPLY_PARTITIONS_REVOKED, APPLY_POSITION_OUT_OF_LOG,
     },
@@ -233,7 +233,7 @@ impl Ctx {
             match got {
                 Ok(p) => return p,
                 Err(e) if !self.stopping.load(Ordering::Relaxed) => {
-                    tracing::warn!(error = %crate::pg::describe_pg(&e), retry_in_ms = wait.as_millis() as u64, "{APPLY_DATABASE_UNREACHABLE}: cannot read the stored positions in the consumer's PostgreSQL; retrying");
+                    tracing::warn!(error = %crate::postgres::control::describe_pg(&e), retry_in_ms = wait.as_millis() as u64, "{APPLY_DATABASE_UNREACHABLE}: cannot read the stored positions in the consumer's PostgreSQL; retrying");
                     std::thread::sleep(wait);
                     wait =
                         (wait * 2).min(Duration::from_millis(self.cfg.apply.retry_backoff_max_ms));

@@ -10,10 +10,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use super::{error::ApplyError, store};
 use crate::{
     config::ApplyConfig,
-    console::applier::{
+    observe::console::applier::{
         ApplierStatus, DeadLetter, DeadLetterTopic, NEWEST_DEAD_LETTERS, StoreView, redrive_command,
     },
-    http_client::{self as http, Target},
+    telemetry::http_client::{self as http, Target},
 };
 
 /// One partition's line.
@@ -140,8 +140,8 @@ fn quoted(name: &str) -> String {
     let (schema, table) = name.split_once('.').expect("validated");
     format!(
         "{}.{}",
-        crate::pg::quote_ident(schema),
-        crate::pg::quote_ident(table)
+        crate::postgres::control::quote_ident(schema),
+        crate::postgres::control::quote_ident(table)
     )
 }
 
@@ -279,7 +279,7 @@ pub(crate) async fn store_report(
         .await
         .map_err(ApplyError::pg(format!("reading {}", a.inbox_table)))?;
     Ok(StoreView {
-        read_at: crate::console::relay::unix(std::time::SystemTime::now()),
+        read_at: crate::observe::console::relay::unix(std::time::SystemTime::now()),
         dead_letters,
         claims: claims.get(0),
         oldest_claim_secs: claims.get(1),

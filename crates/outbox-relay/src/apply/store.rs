@@ -14,7 +14,7 @@ use tokio_postgres::{Client, NoTls, Statement as Prepared, types::Type};
 use relay_core::apply::sql::Statement;
 
 use super::{error::ApplyError, handler};
-use crate::{config::ApplyConfig, pg::quote_ident};
+use crate::{config::ApplyConfig, postgres::control::quote_ident};
 
 /// `schema.table` quoted.
 fn qualified(name: &str) -> String {
@@ -91,7 +91,7 @@ pub(crate) async fn connect(cfg: &ApplyConfig, purpose: &str) -> Result<Client, 
         "connecting to the consumer's PostgreSQL at {}:{} (database {:?}, user {:?})",
         pg.host, pg.port, pg.database, pg.user
     );
-    let tls = crate::tls::connector(pg.sslmode, pg.sslrootcert.as_deref())
+    let tls = crate::postgres::tls::connector(pg.sslmode, pg.sslrootcert.as_deref())
         .map_err(|e| ApplyError::Precondition(e.to_string()))?;
     let client = match tls {
         None => {
@@ -130,7 +130,7 @@ impl Conn {
                 ApplyError::Precondition(format!(
                     "the applier's table {table} is missing or not of the applier's layout ({}): \
                      run `outbox-relay apply setup` (or apply migrations/0004_apply.sql)",
-                    crate::pg::describe_pg(&e)
+                    crate::postgres::control::describe_pg(&e)
                 ))
             }
         };
@@ -237,7 +237,7 @@ impl Conn {
                     "handler[{i}] (event type {:?}) does not prepare: {}; fix its sql (it runs as \
                      {:?})",
                     h.event_type,
-                    crate::pg::describe_pg(&e),
+                    crate::postgres::control::describe_pg(&e),
                     s.sql
                 ))
             })?;

@@ -292,7 +292,7 @@ impl AlertsConfig {
             ));
         }
         if let Some(url) = &self.webhook.url
-            && let Err(e) = crate::http_client::Target::parse(url.expose())
+            && let Err(e) = crate::telemetry::http_client::Target::parse(url.expose())
         {
             return Err(InvalidOption::new(
                 "alerts.webhook.url",

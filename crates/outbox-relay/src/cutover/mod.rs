@@ -42,13 +42,13 @@ use relay_core::{
 };
 
 use crate::{
-    checkpoint::{Scope, prepare_topic, read_latest},
     config::Config,
     error::{Definite, RelayError, Transient},
-    events::{CUTOVER_RECORDED, CUTOVER_REPLACED, CUTOVER_SLOT_AHEAD, SETUP_OK},
-    pg::{self, query_err},
-    setup::{SlotPolicy, preflight},
-    source::{classify, replication_config},
+    postgres::control::{self, query_err},
+    postgres::session::{classify, replication_config},
+    postgres::setup::{SlotPolicy, preflight},
+    sink::checkpoint_topic::{Scope, prepare_topic, read_latest},
+    telemetry::events::{CUTOVER_RECORDED, CUTOVER_REPLACED, CUTOVER_SLOT_AHEAD, SETUP_OK},
 };
 
 /// Where Debezium's offsets are.
@@ -82,7 +82,7 @@ pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> 
     let slot_name = &cfg.postgres.slot;
     let debezium_slot = from.debezium_slot.as_ref().unwrap_or(slot_name);
     let take_over = debezium_slot == slot_name;
-    let control = pg::connect(cfg).await?;
+    let control = control::connect(cfg).await?;
     let mut existing = false;
     for (slot, whose) in [(debezium_slot, "the Debezium connector"), (slot_name, "it")] {
         let Some(row) = control
@@ -185,7 +185,7 @@ pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> 
             standby,
         )
     };
-    let checkpoint = match crate::standby::scope(&control).await? {
+    let checkpoint = match crate::postgres::standby::scope(&control).await? {
         Scope::Primary => at(None),
         Scope::Standby(name) => at(Some(&name)),
         Scope::Promoted(name) => {

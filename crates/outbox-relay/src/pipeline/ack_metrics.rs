@@ -11,7 +11,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use metrics::{Counter, Histogram};
 
-use crate::metrics as m;
+use crate::telemetry::metrics as m;
 
 /// The two counters of one topic.
 #[derive(Clone)]

@@ -23,17 +23,18 @@ use relay_core::{
 
 use super::state::{Pipeline, Primer, Start};
 use crate::{
-    carry::Carry,
-    checkpoint::{Identity, Scope, prepare_topic, read_latest, slot_start},
     config::{Config, Delivery},
     error::{Definite, RelayError},
-    events::{
+    postgres::carry::Carry,
+    postgres::session::Session,
+    postgres::session::slot_start,
+    sink::Sink,
+    sink::checkpoint_topic::{Identity, Scope, prepare_topic, read_latest},
+    telemetry::events::{
         CHECKPOINT_FOUND, CHECKPOINT_IGNORED, CHECKPOINT_MISSING, CHECKPOINT_STANDBY_KEY_KEPT,
         CHECKPOINT_TOPIC_UNUSABLE, CHECKPOINT_WRITE_FAILED, CHECKPOINT_WRITTEN,
     },
-    metrics as m,
-    sink::Sink,
-    source::Session,
+    telemetry::metrics as m,
 };
 
 /// After the slot is won and the producer fenced: reads the newest checkpoint of this slot.

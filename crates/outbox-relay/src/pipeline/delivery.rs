@@ -9,9 +9,9 @@ use super::state::{Pipeline, now_unix_us};
 use crate::{
     config::PoisonPolicy,
     error::{Definite, RefusedChange, RelayError, Transient},
-    metrics as m,
+    postgres::session::Session,
     sink::{Delivered, Sink, delivery_error},
-    source::Session,
+    telemetry::metrics as m,
 };
 
 /// How long a stopping pipeline waits for the reports that may explain why (a purged

@@ -8,9 +8,9 @@ use tokio::time::Instant;
 use super::state::Pipeline;
 use crate::{
     error::{RelayError, Transient},
-    events::{SHUTDOWN_COMMIT_FAILED, SHUTDOWN_DRAINING, SHUTDOWN_TIMEOUT},
+    postgres::session::Session,
     sink::Sink,
-    source::Session,
+    telemetry::events::{SHUTDOWN_COMMIT_FAILED, SHUTDOWN_DRAINING, SHUTDOWN_TIMEOUT},
 };
 
 impl<S: Session, K: Sink> Pipeline<'_, S, K> {

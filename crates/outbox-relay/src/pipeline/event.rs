@@ -13,9 +13,9 @@ use super::{poison::dead_lettered, publish::Change, state::Pipeline};
 use crate::{
     config::PoisonPolicy,
     error::{Definite, RelayError},
-    events::{OUTBOX_DELETE_IGNORED, OUTBOX_TABLE_RENAMED, OUTBOX_UPDATE_IGNORED},
+    postgres::session::{Session, StreamEvent},
     sink::Sink,
-    source::{Session, StreamEvent},
+    telemetry::events::{OUTBOX_DELETE_IGNORED, OUTBOX_TABLE_RENAMED, OUTBOX_UPDATE_IGNORED},
 };
 
 impl<S: Session, K: Sink> Pipeline<'_, S, K> {
@@ -172,7 +172,7 @@ fn modified(
 ) -> Result<(), RelayError> {
     // One of metrics::OUTBOX_CHANGE_OPS.
     let op = if delete { "delete" } else { "update" };
-    metrics::counter!(crate::metrics::OUTBOX_CHANGES_IGNORED, "op" => op).increment(1);
+    metrics::counter!(crate::telemetry::metrics::OUTBOX_CHANGES_IGNORED, "op" => op).increment(1);
     let lsn = pos.commit_lsn;
     if delete {
         tracing::debug!(table, commit_lsn = %lsn, "{OUTBOX_DELETE_IGNORED}");

@@ -8,8 +8,8 @@ use relay_core::route::Record;
 
 use super::state::Pipeline;
 use crate::{
+    postgres::session::Session,
     sink::{Delivered, NO_HEAD, Sink},
-    source::Session,
 };
 
 impl<S: Session, K: Sink> Pipeline<'_, S, K> {

@@ -22,10 +22,10 @@ use super::{
 use crate::{
     config::PoisonPolicy,
     error::{Definite, RelayError},
-    events::LOGICAL_MESSAGE_IGNORED,
-    metrics as m,
+    postgres::session::Session,
     sink::Sink,
-    source::Session,
+    telemetry::events::LOGICAL_MESSAGE_IGNORED,
+    telemetry::metrics as m,
 };
 
 impl<S: Session, K: Sink> Pipeline<'_, S, K> {

@@ -29,6 +29,7 @@ mod publish;
 mod reactions;
 mod reports;
 mod state;
+pub(crate) mod stop;
 mod trickle;
 mod txn;
 
@@ -44,15 +45,15 @@ use self::{
     txn::{abort_open_transaction, transaction_timeout},
 };
 use crate::{
-    carry::Carry,
     config::Config,
     error::{Definite, RelayError, Transient},
-    events::{KAFKA_PRODUCER_FENCED_OTHERS, SHUTDOWN_COMPLETE, STREAMING_STARTED},
-    health::Shared,
-    setup::SlotInfo,
+    observe::health::Shared,
+    pipeline::stop::unless_stopped,
+    postgres::carry::Carry,
+    postgres::session::{close, open, replication_config, status_interval},
+    postgres::setup::SlotInfo,
     sink::{Delivered, Sink},
-    source::{close, open, replication_config, status_interval},
-    stop::unless_stopped,
+    telemetry::events::{KAFKA_PRODUCER_FENCED_OTHERS, SHUTDOWN_COMPLETE, STREAMING_STARTED},
 };
 
 /// Streams until shutdown (`Ok`) or a failure (`Err`, nothing confirmed past the failure).
@@ -113,8 +114,8 @@ pub(crate) async fn stream(
         }
     };
     health.set_streaming(true);
-    metrics::gauge!(crate::metrics::OUTBOX_TABLES).set(cfg.outbox.len() as f64);
-    metrics::gauge!(crate::metrics::MESSAGE_PREFIXES).set(cfg.message.len() as f64);
+    metrics::gauge!(crate::telemetry::metrics::OUTBOX_TABLES).set(cfg.outbox.len() as f64);
+    metrics::gauge!(crate::telemetry::metrics::MESSAGE_PREFIXES).set(cfg.message.len() as f64);
     tracing::info!(
         slot = %pg.slot, confirmed_flush = %begun.start,
         status_interval_ms = interval.as_millis() as u64, "{STREAMING_STARTED}"

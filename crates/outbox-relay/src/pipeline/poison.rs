@@ -11,10 +11,10 @@ use super::{delivery::producer_gone, state::Pipeline};
 use crate::{
     config::PoisonPolicy,
     error::{Definite, RefusedChange, RelayError, Transient},
-    events::EVENT_DEAD_LETTERED,
-    metrics as m,
+    postgres::session::Session,
     sink::{NO_HEAD, Sink, delivery_error},
-    source::Session,
+    telemetry::events::EVENT_DEAD_LETTERED,
+    telemetry::metrics as m,
 };
 
 /// Largest value kept in a dead-letter record (Kafka's default limit is about 1 MB).

@@ -12,7 +12,7 @@ use relay_core::{
 };
 
 use super::state::Pipeline;
-use crate::{error::RelayError, sink::Sink, source::Session};
+use crate::{error::RelayError, postgres::session::Session, sink::Sink};
 
 /// A change that has a record, and where it stands in its transaction.
 pub(super) struct Change<'r> {
@@ -44,7 +44,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             return Ok(false);
         }
         self.skipped += 1;
-        metrics::counter!(crate::metrics::SKIPPED_CHANGES).increment(1);
+        metrics::counter!(crate::telemetry::metrics::SKIPPED_CHANGES).increment(1);
         if routed.is_some() {
             self.handed_over();
         }

@@ -16,10 +16,10 @@ use tokio::{sync::watch, time::Instant};
 use super::state::Pipeline;
 use crate::{
     error::{RelayError, Transient},
-    health::Shared,
+    observe::health::Shared,
+    pipeline::stop::unless_stopped,
+    postgres::session::{Session, StreamEvent, classify, status_interval},
     sink::{CommitEnded, Delivered, Sink},
-    source::{Session, StreamEvent, classify, status_interval},
-    stop::unless_stopped,
 };
 
 /// What the loop does after a reaction.

@@ -21,16 +21,16 @@ use relay_core::{
 
 use super::{ack_metrics::AckMetrics, reports::Reports};
 use crate::{
-    carry::Carry,
-    checkpoint::Identity,
     config::{Config, Delivery},
     error::RelayError,
-    events::{CHECKPOINT_SKIP_DONE, LSN_CONFIRMED},
-    failover::Memory,
-    health::Shared,
-    metrics as m,
+    observe::health::Shared,
+    postgres::carry::Carry,
+    postgres::failover::Memory,
+    postgres::session::Session,
+    sink::checkpoint_topic::Identity,
     sink::{NO_HEAD, Origin, RunningCommit, Sink},
-    source::Session,
+    telemetry::events::{CHECKPOINT_SKIP_DONE, LSN_CONFIRMED},
+    telemetry::metrics as m,
 };
 
 /// The pipeline of one replication connection. Lives from the moment the slot is won and the
@@ -56,7 +56,7 @@ pub(super) struct Pipeline<'a, S, K> {
     pub(super) progress: Progress,
     /// This connection's part of the process-wide in-flight budget
     /// (`relay.max_in_flight_bytes_total`, several sources), withdrawn when it ends.
-    pub(super) budget: Option<crate::budget::Share>,
+    pub(super) budget: Option<crate::sink::budget::Share>,
     /// pgoutput to records; its relation cache is this stream's (PostgreSQL sends every
     /// relation again on a new connection).
     pub(super) decoder: Decoder,
@@ -132,7 +132,7 @@ pub(super) struct Pace {
     pub(super) since_quiet: u32,
     pub(super) trickle: super::trickle::Trickle,
     /// What the trickle rule last said, as this source's say in the reader thread's pacing.
-    pub(super) reader: crate::reader_thread::PaceVote,
+    pub(super) reader: crate::postgres::reader_thread::PaceVote,
     /// Since when the in-flight limits keep the loop from reading, and the acknowledged count
     /// then (progress restarts the clock).
     pub(super) paused: Option<(Instant, u64)>,
@@ -202,7 +202,10 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
             carry,
             health,
             progress,
-            budget: health.budget().cloned().map(crate::budget::Share::new),
+            budget: health
+                .budget()
+                .cloned()
+                .map(crate::sink::budget::Share::new),
             decoder: conn.decoder,
             messages: MessageRoutes::new(&cfg.message, cfg.relay.relay_headers),
             txn: None,
@@ -223,7 +226,7 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
                 quiet_commit_at: None,
                 since_quiet: 0,
                 trickle: super::trickle::Trickle::default(),
-                reader: crate::reader_thread::PaceVote::default(),
+                reader: crate::postgres::reader_thread::PaceVote::default(),
                 paused: None,
                 last_checkpoint: None,
             },

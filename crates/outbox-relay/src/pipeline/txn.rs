@@ -11,10 +11,12 @@ use super::state::{CommitTiming, Committing, Pipeline};
 use crate::{
     config::Config,
     error::{RelayError, Transient},
-    events::{KAFKA_TRANSACTION_ABORT_FAILED, KAFKA_TRANSACTION_ABORTED, KAFKA_TRANSACTION_ENDED},
-    metrics as m,
+    postgres::session::Session,
     sink::{CommitEnded, Sink},
-    source::Session,
+    telemetry::events::{
+        KAFKA_TRANSACTION_ABORT_FAILED, KAFKA_TRANSACTION_ABORTED, KAFKA_TRANSACTION_ENDED,
+    },
+    telemetry::metrics as m,
 };
 
 impl<S: Session, K: Sink> Pipeline<'_, S, K> {

@@ -25,12 +25,12 @@ use super::{
     send::{Ids, Sender},
 };
 use crate::{
-    checkpoint::{Identity, Scope, read_latest},
     config::Config,
     error::{Definite, RelayError},
-    events::{HEAL_BOUNDS, HEAL_DONE, HEAL_UNCOVERED},
-    pg::{query_err, quote_ident},
-    setup::SlotGap,
+    postgres::control::{query_err, quote_ident},
+    postgres::setup::SlotGap,
+    sink::checkpoint_topic::{Identity, Scope, read_latest},
+    telemetry::events::{HEAL_BOUNDS, HEAL_DONE, HEAL_UNCOVERED},
 };
 
 /// What the heal did, for the log and the tests.
@@ -59,7 +59,7 @@ pub(crate) async fn heal(
         let prefixes: Vec<String> = cfg.message.iter().map(|m| m.routed_name()).collect();
         uncovered.push(Uncovered::Messages(prefixes.join(", ")));
     }
-    let client = crate::pg::connect(cfg).await?;
+    let client = crate::postgres::control::connect(cfg).await?;
     rows::pin_session(&client).await?;
     let result = match start_of_gap(cfg, &client, scope).await? {
         // A slot that was missing and has no checkpoint: a first setup, or a slot dropped

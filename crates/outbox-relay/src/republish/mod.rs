@@ -30,7 +30,7 @@ use rows::{Row, TableRows};
 use crate::{
     config::{Config, PoisonPolicy},
     error::{Definite, RelayError},
-    events::REPUBLISH_DONE,
+    telemetry::events::REPUBLISH_DONE,
 };
 
 /// What `outbox-relay republish` selects and whether it sends.
@@ -54,7 +54,7 @@ pub async fn republish(cfg: &Config, req: &Request) -> Result<u64, RelayError> {
                 .into(),
         )));
     }
-    let client = crate::pg::connect(cfg).await?;
+    let client = crate::postgres::control::connect(cfg).await?;
     rows::pin_session(&client).await?;
     let commit_ts = rows::commit_timestamps_on(&client).await?;
     if (req.since.is_some() || req.until.is_some()) && !commit_ts {

@@ -14,7 +14,7 @@ use tokio_postgres::{Client, types::ToSql};
 
 use crate::{
     error::{Definite, RelayError},
-    pg::{query_err, quote_ident},
+    postgres::control::{query_err, quote_ident},
 };
 
 /// Which rows: every condition given must hold.

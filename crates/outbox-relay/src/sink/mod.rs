@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 use crate::{
     config::KafkaConfig,
     error::{Definite, RelayError, Transient},
-    events::KAFKA_CLIENT_ERROR,
+    telemetry::events::KAFKA_CLIENT_ERROR,
 };
 
 /// Where a record comes from: its transaction in the tracker and its source position.
@@ -679,6 +679,8 @@ pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
     }
 }
 
+pub(crate) mod budget;
+pub(crate) mod checkpoint_topic;
 mod kick;
 mod kicker;
 mod poller;

@@ -96,7 +96,7 @@ impl KafkaSink {
         let producer =
             self.producers[self.active.load(Ordering::Relaxed) % self.producers.len()].clone();
         let id = self.transactional_id.clone();
-        let handle = crate::source_scope::spawn(async move {
+        let handle = crate::telemetry::source_scope::spawn(async move {
             let joined =
                 tokio::task::spawn_blocking(move || producer.commit_transaction(timeout)).await;
             transaction_outcome(id.as_deref(), joined)

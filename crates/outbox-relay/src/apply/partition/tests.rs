@@ -9,7 +9,7 @@ use std::{
 use tokio::sync::{mpsc, watch};
 
 use super::*;
-use crate::{apply::txn::Applied, http::Readiness};
+use crate::{apply::txn::Applied, observe::http::Readiness};
 
 /// A model of the consumer's database: what was applied (offsets, in order), dead-lettered and
 /// stored, with scripted failures.

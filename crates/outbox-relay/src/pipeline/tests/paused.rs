@@ -297,7 +297,9 @@ async fn sigterm_with_a_full_window_drains_and_confirms_what_kafka_acknowledged(
 /// Reads a 70-row transaction while Kafka acknowledges every 100 ms; returns the most records
 /// ever unacknowledged at once, and the loop's result after 8 s more (past
 /// `backpressure_release_ms`).
-async fn read_under(health: &crate::health::Shared) -> (usize, Result<(), RelayError>, usize) {
+async fn read_under(
+    health: &crate::observe::health::Shared,
+) -> (usize, Result<(), RelayError>, usize) {
     let cfg = memory_config("[relay]\nbackpressure_release_ms = 5000\n");
     let (sink, mut reports) = MemorySink::new(false, false, Duration::ZERO);
     let names: Vec<String> = (0..70).map(|i| format!("k{i}")).collect();
@@ -348,10 +350,10 @@ async fn read_under(health: &crate::health::Shared) -> (usize, Result<(), RelayE
 /// once.
 #[tokio::test(start_paused = true)]
 async fn a_budget_held_by_other_sources_slows_a_source_but_never_starves_it() {
-    let budget = Arc::new(crate::budget::Budget::new(100));
-    let mut other = crate::budget::Share::new(budget.clone());
+    let budget = Arc::new(crate::sink::budget::Budget::new(100));
+    let mut other = crate::sink::budget::Share::new(budget.clone());
     other.publish(1_000_000);
-    let health = crate::health::Shared::of_fleet(None, Some(budget.clone()));
+    let health = crate::observe::health::Shared::of_fleet(None, Some(budget.clone()));
     let (most, result, sent) = read_under(&health).await;
     result.unwrap();
     assert_eq!(sent, 70, "every record read despite the exhausted budget");
@@ -365,7 +367,7 @@ async fn a_budget_held_by_other_sources_slows_a_source_but_never_starves_it() {
         "the ended pipeline withdrew its share"
     );
 
-    let alone = crate::health::Shared::new();
+    let alone = crate::observe::health::Shared::new();
     let (most, result, sent) = read_under(&alone).await;
     result.unwrap();
     assert_eq!(

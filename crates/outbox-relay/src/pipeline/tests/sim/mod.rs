@@ -154,7 +154,7 @@ async fn run_once(
     };
     // A process's own health (a static shared with the other loop tests would make a schedule
     // depend on them).
-    let health = crate::health::Shared::new();
+    let health = crate::observe::health::Shared::new();
     let health = &health;
     let conn = Connection {
         client: session,

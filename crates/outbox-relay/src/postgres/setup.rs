@@ -1,0 +1,551 @@
+//! Preflight and setup over a plain SQL connection: the checks that turn every failed
+//! precondition into one actionable sentence, and the creation of the publication and the slot.
+//!
+//! Order matters: the publication is created **before** the slot, so the slot's first
+//! transaction already sees it. A missing or invalidated slot is never re-created by `run`
+//! unless `postgres.create_slot` says so; `setup --recreate-slot` is the explicit operator
+//! command and states the gap it leaves.
+
+use std::time::Duration;
+
+use relay_core::{Lsn, platform::Platform};
+use tokio_postgres::Client;
+
+use crate::{
+    config::{Config, valid_identifier},
+    error::{Definite, RelayError},
+    postgres::control::{describe_pg, query_err, quote_ident},
+    postgres::publication::ensure_publication,
+    postgres::slot::server_version,
+    sink::checkpoint_topic::Scope,
+    telemetry::events::{
+        SLOT_CREATED, SLOT_CREATED_BY_OTHER, SLOT_IDLE_TIMEOUT, SLOT_IN_USE, SLOT_RECREATED,
+        STANDBY_SNAPSHOT_FAILED,
+    },
+};
+
+/// What `run` needs to know from the server before it starts streaming.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotInfo {
+    pub(crate) confirmed_flush: Lsn,
+    pub(crate) wal_sender_timeout: Duration,
+    /// OID → configured `(schema, table)` of every outbox table: the stream matches tables by
+    /// OID too, so a table renamed while in the publication is not taken for another.
+    pub(crate) outbox_oids: std::collections::HashMap<u32, (String, String)>,
+    /// OID → NOT NULL columns of every outbox table (`[outbox.debezium]` schemas' `optional`).
+    pub(crate) outbox_not_null: std::collections::HashMap<u32, Vec<String>>,
+    /// OID → generated columns of every outbox table (left out of row fingerprints).
+    pub(crate) outbox_generated: std::collections::HashMap<u32, Vec<String>>,
+    /// The managed service the server belongs to, for advice when the server refuses.
+    pub(crate) platform: Platform,
+    /// PostgreSQL 18's `idle_replication_slot_timeout`, when on.
+    pub(crate) idle_timeout: Option<Duration>,
+    /// The key the slot's checkpoints go under (a standby's slot has one of its own).
+    pub(crate) checkpoint_scope: Scope,
+    /// `setup --recreate-slot` replaced an invalidated slot, or created a missing one: the
+    /// gap since the old slot's last confirmation is there to heal (a missing slot's only if
+    /// a checkpoint says the slot existed).
+    pub(crate) gap: Option<SlotGap>,
+}
+
+/// Why the slot is new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotGap {
+    /// PostgreSQL invalidated the old one (`wal_status = lost`).
+    Lost,
+    /// There was none (dropped by hand, or never created).
+    Missing,
+}
+
+impl SlotInfo {
+    /// Logs what an `idle_replication_slot_timeout` means for this relay (once per process:
+    /// `setup`, and `run`'s first attempt).
+    pub(crate) fn warn_idle_timeout(&self, slot: &str) {
+        if let Some(w) = self
+            .idle_timeout
+            .and_then(relay_core::idle_timeout::warning)
+        {
+            tracing::warn!(slot = %slot, "{SLOT_IDLE_TIMEOUT}: {w}");
+        }
+    }
+}
+
+/// The oldest PostgreSQL the relay streams from: pgoutput's `messages` option (the heartbeat,
+/// logical messages) and streaming protocol version 2 need 14.
+const MIN_SERVER_VERSION: i32 = 140_000;
+
+/// Whether a missing slot may be created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotPolicy {
+    /// `run` without `create_slot`: a missing slot is an error.
+    MustExist,
+    /// `setup`, or `run` with `create_slot = true`.
+    CreateIfMissing,
+    /// `setup --recreate-slot`: drop an invalidated slot and create a new one.
+    RecreateIfLost,
+}
+
+/// Checks every precondition, creates what is missing and allowed, and reports the slot.
+pub(crate) async fn preflight(
+    client: &Client,
+    cfg: &Config,
+    policy: SlotPolicy,
+) -> Result<SlotInfo, RelayError> {
+    let pg = &cfg.postgres;
+    debug_assert!(valid_identifier(&pg.slot) && valid_identifier(&pg.publication));
+
+    let platform = crate::postgres::role::detect_platform(client).await?;
+    let wal_level: String = client
+        .query_one("SELECT current_setting('wal_level')", &[])
+        .await
+        .map_err(query_err("read wal_level"))?
+        .get(0);
+    if wal_level != "logical" {
+        return Err(RelayError::from(Definite::Precondition(format!(
+            "wal_level is {wal_level:?} on {}:{} ({}): {}",
+            pg.host,
+            pg.port,
+            platform.name(),
+            platform.wal_level_switch()
+        ))));
+    }
+
+    let version = server_version(client)
+        .await
+        .map_err(query_err("read server_version_num"))?;
+    if version < MIN_SERVER_VERSION {
+        return Err(RelayError::from(Definite::Precondition(format!(
+            "{}:{} runs PostgreSQL {}.{}, and outbox-relay needs PostgreSQL 14 or later (pgoutput's \
+             `messages` option and protocol version 2 start there): upgrade the server, e.g. \
+             with pg_upgrade",
+            pg.host,
+            pg.port,
+            version / 10_000,
+            version % 10_000
+        ))));
+    }
+
+    // On a standby: its primary, when postgres.primary_host names it.
+    let (scope, primary) =
+        crate::postgres::standby::check(client, cfg, version, policy == SlotPolicy::RecreateIfLost)
+            .await?;
+    let on_standby = matches!(scope, Scope::Standby(_));
+
+    // PostgreSQL 18: a slot no connection uses for longer than this is invalidated.
+    let idle_timeout = client
+        .query_opt(
+            "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_replication_slot_timeout'",
+            &[],
+        )
+        .await
+        .map_err(query_err("read idle_replication_slot_timeout"))?
+        .map(|r| r.get::<_, i64>(0))
+        .filter(|s| *s > 0)
+        .map(|s| Duration::from_secs(s as u64));
+
+    crate::postgres::role::check(client, cfg, platform).await?;
+
+    let mut partitioned = false;
+    let mut outbox_oids = std::collections::HashMap::new();
+    let mut outbox_not_null = std::collections::HashMap::new();
+    let mut outbox_generated = std::collections::HashMap::new();
+    // Mapped columns that are stored generated ones: the publication must carry them.
+    let mut mapped_stored_generated = Vec::new();
+    for t in &cfg.outbox {
+        let (schema, table) = t.qualified_name();
+        let row = client
+            .query_opt(
+                "SELECT c.relkind::text, has_table_privilege(c.oid, 'SELECT'), c.oid, \
+                        ARRAY(SELECT attname::text FROM pg_attribute \
+                               WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped), \
+                        ARRAY(SELECT attname::text FROM pg_attribute \
+                               WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped \
+                                 AND attnotnull), \
+                        ARRAY(SELECT attname::text || ':' || attgenerated::text FROM pg_attribute \
+                               WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped \
+                                 AND attgenerated <> '') \
+                   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                  WHERE n.nspname = $1 AND c.relname = $2",
+                &[&schema, &table],
+            )
+            .await
+            .map_err(query_err("look up the outbox table"))?;
+        let Some(row) = row else {
+            return Err(RelayError::from(Definite::Precondition(format!(
+                "outbox table {schema}.{table} does not exist in database {:?}: create it (see \
+                 migrations/) or fix [[outbox]] table",
+                pg.database
+            ))));
+        };
+        let kind: String = row.get(0);
+        partitioned |= kind == "p";
+        if kind != "r" && kind != "p" {
+            return Err(RelayError::from(Definite::Precondition(format!(
+                "{schema}.{table} is not a table (relkind {kind}): point [[outbox]] table at the \
+                 outbox table itself"
+            ))));
+        }
+        let columns: Vec<String> = row.get(3);
+        for (column, role) in t.mapped_columns() {
+            if !columns.contains(&column) {
+                return Err(RelayError::from(Definite::Precondition(format!(
+                    "outbox table {schema}.{table} has no column {column:?}, which [[outbox]] \
+                     configures as {role}; its columns are {}: fix the mapping or add the \
+                     column",
+                    columns.join(", ")
+                ))));
+            }
+        }
+        // Generated columns: `name:s` (stored) or `name:v` (virtual, PostgreSQL 18).
+        let generated: Vec<(String, String)> = row
+            .get::<_, Vec<String>>(5)
+            .into_iter()
+            .filter_map(|g| {
+                g.rsplit_once(':')
+                    .map(|(n, k)| (n.to_string(), k.to_string()))
+            })
+            .collect();
+        for (column, role) in t.mapped_columns() {
+            match generated
+                .iter()
+                .find(|(n, _)| *n == column)
+                .map(|(_, k)| k.as_str())
+            {
+                Some("v") => {
+                    return Err(RelayError::from(Definite::Precondition(format!(
+                        "column {column:?} of {schema}.{table}, configured as {role}, is a \
+                         virtual generated column, which logical replication never publishes: \
+                         make it STORED (PostgreSQL 18 publishes stored generated columns with \
+                         publish_generated_columns = stored) or map another column"
+                    ))));
+                }
+                Some(_) => mapped_stored_generated.push(format!("{schema}.{table}.{column}")),
+                None => {}
+            }
+        }
+        let oid: u32 = row.get(2);
+        outbox_not_null.insert(oid, row.get::<_, Vec<String>>(4));
+        outbox_generated.insert(oid, generated.into_iter().map(|(n, _)| n).collect());
+        outbox_oids.insert(oid, (schema, table));
+    }
+
+    ensure_publication(
+        client,
+        cfg,
+        partitioned,
+        !mapped_stored_generated.is_empty(),
+        on_standby,
+    )
+    .await?;
+    if !mapped_stored_generated.is_empty() {
+        crate::postgres::publication::check_generated_columns(
+            client,
+            cfg,
+            &mapped_stored_generated,
+        )
+        .await?;
+    }
+    let mut slot = ensure_slot(client, cfg, policy, platform, primary.as_ref()).await?;
+    slot.platform = platform;
+    slot.checkpoint_scope = scope;
+    slot.idle_timeout = idle_timeout;
+    slot.outbox_oids = outbox_oids;
+    slot.outbox_not_null = outbox_not_null;
+    slot.outbox_generated = outbox_generated;
+    Ok(slot)
+}
+
+async fn ensure_slot(
+    client: &Client,
+    cfg: &Config,
+    policy: SlotPolicy,
+    platform: Platform,
+    primary: Option<&Client>,
+) -> Result<SlotInfo, RelayError> {
+    let pg = &cfg.postgres;
+    let wal_sender_timeout_ms: i64 = client
+        .query_one(
+            "SELECT setting::bigint * CASE unit WHEN 's' THEN 1000 ELSE 1 END \
+               FROM pg_settings WHERE name = 'wal_sender_timeout'",
+            &[],
+        )
+        .await
+        .map_err(query_err("read wal_sender_timeout"))?
+        .get(0);
+    let wal_sender_timeout = Duration::from_millis(wal_sender_timeout_ms.max(0) as u64);
+    if pg.failover_slot {
+        let version = server_version(client)
+            .await
+            .map_err(query_err("read server_version_num"))?;
+        if version < 170_000 {
+            return Err(RelayError::from(Definite::Precondition(format!(
+                "postgres.failover_slot = true needs PostgreSQL 17 or later, and this server is \
+                 {version}: set it to false (docs/operations.md, \"Failover\", says how to keep \
+                 the slot on a promoted standby without it)"
+            ))));
+        }
+    }
+
+    let slot = client
+        .query_opt(
+            "SELECT plugin, slot_type, database, active_pid, wal_status, \
+                    confirmed_flush_lsn::text, to_jsonb(s)->>'invalidation_reason', \
+                    pg_is_in_recovery() \
+               FROM pg_replication_slots s WHERE slot_name = $1",
+            &[&pg.slot],
+        )
+        .await
+        .map_err(query_err("look up the replication slot"))?;
+
+    let Some(slot) = slot else {
+        if policy == SlotPolicy::MustExist {
+            return Err(RelayError::from(Definite::Precondition(format!(
+                "replication slot {:?} does not exist. On a first start run `outbox-relay setup` \
+                 to create it. If it existed before, it was dropped and every event committed \
+                 since then is missing from Kafka: create it with `outbox-relay setup`, then \
+                 re-publish the missing events from the outbox table (docs/operations.md)",
+                pg.slot
+            ))));
+        }
+        let Some(lsn) = create_slot(client, cfg, platform, primary).await? else {
+            // Instances started together race to create it: the loser uses the winner's, which
+            // exists now (streaming it, or waiting for it while the winner streams).
+            return Box::pin(ensure_slot(
+                client,
+                cfg,
+                SlotPolicy::MustExist,
+                platform,
+                primary,
+            ))
+            .await;
+        };
+        return Ok(SlotInfo {
+            confirmed_flush: lsn,
+            wal_sender_timeout,
+            outbox_oids: Default::default(),
+            outbox_not_null: Default::default(),
+            outbox_generated: Default::default(),
+            platform,
+            idle_timeout: None,
+            checkpoint_scope: Scope::Primary,
+            gap: Some(SlotGap::Missing),
+        });
+    };
+
+    let plugin: Option<String> = slot.get(0);
+    let slot_type: String = slot.get(1);
+    let database: Option<String> = slot.get(2);
+    let active_pid: Option<i32> = slot.get(3);
+    let wal_status: Option<String> = slot.get(4);
+    let confirmed: Option<String> = slot.get(5);
+    if slot_type != "logical" || plugin.as_deref() != Some("pgoutput") {
+        return Err(RelayError::from(Definite::Precondition(format!(
+            "replication slot {:?} is a {slot_type} slot with plugin {:?}; outbox-relay needs a \
+             logical slot with pgoutput: choose another postgres.slot",
+            pg.slot,
+            plugin.unwrap_or_default()
+        ))));
+    }
+    if database.as_deref() != Some(pg.database.as_str()) {
+        return Err(RelayError::from(Definite::Precondition(format!(
+            "replication slot {:?} belongs to database {:?}, not {:?}: choose another \
+             postgres.slot or fix postgres.database",
+            pg.slot,
+            database.unwrap_or_default(),
+            pg.database
+        ))));
+    }
+    // invalidation_reason (17+) through to_jsonb: NULL where the server's view has no such
+    // column.
+    let invalidation = relay_core::invalidation::Invalidation::of(
+        wal_status.as_deref(),
+        slot.get::<_, Option<String>>(6).as_deref(),
+        slot.get::<_, bool>(7),
+    );
+    if let Some(why) = invalidation {
+        let old = confirmed.clone().unwrap_or_else(|| "unknown".into());
+        if policy == SlotPolicy::RecreateIfLost {
+            client
+                .execute("SELECT pg_drop_replication_slot($1)", &[&pg.slot])
+                .await
+                .map_err(query_err("drop the invalidated slot"))?;
+            let Some(new) = create_slot(client, cfg, platform, primary).await? else {
+                return Err(RelayError::from(Definite::Precondition(format!(
+                    "replication slot {:?} was created again by another connection while                      this one re-created it (a relay instance with postgres.create_slot =                      true?): stop the other instances and run `outbox-relay setup                      --recreate-slot` again",
+                    pg.slot
+                ))));
+            };
+            tracing::warn!(
+                slot = %pg.slot, reason = why.label(), gap_from = %old, gap_to = %new,
+                "{SLOT_RECREATED}: events committed between these LSNs were not relayed; \
+                 `setup --recreate-slot --heal` re-publishes them from the outbox table"
+            );
+            if !cfg.message.is_empty() {
+                tracing::warn!(
+                    slot = %pg.slot,
+                    "{SLOT_RECREATED}: [[message]] sections publish logical messages, which are \
+                     in no table: the messages of the gap cannot be re-published, only rebuilt \
+                     from the business tables"
+                );
+            }
+            return Ok(SlotInfo {
+                confirmed_flush: new,
+                wal_sender_timeout,
+                outbox_oids: Default::default(),
+                outbox_not_null: Default::default(),
+                outbox_generated: Default::default(),
+                platform,
+                idle_timeout: None,
+                checkpoint_scope: Scope::Primary,
+                gap: Some(SlotGap::Lost),
+            });
+        }
+        return Err(RelayError::from(Definite::Precondition(
+            crate::postgres::slot::lost_message(
+                &pg.slot,
+                &why,
+                confirmed.and_then(|c| c.parse().ok()),
+            ),
+        )));
+    }
+    let two_phase: bool = client
+        .query_one(
+            "SELECT two_phase FROM pg_replication_slots WHERE slot_name = $1",
+            &[&pg.slot],
+        )
+        .await
+        .map_err(query_err("read the slot's two_phase flag"))?
+        .get(0);
+    if two_phase {
+        return Err(RelayError::from(Definite::Precondition(format!(
+            "replication slot {:?} was created with two_phase = true, so PostgreSQL sends \
+             prepared transactions (PREPARE TRANSACTION) before they commit, and outbox-relay \
+             publishes committed transactions only. On PostgreSQL 18 or later, while no relay \
+             streams from it, run psql \"dbname={} replication=database\" -c \
+             'ALTER_REPLICATION_SLOT {} (TWO_PHASE false)' (its position is kept). Before 18 the \
+             flag cannot be changed: drop the slot and run `outbox-relay setup` to create one \
+             without it; events committed between the old slot's confirmed position ({}) and \
+             the new slot's creation are NOT relayed and must be re-published from the outbox \
+             table (docs/operations.md)",
+            pg.slot,
+            pg.database,
+            quote_ident(&pg.slot),
+            confirmed.as_deref().unwrap_or("unknown")
+        ))));
+    }
+    if pg.failover_slot {
+        let failover: bool = client
+            .query_one(
+                "SELECT failover FROM pg_replication_slots WHERE slot_name = $1",
+                &[&pg.slot],
+            )
+            .await
+            .map_err(query_err("read the slot's failover flag"))?
+            .get(0);
+        if !failover {
+            return Err(RelayError::from(Definite::Precondition(format!(
+                "postgres.failover_slot = true, but replication slot {:?} was created without \
+                 failover, so standbys do not keep a copy of it: while no relay streams from it, \
+                 run psql \"dbname={} replication=database\" -c 'ALTER_REPLICATION_SLOT {} \
+                 (FAILOVER true)' (its position is kept), or set postgres.failover_slot = false",
+                pg.slot,
+                pg.database,
+                quote_ident(&pg.slot)
+            ))));
+        }
+    }
+    if let Some(pid) = active_pid {
+        tracing::info!(slot = %pg.slot, active_pid = pid, "{SLOT_IN_USE}: another connection holds the slot; will wait for it");
+    }
+    let confirmed_flush = confirmed
+        .as_deref()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(Lsn::ZERO);
+    Ok(SlotInfo {
+        confirmed_flush,
+        wal_sender_timeout,
+        outbox_oids: Default::default(),
+        outbox_not_null: Default::default(),
+        outbox_generated: Default::default(),
+        platform,
+        idle_timeout: None,
+        checkpoint_scope: Scope::Primary,
+        gap: None,
+    })
+}
+
+/// Creates the slot: its LSN, or `None` when another connection created it first (between
+/// this one's look-up and its create).
+async fn create_slot(
+    client: &Client,
+    cfg: &Config,
+    platform: Platform,
+    primary: Option<&Client>,
+) -> Result<Option<Lsn>, RelayError> {
+    let (slot, failover) = (&cfg.postgres.slot, cfg.postgres.failover_slot);
+    // The five-argument form (temporary, two_phase, failover) exists from PostgreSQL 17 on.
+    let sql = if failover {
+        "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)"
+    } else {
+        "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')"
+    };
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [slot];
+    let created = client.query_one(sql, &params);
+    // On a standby the slot waits for a running-transactions record from the primary, which an
+    // idle primary writes rarely: ask for one until the slot exists.
+    let row = match primary {
+        None => created.await,
+        Some(primary) => {
+            let nudge = async {
+                let mut told = false;
+                loop {
+                    if let Err(e) = primary
+                        .batch_execute("SELECT pg_log_standby_snapshot()")
+                        .await
+                        && !told
+                    {
+                        told = true;
+                        tracing::warn!(
+                            error = %describe_pg(&e),
+                            "{STANDBY_SNAPSHOT_FAILED}: cannot ask the primary for a \
+                             running-transactions record; the slot waits for the primary's own \
+                             (grant EXECUTE ON FUNCTION pg_log_standby_snapshot() to the role)"
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            };
+            tokio::select! {
+                r = created => r,
+                never = nudge => never,
+            }
+        }
+    };
+    if let Err(e) = &row
+        && e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT)
+    {
+        tracing::info!(slot = %slot, "{SLOT_CREATED_BY_OTHER}: another instance created the slot first; using it");
+        return Ok(None);
+    }
+    let row = row.map_err(|e| {
+        let refused = e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE);
+        let advice = if refused {
+            format!(
+                "the server does not let role {:?} replicate: {} (docs/platforms.md)",
+                cfg.postgres.user,
+                platform.replication_grant(&quote_ident(&cfg.postgres.user))
+            )
+        } else {
+            "check max_replication_slots, that the role may replicate, and that \
+             postgres.failover_slot is only set on PostgreSQL 17 or later"
+                .to_string()
+        };
+        Definite::Precondition(format!(
+            "cannot create replication slot {slot:?}: {}; {advice}",
+            describe_pg(&e)
+        ))
+    })?;
+    let lsn: String = row.get(0);
+    tracing::info!(slot = %slot, lsn = %lsn, "{SLOT_CREATED}: events committed from this LSN on will be relayed");
+    Ok(Some(lsn.parse().unwrap_or(Lsn::ZERO)))
+}
