@@ -25,9 +25,12 @@ trap cleanup EXIT
 echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== module structure (no import cycle in the binary's crate)"
+echo "== module structure (no import cycle in any crate, folders looked into)"
 python3 scripts/modcycles.py --self-test
-python3 scripts/modcycles.py crates/outbox-relay/src | sed -n '/^cycles/,$p'
+for src in crates/*/src; do
+  echo "-- $src"
+  python3 scripts/modcycles.py "$src" | sed -n '/^cycles/,$p'
+done
 
 if [ -x scripts/check-deploy.sh ]; then
   echo "== deploy artefacts (Prometheus rules, Grafana dashboard)"

@@ -1,25 +1,25 @@
 //! outbox-relay: transactional-outbox rows from PostgreSQL logical replication into Kafka.
 //!
 //! The pure rules (pgoutput decoding, routing, the LSN watermark, what may be confirmed) live in
-//! `relay-core`; this crate holds the I/O edges, grouped by concern. Follow one outbox row:
+//! `relay-core`; this crate holds the I/O edges, in folders layered from the bottom (each uses
+//! only those above it here; docs/architecture.md, "Code layout", has every module):
+//! - [`telemetry`]: every metric and log event name, the `source` label, the HTTP client.
+//! - [`config`], [`error`]: every option; transient against definite errors.
+//! - `sink`: the Kafka edge (the producer behind the `Sink` seam, its transactions, the
+//!   checkpoint topic, the process-wide in-flight budget).
 //! - [`postgres`]: everything that talks to PostgreSQL: the control connection and TLS, the
-//!   preflight and setup, the replication session and its reader thread, the slot and its
-//!   keeper, the publication, standbys, failover checks, the passive wait, the heartbeat and the
-//!   state file.
-//! - [`pipeline`]: the replication stream decoded, routed and produced in commit order, and the
+//!   preflight and setup, the replication session and its reader thread, the slot, the
+//!   publication, standbys, failover checks, the passive wait and the state file.
+//! - [`observe`]: the slot monitor and its alerts, webhooks, readiness, the HTTP endpoint and
+//!   console, outbox table health and `status`.
+//! - `pipeline`: the replication stream decoded, routed and produced in commit order, and the
 //!   progress that decides what may be confirmed.
-//! - [`sink`]: the Kafka edge (the producer, its transactions, the checkpoint topic).
-//! - [`supervise`]: the supervisor that restarts a source after transient failures, several
-//!   sources in one process (the fleet), stopping from any wait, the shared in-flight budget.
-//! - [`observe`]: metric and log event names, the slot monitor and its alerts, webhooks, the HTTP
-//!   endpoint and console, readiness, outbox table health and `status`.
-//! - [`config`], [`error`]; the commands beside `run`: [`cutover`] (from Debezium), [`republish`]
-//!   (heal a lost slot) and [`apply`] (the consumer-side applier).
+//! - [`cutover`] (from Debezium), [`republish`] (heal a lost slot), [`supervise`] (the
+//!   supervisor, several sources in one process, heartbeat and slot keeper) and [`apply`] (the
+//!   consumer-side applier).
 //!
 //! Only what the binary (`main.rs`) and the tests use is public; everything else is `pub(crate)`
-//! or narrower. Under all of them: `postgres::control` (the control SQL connection and its error
-//! text) and `postgres::slot` (what the server reports about the slot), which use nothing of the
-//! modules built on them.
+//! or narrower.
 
 pub mod apply;
 pub mod config;
