@@ -186,39 +186,34 @@ impl TestDb {
         s.parse().unwrap()
     }
 
-    pub async fn slot_active_pid(&self) -> Option<i32> {
+    /// One column of this test's slot's row in `pg_replication_slots` (`None`: no slot, or
+    /// NULL there).
+    async fn slot_column<T: for<'a> tokio_postgres::types::FromSql<'a>>(
+        &self,
+        column: &str,
+    ) -> Option<T> {
         self.client
             .query_opt(
-                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+                &format!("SELECT {column} FROM pg_replication_slots WHERE slot_name = $1"),
                 &[&self.name],
             )
             .await
             .unwrap()
             .and_then(|r| r.get(0))
+    }
+
+    pub async fn slot_active_pid(&self) -> Option<i32> {
+        self.slot_column("active_pid").await
     }
 
     /// Whether this test's slot exists.
     pub async fn slot_exists(&self) -> bool {
-        self.client
-            .query_opt(
-                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
-                &[&self.name],
-            )
-            .await
-            .unwrap()
-            .is_some()
+        self.slot_column::<i32>("1").await.is_some()
     }
 
     /// The slot's `wal_status` (`None`: no slot, or none reported).
     pub async fn slot_wal_status(&self) -> Option<String> {
-        self.client
-            .query_opt(
-                "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1",
-                &[&self.name],
-            )
-            .await
-            .unwrap()
-            .and_then(|r| r.get(0))
+        self.slot_column("wal_status").await
     }
 
     /// Writes WAL the slot cannot keep (1,000 rows of 1.9 kB into `business`, a WAL switch and
