@@ -32,3 +32,57 @@ pid_alive() {
   done
   return 1
 }
+
+# ---- For scripts/*.sh, which source this file from the repository's root:
+#   set -euo pipefail
+#   cd "$(dirname "${BASH_SOURCE[0]}")/.."
+#   . infra/common.sh      (or infra/bench-env.sh, the bench stack's environment, which sources it)
+
+# use_cargo: rustup's cargo ($HOME/.cargo/bin) first on PATH, for the script and what it runs.
+use_cargo() { export PATH="$HOME/.cargo/bin:$PATH"; }
+
+# stack_up: brings the stack of this environment (STACK_DIR, PGPORT, KAFKA_PORT: the test stack
+# unless infra/bench-env.sh set the bench stack's) up unless `infra/stack.sh status` finds it up.
+# A stack this script brought up is destroyed (`down --destroy`) when the script exits: stack_up
+# sets that EXIT trap, so a script with an exit trap of its own sets it after stack_up and calls
+# stack_down_if_started from it. Neither changes the script's exit code.
+STACK_STARTED=0
+stack_up() {
+  trap stack_down_if_started EXIT
+  if ! "$INFRA_DIR/stack.sh" status >/dev/null 2>&1; then
+    "$INFRA_DIR/stack.sh" up
+    STACK_STARTED=1
+  fi
+}
+stack_down_if_started() {
+  if [ "$STACK_STARTED" = 1 ]; then "$INFRA_DIR/stack.sh" down --destroy || true; fi
+}
+
+# e2e_long_form CMD...: a long form of end-to-end tests (scripts/chaos.sh, scripts/sources-heavy.sh):
+# installs what is missing (infra/install-deps.sh), brings the stack up (stack_up), runs CMD with a
+# fresh target/test-figures.log and prints the figures the tests wrote there. A failing CMD ends the
+# script with its exit code (set -e).
+e2e_long_form() {
+  "$INFRA_DIR/install-deps.sh"
+  stack_up
+  mkdir -p target && rm -f target/test-figures.log
+  "$@"
+  cat target/test-figures.log
+}
+
+# e2e_logged LOG HEADER CMD...: runs CMD (end-to-end tests) with its output also in LOG. When CMD
+# fails, prints HEADER and then the failed tests' panic messages from LOG again (at the end, where
+# a truncated CI log still shows them), and returns CMD's exit code.
+e2e_logged() {
+  local log="$1" header="$2" rc
+  shift 2
+  set +e
+  "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$rc" != 0 ]; then
+    echo "$header"
+    grep -A8 "panicked at" "$log" | cut -c1-400 | head -150 || true
+  fi
+  return "$rc"
+}

@@ -14,26 +14,17 @@
 # target/bench-results/consumers/{results.json,report.md}.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-REPO="$PWD"
-export PATH="$HOME/.cargo/bin:$PATH"
-export STACK_DIR="${STACK_DIR:-$REPO/.stack-bench}"
-export PGPORT="${PGPORT:-16432}"
-export KAFKA_PORT="${KAFKA_PORT:-29192}"
+# shellcheck source=infra/bench-env.sh
+. infra/bench-env.sh
+use_cargo
 export PG_EXTRA_OPTS="${PG_EXTRA_OPTS:-} -c track_commit_timestamp=on"
-OUT="${OUT:-$REPO/target/bench-results/consumers}"
+OUT="${OUT:-$REPO_DIR/target/bench-results/consumers}"
 
 infra/install-deps.sh
 infra/install-recipes.sh
 cargo build --release -q --locked -p outbox-relay -p inbox-rust -p bench
-(cd examples/inbox-go && GOPROXY=off GOFLAGS=-mod=readonly go build -o "$REPO/target/release/inbox-go" .)
-
-started=0
-if ! infra/stack.sh status >/dev/null 2>&1; then
-  infra/stack.sh up
-  started=1
-fi
-cleanup() { if [ "$started" = 1 ]; then infra/stack.sh down --destroy || true; fi; }
-trap cleanup EXIT
+(cd examples/inbox-go && GOPROXY=off GOFLAGS=-mod=readonly go build -o "$REPO_DIR/target/release/inbox-go" .)
+stack_up
 
 target/release/bench consumers --pg-port "$PGPORT" --brokers "127.0.0.1:$KAFKA_PORT" \
   --applier target/release/outbox-relay --rust-recipe target/release/inbox-rust \

@@ -21,11 +21,9 @@
 # RELAY: the outbox-relay binary (default: a release build); OUT (target/bench-results/sources).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-REPO="$PWD"
-export PATH="$HOME/.cargo/bin:$PATH"
-export STACK_DIR="${STACK_DIR:-$REPO/.stack-bench}"
-export PGPORT="${PGPORT:-16432}"
-export KAFKA_PORT="${KAFKA_PORT:-29192}"
+# shellcheck source=infra/bench-env.sh
+. infra/bench-env.sh
+use_cargo
 KAFKA="127.0.0.1:$KAFKA_PORT"
 N="${N:-50}"
 SAMPLE="${SAMPLE:-30}"
@@ -33,7 +31,7 @@ RATE="${RATE:-1000}"
 LOAD_RATE="${LOAD_RATE:-1000}"
 LADDER="${LADDER:-1,25,50,100,150}"
 PHASES="${PHASES:-idle,load}"
-OUT="${OUT:-$REPO/target/bench-results/sources}"
+OUT="${OUT:-$REPO_DIR/target/bench-results/sources}"
 # Walsenders and slots for the largest step (and the idle phase's two modes' leftovers).
 MOST=$(printf '%s\n' "$N" ${LADDER//,/ } | sort -n | tail -1)
 export PG_EXTRA_OPTS="${PG_EXTRA_OPTS:-} -c max_wal_senders=$((MOST + 20)) -c max_replication_slots=$((MOST + 20)) -c max_connections=$((MOST * 4 + 100))"
@@ -42,12 +40,7 @@ log() { printf '[bench-sources %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 sql() { "$PSQL" -qAtX -h 127.0.0.1 -p "$PGPORT" -U postgres -d "${2:-postgres}" -c "$1"; }
 
 infra/install-deps.sh
-started=0
-if ! infra/stack.sh status >/dev/null 2>&1; then
-  infra/stack.sh up
-  started=1
-fi
-stop_stack() { if [ "$started" = 1 ]; then infra/stack.sh down --destroy || true; fi; }
+stack_up
 cargo build --release --locked -q -p bench
 if [ -z "${RELAY:-}" ]; then
   cargo build --release --locked -q -p outbox-relay
@@ -68,7 +61,7 @@ cleanup() {
   drop_dbs one
   drop_dbs many
 }
-trap 'cleanup; stop_stack' EXIT
+trap 'cleanup; stack_down_if_started' EXIT
 
 make_dbs() { # mode
   for i in $(seq 0 $((N - 1))); do

@@ -37,12 +37,9 @@
 # Kafka jars and the Debezium 3.6.1.Final plugin from Maven Central, matplotlib from PyPI.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-REPO="$PWD"
-export PATH="$HOME/.cargo/bin:$PATH"
-export STACK_DIR="${STACK_DIR:-$REPO/.stack-bench}"
-export PGPORT="${PGPORT:-16432}"
-export KAFKA_PORT="${KAFKA_PORT:-29192}"
-export CONNECT_REST_PORT="${CONNECT_REST_PORT:-28083}"
+# shellcheck source=infra/bench-env.sh
+. infra/bench-env.sh
+use_cargo
 log() { printf '[bench.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 QUICK=0; KEEP=0; OUT=""; ARGS=()
@@ -59,7 +56,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ -z "$OUT" ]; then
-  if [ "$QUICK" = 1 ]; then OUT="$REPO/target/bench-results/quick"; else OUT="$REPO/target/bench-results/full"; fi
+  if [ "$QUICK" = 1 ]; then OUT="$REPO_DIR/target/bench-results/quick"; else OUT="$REPO_DIR/target/bench-results/full"; fi
 fi
 mkdir -p "$OUT" "$STACK_DIR"
 OUT="$(cd "$OUT" && pwd)"
@@ -85,9 +82,9 @@ command -v perf >/dev/null || log "note: perf (Debian package linux-perf) is not
 
 # 2. build (release): the harness from the working tree; outbox-relay from the working tree or BENCH_RELAY_REV
 log "building bench and outbox-relay (release)"
-CARGO_TARGET_DIR="$REPO/target/bench" cargo build --release -q -p bench
+CARGO_TARGET_DIR="$REPO_DIR/target/bench" cargo build --release -q -p bench
 BIN="$STACK_DIR/bin"; mkdir -p "$BIN"
-cp "$REPO/target/bench/release/bench" "$BIN/bench"
+cp "$REPO_DIR/target/bench/release/bench" "$BIN/bench"
 if [ -n "${BENCH_RELAY_BIN:-}" ]; then
   # A relay binary built earlier (e.g. a copy of target/bench/release/outbox-relay kept before
   # a change), for an A/B without a second release build.
@@ -102,15 +99,15 @@ elif [ -n "${BENCH_RELAY_REV:-}" ]; then
   find "$SRC" -type f -exec touch {} +
   label="git $(git rev-parse --short "$BENCH_RELAY_REV")"
   for p in ${BENCH_RELAY_PATCHES:-}; do
-    (cd "$SRC" && git apply -p1 "$REPO/$p") || { log "patch $p does not apply to $BENCH_RELAY_REV"; exit 1; }
+    (cd "$SRC" && git apply -p1 "$REPO_DIR/$p") || { log "patch $p does not apply to $BENCH_RELAY_REV"; exit 1; }
     label="$label + $(basename "$p")"
   done
-  (cd "$SRC" && CARGO_TARGET_DIR="$REPO/target/bench-rev" cargo build --release -q --locked -p outbox-relay)
-  cp "$REPO/target/bench-rev/release/outbox-relay" "$BIN/outbox-relay"
+  (cd "$SRC" && CARGO_TARGET_DIR="$REPO_DIR/target/bench-rev" cargo build --release -q --locked -p outbox-relay)
+  cp "$REPO_DIR/target/bench-rev/release/outbox-relay" "$BIN/outbox-relay"
   export BENCH_RELAY_SOURCE="$label"
 else
-  CARGO_TARGET_DIR="$REPO/target/bench" cargo build --release -q -p outbox-relay
-  cp "$REPO/target/bench/release/outbox-relay" "$BIN/outbox-relay"
+  CARGO_TARGET_DIR="$REPO_DIR/target/bench" cargo build --release -q -p outbox-relay
+  cp "$REPO_DIR/target/bench/release/outbox-relay" "$BIN/outbox-relay"
   if git diff --quiet HEAD -- crates 2>/dev/null; then
     export BENCH_RELAY_SOURCE="working tree = $(git rev-parse --short HEAD)"
   else
@@ -142,16 +139,16 @@ KAFKA_PID="$(cat "$STACK_DIR/kafka-$KAFKA_PORT/kafka.pid")"
 # 4. run
 log "running the suite (results: $OUT/results.json)"
 WORK="$STACK_DIR/work"; rm -rf "$WORK"; mkdir -p "$WORK"
-"$BIN/bench" suite --out "$OUT" --repo "$REPO" --work "$WORK" \
+"$BIN/bench" suite --out "$OUT" --repo "$REPO_DIR" --work "$WORK" \
   --pg-port "$PGPORT" --brokers "127.0.0.1:$KAFKA_PORT" --connect-rest-port "$CONNECT_REST_PORT" \
   --relay-bin "$BIN/outbox-relay" --postmaster-pid "$PM_PID" --kafka-pid "$KAFKA_PID" "${ARGS[@]}"
 
 # keep every run's figures (the report is rendered from the latest; older runs stay comparable)
-mkdir -p "$REPO/target/bench-results/history"
-cp "$OUT/results.json" "$REPO/target/bench-results/history/$(date -u +%Y%m%dT%H%M%SZ)-$(basename "$OUT").json"
+mkdir -p "$REPO_DIR/target/bench-results/history"
+cp "$OUT/results.json" "$REPO_DIR/target/bench-results/history/$(date -u +%Y%m%dT%H%M%SZ)-$(basename "$OUT").json"
 
 # 5. report
-if [ "$QUICK" = 1 ] || [ "$OUT" != "$REPO/target/bench-results/full" ]; then
+if [ "$QUICK" = 1 ] || [ "$OUT" != "$REPO_DIR/target/bench-results/full" ]; then
   "$PY" bench/report.py "$OUT/results.json" --md "$OUT/benchmarks.md" --img "$OUT"
   log "report: $OUT/benchmarks.md"
 else

@@ -8,15 +8,12 @@
 # exactly-once form (relay.delivery = "exactly-once", its own cluster and broker).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
-infra/install-deps.sh
-started_stack=0
-if ! infra/stack.sh status >/dev/null 2>&1; then infra/stack.sh up; started_stack=1; fi
-trap '[ "$started_stack" = 1 ] && infra/stack.sh down --destroy || true' EXIT
-mkdir -p target && rm -f target/test-figures.log
+# shellcheck source=infra/common.sh
+. infra/common.sh
+use_cargo
 case "${CHAOS_MODE:-at-least-once}" in
   exactly-once) test=chaos::chaos_exactly_once_nothing_lost_reordered_or_duplicated ;;
   *) test=chaos::chaos_no_event_is_lost_or_reordered ;;
 esac
-CHAOS_ROUNDS="${1:-60}" CHAOS_SEED="${2:-42}" cargo test -p relay-tests --locked -- --exact "$test"
-cat target/test-figures.log
+e2e_long_form env CHAOS_ROUNDS="${1:-60}" CHAOS_SEED="${2:-42}" \
+  cargo test -p relay-tests --locked -- --exact "$test"

@@ -21,7 +21,9 @@
 # Needs valgrind (Debian package valgrind) for the callgrind drain.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
+# shellcheck source=infra/common.sh
+. infra/common.sh
+use_cargo
 PGPORT="${PGPORT:-15432}"
 KAFKA="${KAFKA:-127.0.0.1:19092}"
 DB="${DB:-cpuprof}"

@@ -9,7 +9,9 @@
 # Replay a failing seed: SIM_SEED=<seed> cargo test -p outbox-relay --lib sim::search -- --nocapture
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
+# shellcheck source=infra/common.sh
+. infra/common.sh
+use_cargo
 MINUTES="${MINUTES:-60}"
 case "$MINUTES" in '' | *[!0-9]*) echo "MINUTES=$MINUTES: a whole number" >&2; exit 2 ;; esac
 SIM_FOR_SECS=$((MINUTES * 60)) SIM_FIRST="${FIRST:-1}" \

@@ -8,12 +8,8 @@
 # Prints the figures (target/test-figures.log). Usage: SOURCES=50 SHARED=20 scripts/sources-heavy.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
-infra/install-deps.sh
-started_stack=0
-if ! infra/stack.sh status >/dev/null 2>&1; then infra/stack.sh up; started_stack=1; fi
-trap '[ "$started_stack" = 1 ] && infra/stack.sh down --destroy || true' EXIT
-mkdir -p target && rm -f target/test-figures.log
-RELAY_TEST_SOURCES="${SOURCES:-50}" RELAY_TEST_SHARED_SOURCES="${SHARED:-20}" \
+# shellcheck source=infra/common.sh
+. infra/common.sh
+use_cargo
+e2e_long_form env RELAY_TEST_SOURCES="${SOURCES:-50}" RELAY_TEST_SHARED_SOURCES="${SHARED:-20}" \
   cargo test -p relay-tests --locked -- sources:: --test-threads 1
-cat target/test-figures.log

@@ -28,10 +28,10 @@
 # else in the same tree at the same time would be copied too.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
 LOG_TAG=stress
 # shellcheck source=infra/common.sh
 . infra/common.sh
+use_cargo
 # shellcheck source=infra/apt.sh
 . infra/apt.sh
 
@@ -51,17 +51,16 @@ RUN_TIMEOUT="${RUN_TIMEOUT:-1800}"
 export RELAY_TEST_LOG="${RELAY_TEST_LOG:-info,outbox_relay::pipeline=debug}"
 
 infra/install-deps.sh
-started_stack=0
 hog_pids=()
 # shellcheck disable=SC2317  # called by the trap
 cleanup() {
   local p
   for p in "${hog_pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${hog_pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  if [ "$started_stack" = 1 ]; then infra/stack.sh down --destroy || true; fi
+  stack_down_if_started
 }
+stack_up
 trap cleanup EXIT
-if ! infra/stack.sh status >/dev/null 2>&1; then infra/stack.sh up; started_stack=1; fi
 
 # Build once, before the hog starts; the tests run this copy of the binary.
 OUT="$REPO_DIR/target/stress"

@@ -8,7 +8,9 @@
 # Usage: scripts/test-versions.sh [MAJOR ...]   Env: TEST_THREADS (3).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
+# shellcheck source=infra/common.sh
+. infra/common.sh
+use_cargo
 
 # The core subset: setup and its refusals (a two_phase slot: on 18 fixed in place and streamed), takeover by a second instance after kill -9, delivery in
 # commit order, kill -9 and graceful restarts from the confirmed LSN, exactly-once over a rewound
@@ -35,16 +37,11 @@ for major in "${majors[@]}"; do
   port="154$major"
   echo "== core subset on PostgreSQL $("$bin/postgres" --version | awk '{print $3}') (port $port)"
   PGPORT="$port" PGBIN="$bin" infra/pg/start.sh >/dev/null
-  set +e
-  RELAY_TEST_PG="host=127.0.0.1 port=$port user=postgres" RELAY_TEST_PGBIN="$bin" RELAY_TEST_PG_MAJOR="$major" \
-    cargo test -p relay-tests --locked -- --test-threads "${TEST_THREADS:-3}" "${CORE_SUBSET[@]}" 2>&1 \
-    | tee "target/e2e-pg$major.log"
-  rc=${PIPESTATUS[0]}
-  set -e
+  pass_log="target/e2e-pg$major.log"
+  rc=0
+  e2e_logged "$pass_log" "== why the failed tests failed on PostgreSQL $major ($pass_log)" \
+    env RELAY_TEST_PG="host=127.0.0.1 port=$port user=postgres" RELAY_TEST_PGBIN="$bin" RELAY_TEST_PG_MAJOR="$major" \
+    cargo test -p relay-tests --locked -- --test-threads "${TEST_THREADS:-3}" "${CORE_SUBSET[@]}" || rc=$?
   PGPORT="$port" PGBIN="$bin" infra/pg/stop.sh --destroy >/dev/null || true
-  if [ "$rc" != 0 ]; then
-    echo "== why the failed tests failed on PostgreSQL $major (target/e2e-pg$major.log)"
-    grep -A8 "panicked at" "target/e2e-pg$major.log" | cut -c1-400 | head -150 || true
-    exit "$rc"
-  fi
+  [ "$rc" = 0 ] || exit "$rc"
 done

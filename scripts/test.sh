@@ -11,16 +11,12 @@
 # Env: TEST_THREADS (default 3) for the end-to-end tests; extra args go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-export PATH="$HOME/.cargo/bin:$PATH"
+# shellcheck source=infra/common.sh
+. infra/common.sh
+use_cargo
 
 infra/install-deps.sh
-started_stack=0
-if ! infra/stack.sh status >/dev/null 2>&1; then
-  infra/stack.sh up
-  started_stack=1
-fi
-cleanup() { if [ "$started_stack" = 1 ]; then infra/stack.sh down --destroy || true; fi; }
-trap cleanup EXIT
+stack_up
 
 echo "== format and lints"
 cargo fmt --all -- --check
@@ -43,17 +39,9 @@ cargo test --workspace --locked --exclude relay-tests "$@"
 # One end-to-end pass, its output also in target/e2e-NAME.log; when a test fails, the failures'
 # panic messages are printed again at the end, where a truncated CI log still shows them.
 e2e_pass() {
-  local log="target/e2e-$1.log" rc
+  local log="target/e2e-$1.log"
   shift
-  set +e
-  "$@" 2>&1 | tee "$log"
-  rc=${PIPESTATUS[0]}
-  set -e
-  if [ "$rc" != 0 ]; then
-    echo "== why the failed tests failed (panic messages from $log)"
-    grep -A8 "panicked at" "$log" | cut -c1-400 | head -150 || true
-    exit "$rc"
-  fi
+  e2e_logged "$log" "== why the failed tests failed (panic messages from $log)" "$@"
 }
 
 echo "== end-to-end tests (real PostgreSQL, real Kafka)"

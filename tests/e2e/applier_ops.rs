@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use crate::support::{
     TestDb,
-    applier::{apply_cmd, count, producer, send, send_event},
-    check, eventually, kafka, kafka_brokers,
+    applier::{
+        OPS_ADD, apply_cmd, count, ops_config, ops_schema, producer, send, send_event, setup,
+        subscribed_config,
+    },
+    check, eventually, kafka,
     relay::Relay,
     repo_root,
 };
@@ -25,23 +28,13 @@ async fn the_inbox_cleanup_deletes_only_claims_the_topic_can_no_longer_replay() 
         &[("retention.ms", "60000"), ("segment.ms", "60000")],
     )
     .await;
-    let cfg = format!(
-        "[postgres]\nport = {}\ndatabase = \"{}\"\n\n[kafka]\nbrokers = \"{}\"\n\
-         group_id = \"{}-group\"\ntopics = [\"{topic}\"]\n\n[apply]\nconsumer = \"c\"\n\
-         ignore_types = [\"Note\"]\n\n[retention]\ninterval_ms = 1000\n\n[http]\nlisten = \"127.0.0.1:{}\"\n",
-        db.port,
-        db.name,
-        kafka_brokers(),
-        db.name,
-        crate::support::http::free_port()
+    let cfg = subscribed_config(
+        &db,
+        &topic,
+        "[apply]\nconsumer = \"c\"\nignore_types = [\"Note\"]\n\n[retention]\ninterval_ms = 1000\n",
+        Some(crate::support::http::free_port()),
     );
-    let (status, log) = Relay::once(
-        &format!("{}-setup", db.name),
-        &cfg,
-        &["apply", "setup"],
-        &[],
-    );
-    assert!(status.success(), "apply setup: {log}");
+    setup(&db, &cfg);
     db.client
         .batch_execute(
             "INSERT INTO inbox (consumer, event_id, processed_at) VALUES \
@@ -167,30 +160,9 @@ async fn operators_halt_dead_letter_redrive_reset_and_see_handler_typos_at_setup
     let db = TestDb::new("ap_ops").await;
     let topic = format!("{}.ops", db.name);
     kafka::create_topic(&topic, 1).await;
-    db.client
-        .batch_execute(
-            "CREATE TABLE ops_sum (n int NOT NULL, event_id text NOT NULL);
-             CREATE FUNCTION ops_add(v jsonb, id text) RETURNS void LANGUAGE plpgsql AS $$
-             BEGIN
-               IF (v->>'n')::int < 0 THEN RAISE EXCEPTION 'negative %', v->>'n'; END IF;
-               INSERT INTO ops_sum VALUES ((v->>'n')::int, id);
-             END $$;",
-        )
-        .await
-        .unwrap();
-    let cfg = |policy: &str, sql: &str| {
-        format!(
-            "[postgres]\nport = {}\ndatabase = \"{}\"\n\n[kafka]\nbrokers = \"{}\"\n\
-             group_id = \"{}-group\"\ntopics = [\"{topic}\"]\n\n[apply]\nconsumer = \"ops\"\n\
-             on_failure = \"{policy}\"\n\n[[handler]]\nevent_type = \"Add\"\nsql = \"{sql}\"\n\n\
-             [http]\nenabled = false\n",
-            db.port,
-            db.name,
-            kafka_brokers(),
-            db.name
-        )
-    };
-    let good = "SELECT ops_add(:value, :event_id)";
+    ops_schema(&db).await;
+    let cfg = |policy: &str, sql: &str| ops_config(&db, &topic, policy, sql, None);
+    let good = OPS_ADD;
     let name = |n: &str| format!("{}-{n}", db.name);
     let (status, log) = Relay::once(
         &name("typo"),
@@ -203,8 +175,7 @@ async fn operators_halt_dead_letter_redrive_reset_and_see_handler_typos_at_setup
         log.contains("handler[0]") && log.contains("ops_ad"),
         "names the handler: {log}"
     );
-    let (status, log) = Relay::once(&name("setup"), &cfg("halt", good), &["apply", "setup"], &[]);
-    assert!(status.success(), "{log}");
+    setup(&db, &cfg("halt", good));
 
     let p = producer();
     for (i, n) in [1, -1, 2].into_iter().enumerate() {

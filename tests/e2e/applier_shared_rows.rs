@@ -19,7 +19,11 @@ use rdkafka::{
 };
 
 use crate::support::{
-    TestDb, applier::count, check, kafka, kafka_brokers, relay::Relay, repo_root,
+    TestDb,
+    applier::{count, setup, subscribed_config},
+    check, kafka, kafka_brokers,
+    relay::Relay,
+    repo_root,
 };
 
 const PARTITIONS: i32 = 6;
@@ -56,25 +60,14 @@ async fn applier_keeps_up_with_handlers_that_share_rows_across_partitions() {
     let topic = format!("{}.account", db.name);
     kafka::create_topic(&topic, PARTITIONS).await;
     // The defaults: pool_size 4, batch_records 100, batch_wait_ms 0.
-    let cfg = format!(
-        "[postgres]\nport = {}\ndatabase = \"{}\"\n\n\
-         [kafka]\nbrokers = \"{}\"\ngroup_id = \"{}-group\"\ntopics = [\"{topic}\"]\n\n\
-         [apply]\nconsumer = \"client-balances\"\non_failure = \"dead-letter\"\n\n\
-         [[handler]]\nevent_type = \"BalanceChanged\"\nsql = \"SELECT apply_balance_changed(:value)\"\n\n\
-         [http]\nlisten = \"127.0.0.1:{}\"\n",
-        db.port,
-        db.name,
-        kafka_brokers(),
-        db.name,
-        crate::support::http::free_port()
+    let cfg = subscribed_config(
+        &db,
+        &topic,
+        "[apply]\nconsumer = \"client-balances\"\non_failure = \"dead-letter\"\n\n\
+         [[handler]]\nevent_type = \"BalanceChanged\"\nsql = \"SELECT apply_balance_changed(:value)\"\n",
+        Some(crate::support::http::free_port()),
     );
-    let (status, log) = Relay::once(
-        &format!("{}-setup", db.name),
-        &cfg,
-        &["apply", "setup"],
-        &[],
-    );
-    assert!(status.success(), "apply setup: {log}");
+    setup(&db, &cfg);
     let deadlocks_before = deadlocks(&db).await;
     let mut applier = Relay::start_with(&format!("{}-run", db.name), &cfg, &["apply", "run"], &[]);
     applier

@@ -8,43 +8,39 @@ use std::time::Duration;
 
 use crate::support::{
     TestDb,
-    applier::{apply_cmd, producer, send},
+    applier::{OPS_ADD, apply_cmd, ops_config, ops_schema, producer, send, setup},
     browser::Browser,
     http::{free_port, get},
-    kafka, kafka_brokers,
+    kafka,
     relay::Relay,
     writer,
 };
 
 const PAGE: Duration = Duration::from_secs(30);
 
-/// A handler that raises on a negative `n`.
-async fn ops_schema(db: &TestDb) {
-    db.client
-        .batch_execute(
-            "CREATE TABLE ops_sum (n int NOT NULL, event_id text NOT NULL);
-             CREATE FUNCTION ops_add(v jsonb, id text) RETURNS void LANGUAGE plpgsql AS $$
-             BEGIN
-               IF (v->>'n')::int < 0 THEN RAISE EXCEPTION 'negative %', v->>'n'; END IF;
-               INSERT INTO ops_sum VALUES ((v->>'n')::int, id);
-             END $$;",
-        )
-        .await
-        .unwrap();
+/// Consumer `ops` of `topic` (a handler that raises on a negative `n`) with `on_failure =
+/// policy`, its endpoint on `port`.
+fn applier_config(db: &TestDb, topic: &str, port: u16, policy: &str) -> String {
+    ops_config(db, topic, policy, OPS_ADD, Some(port))
 }
 
-/// Consumer `ops` of `topic` with `on_failure = policy`, its endpoint on `port`.
-fn applier_config(db: &TestDb, topic: &str, port: u16, policy: &str) -> String {
-    format!(
-        "[postgres]\nport = {}\ndatabase = \"{}\"\n\n[kafka]\nbrokers = \"{}\"\n\
-         group_id = \"{}-group\"\ntopics = [\"{topic}\"]\n\n[apply]\nconsumer = \"ops\"\n\
-         on_failure = \"{policy}\"\n\n[[handler]]\nevent_type = \"Add\"\n\
-         sql = \"SELECT ops_add(:value, :event_id)\"\n\n[http]\nlisten = \"127.0.0.1:{port}\"\n",
-        db.port,
-        db.name,
-        kafka_brokers(),
-        db.name
-    )
+/// A new topic `<db>.<name>` of `partitions` partitions and the `ops` applier of it, set up,
+/// its endpoint on a free port: the topic and the port.
+async fn ops_applier(db: &TestDb, name: &str, partitions: i32) -> (String, u16) {
+    let topic = format!("{}.{name}", db.name);
+    kafka::create_topic(&topic, partitions).await;
+    ops_schema(db).await;
+    let port = free_port();
+    setup(db, &applier_config(db, &topic, port, "halt"));
+    (topic, port)
+}
+
+/// The applier under `cfg` (`on_failure = "halt"`), once its partition halted.
+async fn halted_applier(db: &TestDb, cfg: &str) -> Relay {
+    let a = Relay::start_with(&format!("{}-halt", db.name), cfg, &["apply", "run"], &[]);
+    a.wait_log("apply_partition_halted", Duration::from_secs(60))
+        .await;
+    a
 }
 
 /// A relay whose retained_wal alert fires (any retained WAL is over 1 byte) on the first poll.
@@ -163,18 +159,8 @@ async fn the_relays_page_streams_alerts_updates_and_goes_stale() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_appliers_page_shows_a_halted_partition_and_dead_letters() {
     let db = TestDb::new("console_ap").await;
-    let topic = format!("{}.ops", db.name);
-    kafka::create_topic(&topic, 1).await;
-    ops_schema(&db).await;
-    let port = free_port();
+    let (topic, port) = ops_applier(&db, "ops", 1).await;
     let cfg = |policy: &str| applier_config(&db, &topic, port, policy);
-    let (status, log) = Relay::once(
-        &format!("{}-setup", db.name),
-        &cfg("halt"),
-        &["apply", "setup"],
-        &[],
-    );
-    assert!(status.success(), "{log}");
     let p = producer();
     for (i, n) in [1, -1, 2].into_iter().enumerate() {
         send(&p, &topic, &format!("ev-{i}"), n).await;
@@ -183,14 +169,7 @@ async fn the_appliers_page_shows_a_halted_partition_and_dead_letters() {
     let mut browser = Browser::start(&db.name);
 
     // Halt: the partition stops on the raising record; the page says so and why.
-    let mut a = Relay::start_with(
-        &format!("{}-halt", db.name),
-        &cfg("halt"),
-        &["apply", "run"],
-        &[],
-    );
-    a.wait_log("apply_partition_halted", Duration::from_secs(60))
-        .await;
+    let mut a = halted_applier(&db, &cfg("halt")).await;
     let page = browser.open(&url);
     let text = browser.wait_text(&page, "the halted partition and why", PAGE, |t| {
         t.contains(&format!("{topic}[0]")) && t.contains("HALTED") && t.contains("negative -1")
@@ -264,18 +243,8 @@ async fn screenshots() {
     browser.screenshot(&page, &dir.join("console-relay.png"));
     assert!(relay.terminate(Duration::from_secs(30)).success());
 
-    let topic = format!("{}.orders", db.name);
-    kafka::create_topic(&topic, 2).await;
-    ops_schema(&db).await;
-    let aport = free_port();
+    let (topic, aport) = ops_applier(&db, "orders", 2).await;
     let cfg = |policy: &str| applier_config(&db, &topic, aport, policy);
-    let (status, log) = Relay::once(
-        &format!("{}-setup", db.name),
-        &cfg("halt"),
-        &["apply", "setup"],
-        &[],
-    );
-    assert!(status.success(), "{log}");
     let p = producer();
     for (i, n) in [1, -1, 2, 3, 4].into_iter().enumerate() {
         send(&p, &topic, &format!("ev-{i}"), n).await;
@@ -294,14 +263,7 @@ async fn screenshots() {
     for (i, n) in [5, -7, 8].into_iter().enumerate() {
         send(&p, &topic, &format!("ev2-{i}"), n).await;
     }
-    let mut a = Relay::start_with(
-        &format!("{}-halt", db.name),
-        &cfg("halt"),
-        &["apply", "run"],
-        &[],
-    );
-    a.wait_log("apply_partition_halted", Duration::from_secs(60))
-        .await;
+    let mut a = halted_applier(&db, &cfg("halt")).await;
     let page = browser.open(&format!("http://127.0.0.1:{aport}/"));
     browser.wait_text(&page, "the halted partition", PAGE, |t| {
         t.contains("HALTED") && t.contains("1 dead letter;")

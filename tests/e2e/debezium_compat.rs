@@ -35,306 +35,184 @@ const S: &str = "org.apache.kafka.connect.storage.StringConverter";
 const J: &str = "org.apache.kafka.connect.json.JsonConverter";
 const B: &str = "org.apache.kafka.connect.converters.ByteArrayConverter";
 
-/// One converter / router combination, as both sides spell it.
+/// One converter / router combination. Its options are written once, as the relay's
+/// `[outbox.debezium]` spells them; [`connector_properties`] gives the connector the same ones
+/// (converters by class name, `table.*` and `route.*` under `transforms.outbox.`).
 struct Combo {
     name: &'static str,
     /// Payload column types: j = jsonb, t = text, b = bytea (one table each).
     types: &'static str,
-    /// Connector properties (converters, `transforms.outbox.*`) beyond the common ones.
-    dbz: &'static [(&'static str, &'static str)],
-    /// The `[outbox.debezium]` body (`None`: no table, the relay's plain path).
-    relay: Option<&'static str>,
+    /// The options beyond `"extended.headers.enabled" = true` (Debezium's default); `<topic>`
+    /// stands for the side's topic prefix, `<db>.dbz.<name>` or `<db>.rly.<name>`.
+    opts: &'static [(&'static str, &'static str)],
+    /// The relay's plain path: no `[outbox.debezium]` table. `opts` go to the connector only,
+    /// which writes no extended headers either.
+    plain: bool,
     /// The record timestamp comes from the `ts` column.
     timestamp: bool,
 }
 
+const fn combo(
+    name: &'static str,
+    types: &'static str,
+    opts: &'static [(&'static str, &'static str)],
+) -> Combo {
+    Combo {
+        name,
+        types,
+        opts,
+        plain: false,
+        timestamp: false,
+    }
+}
+
+const ENVELOPE: &[(&str, &str)] = &[
+    ("key.converter", "JsonConverter"),
+    ("value.converter", "JsonConverter"),
+    (
+        "table.fields.additional.placement",
+        "ver:envelope,type:header:eventType,n:partition",
+    ),
+    ("table.field.event.schema.version", "n"),
+    ("route.tombstone.on.empty.payload", "true"),
+];
+
 const COMBOS: &[Combo] = &[
     Combo {
-        name: "plain",
-        types: "jt",
-        dbz: &[
-            ("key.converter", S),
-            ("value.converter", S),
-            ("extended.headers.enabled", "false"),
-            (
-                "transforms.outbox.table.fields.additional.placement",
-                "type:header:eventType",
-            ),
-        ],
-        relay: None,
-        timestamp: false,
+        plain: true,
+        ..combo(
+            "plain",
+            "jt",
+            &[("table.fields.additional.placement", "type:header:eventType")],
+        )
     },
     Combo {
-        name: "str",
-        types: "jt",
-        dbz: &[
-            ("key.converter", S),
-            ("value.converter", S),
-            (
-                "transforms.outbox.table.fields.additional.placement",
-                "type:header:eventType",
-            ),
-            ("transforms.outbox.table.field.event.timestamp", "ts"),
-        ],
-        relay: Some(
-            r#""extended.headers.enabled" = true
-"table.fields.additional.placement" = "type:header:eventType"
-"table.field.event.timestamp" = "ts""#,
-        ),
         timestamp: true,
+        ..combo(
+            "str",
+            "jt",
+            &[
+                ("table.fields.additional.placement", "type:header:eventType"),
+                ("table.field.event.timestamp", "ts"),
+            ],
+        )
     },
-    Combo {
-        name: "jsoff",
-        types: "jtb",
-        dbz: &[
+    combo(
+        "jsoff",
+        "jtb",
+        &[
             ("key.converter", J),
-            ("value.converter", J),
             ("key.converter.schemas.enable", "false"),
+            ("value.converter", J),
             ("value.converter.schemas.enable", "false"),
         ],
-        relay: Some(
-            r#""extended.headers.enabled" = true
-"key.converter" = "org.apache.kafka.connect.json.JsonConverter"
-"key.converter.schemas.enable" = false
-"value.converter" = "org.apache.kafka.connect.json.JsonConverter"
-"value.converter.schemas.enable" = false"#,
-        ),
-        timestamp: false,
-    },
+    ),
+    combo(
+        "json",
+        "jtb",
+        &[("key.converter", J), ("value.converter", J)],
+    ),
     Combo {
-        name: "json",
-        types: "jtb",
-        dbz: &[("key.converter", J), ("value.converter", J)],
-        relay: Some(
-            r#""extended.headers.enabled" = true
-"key.converter" = "org.apache.kafka.connect.json.JsonConverter"
-"value.converter" = "org.apache.kafka.connect.json.JsonConverter""#,
-        ),
-        timestamp: false,
-    },
-    Combo {
-        name: "bytes",
-        types: "b",
-        dbz: &[
-            ("key.converter", S),
-            ("value.converter", B),
-            ("header.converter", J),
-            (
-                "transforms.outbox.table.fields.additional.placement",
-                "type:header:eventType,n:header,ver:header",
-            ),
-            ("transforms.outbox.table.field.event.timestamp", "ts"),
-        ],
-        relay: Some(
-            r#""extended.headers.enabled" = true
-"value.converter" = "ByteArrayConverter"
-"header.converter" = "org.apache.kafka.connect.json.JsonConverter"
-"table.fields.additional.placement" = "type:header:eventType,n:header,ver:header"
-"table.field.event.timestamp" = "ts""#,
-        ),
         timestamp: true,
+        ..combo(
+            "bytes",
+            "b",
+            &[
+                ("value.converter", "ByteArrayConverter"),
+                ("header.converter", J),
+                (
+                    "table.fields.additional.placement",
+                    "type:header:eventType,n:header,ver:header",
+                ),
+                ("table.field.event.timestamp", "ts"),
+            ],
+        )
     },
     // Debezium caches the envelope's value schema by schema version alone, across tables: a
     // connector reading a jsonb and a text outbox gives the second the first's schema (name
     // and payload type). One table per connector here; the guide lists the quirk.
-    Combo {
-        name: "env",
-        types: "j",
-        dbz: &[
-            ("key.converter", J),
-            ("value.converter", J),
-            (
-                "transforms.outbox.table.fields.additional.placement",
-                "ver:envelope,type:header:eventType,n:partition",
-            ),
-            ("transforms.outbox.table.field.event.schema.version", "n"),
-            ("transforms.outbox.route.tombstone.on.empty.payload", "true"),
-        ],
-        relay: Some(
-            r#""extended.headers.enabled" = true
-"key.converter" = "JsonConverter"
-"value.converter" = "JsonConverter"
-"table.fields.additional.placement" = "ver:envelope,type:header:eventType,n:partition"
-"table.field.event.schema.version" = "n"
-"route.tombstone.on.empty.payload" = true"#,
-        ),
-        timestamp: false,
-    },
-    Combo {
-        name: "envt",
-        types: "t",
-        dbz: &[
-            ("key.converter", J),
-            ("value.converter", J),
-            (
-                "transforms.outbox.table.fields.additional.placement",
-                "ver:envelope,type:header:eventType,n:partition",
-            ),
-            ("transforms.outbox.table.field.event.schema.version", "n"),
-            ("transforms.outbox.route.tombstone.on.empty.payload", "true"),
-        ],
-        relay: Some(
-            r#""extended.headers.enabled" = true
-"key.converter" = "JsonConverter"
-"value.converter" = "JsonConverter"
-"table.fields.additional.placement" = "ver:envelope,type:header:eventType,n:partition"
-"table.field.event.schema.version" = "n"
-"route.tombstone.on.empty.payload" = true"#,
-        ),
-        timestamp: false,
-    },
-    Combo {
-        name: "envoff",
-        types: "jtb",
-        dbz: &[
-            ("key.converter", J),
-            ("value.converter", J),
+    combo("env", "j", ENVELOPE),
+    combo("envt", "t", ENVELOPE),
+    combo(
+        "envoff",
+        "jtb",
+        &[
+            ("key.converter", "JsonConverter"),
+            ("value.converter", "JsonConverter"),
             ("value.converter.schemas.enable", "false"),
-            (
-                "transforms.outbox.table.fields.additional.placement",
-                "ver:envelope:v",
-            ),
+            ("table.fields.additional.placement", "ver:envelope:v"),
         ],
-        relay: Some(
-            r#""extended.headers.enabled" = true
-"key.converter" = "JsonConverter"
-"value.converter" = "JsonConverter"
-"value.converter.schemas.enable" = false
-"table.fields.additional.placement" = "ver:envelope:v""#,
-        ),
-        timestamp: false,
-    },
+    ),
     // Expanded payloads: the struct Debezium infers from the JSON (a bytea payload is not
     // expanded, on both sides).
-    Combo {
-        name: "expoff",
-        types: "jtb",
-        dbz: &[
-            ("key.converter", J),
-            ("value.converter", J),
+    combo(
+        "expoff",
+        "jtb",
+        &[
+            ("key.converter", "JsonConverter"),
             ("key.converter.schemas.enable", "false"),
+            ("value.converter", "JsonConverter"),
             ("value.converter.schemas.enable", "false"),
-            ("transforms.outbox.table.expand.json.payload", "true"),
+            ("table.expand.json.payload", "true"),
         ],
-        relay: Some(
-            r#""extended.headers.enabled" = true
-"key.converter" = "JsonConverter"
-"key.converter.schemas.enable" = false
-"value.converter" = "JsonConverter"
-"value.converter.schemas.enable" = false
-"table.expand.json.payload" = true"#,
-        ),
-        timestamp: false,
-    },
-    Combo {
-        name: "exp",
-        types: "jt",
-        dbz: &[
-            ("key.converter", J),
-            ("value.converter", J),
-            ("transforms.outbox.table.expand.json.payload", "true"),
-            (
-                "transforms.outbox.table.json.payload.null.behavior",
-                "optional_bytes",
-            ),
+    ),
+    combo(
+        "exp",
+        "jt",
+        &[
+            ("key.converter", "JsonConverter"),
+            ("value.converter", "JsonConverter"),
+            ("table.expand.json.payload", "true"),
+            ("table.json.payload.null.behavior", "optional_bytes"),
         ],
-        relay: Some(
-            r#""extended.headers.enabled" = true
-"key.converter" = "JsonConverter"
-"value.converter" = "JsonConverter"
-"table.expand.json.payload" = true
-"table.json.payload.null.behavior" = "optional_bytes""#,
-        ),
-        timestamp: false,
-    },
-    // route.topic.regex + route.topic.replacement (`<db>`: the test database's name; the relay's
-    // `topic` is left unset): the topic from a named group, while the envelope schema's name
-    // keeps the raw aggregatetype.
-    Combo {
-        name: "regex",
-        types: "j",
-        dbz: &[
-            ("key.converter", J),
-            ("value.converter", J),
-            (
-                "transforms.outbox.table.fields.additional.placement",
-                "ver:envelope",
-            ),
-            ("transforms.outbox.route.topic.regex", "(?<t>[a-z])"),
-            (
-                "transforms.outbox.route.topic.replacement",
-                "<db>.dbz.regex.${t}",
-            ),
+    ),
+    // route.topic.regex + route.topic.replacement (the relay's `topic` is left unset): the
+    // topic from a named group, while the envelope schema's name keeps the raw aggregatetype.
+    combo(
+        "regex",
+        "j",
+        &[
+            ("key.converter", "JsonConverter"),
+            ("value.converter", "JsonConverter"),
+            ("table.fields.additional.placement", "ver:envelope"),
+            ("route.topic.regex", "(?<t>[a-z])"),
+            ("route.topic.replacement", "<topic>.${t}"),
         ],
-        relay: Some(
-            r#""extended.headers.enabled" = true
-"key.converter" = "JsonConverter"
-"value.converter" = "JsonConverter"
-"table.fields.additional.placement" = "ver:envelope"
-"route.topic.regex" = "(?<t>[a-z])"
-"route.topic.replacement" = "<db>.rly.regex.${t}""#,
-        ),
-        timestamp: false,
-    },
+    ),
     // Several aggregate types in one table with an envelope under schemas: the value schema's
     // name carries the routed value.
-    Combo {
-        name: "mixenv",
-        types: "jt",
-        dbz: &[
-            ("key.converter", J),
-            ("value.converter", J),
+    combo(
+        "mixenv",
+        "jt",
+        &[
+            ("key.converter", "JsonConverter"),
+            ("value.converter", "JsonConverter"),
             (
-                "transforms.outbox.table.fields.additional.placement",
+                "table.fields.additional.placement",
                 "type:envelope:eventType",
             ),
-            ("transforms.outbox.route.topic.regex", "(?<t>[a-z])-[0-9]"),
-            (
-                "transforms.outbox.route.topic.replacement",
-                "<db>.dbz.mixenv.${t}",
-            ),
+            ("route.topic.regex", "(?<t>[a-z])-[0-9]"),
+            ("route.topic.replacement", "<topic>.${t}"),
         ],
-        relay: Some(
-            r#""extended.headers.enabled" = true
-"key.converter" = "JsonConverter"
-"value.converter" = "JsonConverter"
-"table.fields.additional.placement" = "type:envelope:eventType"
-"route.topic.regex" = "(?<t>[a-z])-[0-9]"
-"route.topic.replacement" = "<db>.rly.mixenv.${t}""#,
-        ),
-        timestamp: false,
-    },
+    ),
     // The same with expanded payloads: the cache is per payload schema. One table: Debezium's
     // cache is the connector's, so a second table would get the first one's names (the guide
     // lists the quirk).
-    Combo {
-        name: "mixexp",
-        types: "j",
-        dbz: &[
-            ("key.converter", J),
-            ("value.converter", J),
-            ("transforms.outbox.table.expand.json.payload", "true"),
+    combo(
+        "mixexp",
+        "j",
+        &[
+            ("key.converter", "JsonConverter"),
+            ("value.converter", "JsonConverter"),
+            ("table.expand.json.payload", "true"),
             (
-                "transforms.outbox.table.fields.additional.placement",
+                "table.fields.additional.placement",
                 "type:envelope:eventType",
             ),
-            ("transforms.outbox.route.topic.regex", "(?<t>[a-z])-[0-9]"),
-            (
-                "transforms.outbox.route.topic.replacement",
-                "<db>.dbz.mixexp.${t}",
-            ),
+            ("route.topic.regex", "(?<t>[a-z])-[0-9]"),
+            ("route.topic.replacement", "<topic>.${t}"),
         ],
-        relay: Some(
-            r#""extended.headers.enabled" = true
-"key.converter" = "JsonConverter"
-"value.converter" = "JsonConverter"
-"table.expand.json.payload" = true
-"table.fields.additional.placement" = "type:envelope:eventType"
-"route.topic.regex" = "(?<t>[a-z])-[0-9]"
-"route.topic.replacement" = "<db>.rly.mixexp.${t}""#,
-        ),
-        timestamp: false,
-    },
+    ),
 ];
 
 /// Payloads as JSON text: objects, nesting, escapes, non-BMP characters, numbers PostgreSQL's
@@ -369,14 +247,30 @@ fn plugins() -> PathBuf {
     repo_root().join("infra/debezium/plugins/debezium-connector-postgres")
 }
 
-/// The Connect worker; stopped (SIGTERM, then SIGKILL) when dropped, also on a failed assert,
-/// and its connectors' slots dropped (an inactive slot would hold WAL on the shared server).
-fn connector_properties(db: &TestDb, combo: &Combo) -> String {
+/// The topic prefix of one side (`dbz` or `rly`) of a combination: `<db>.<side>.<name>`.
+fn topic_prefix(db: &str, side: &str, combo: &Combo) -> String {
+    format!("{db}.{side}.{}", combo.name)
+}
+
+/// A converter's class, as the relay's `[outbox.debezium]` may shorten it.
+fn class(v: &str) -> &str {
+    match v {
+        "StringConverter" => S,
+        "JsonConverter" => J,
+        "ByteArrayConverter" => B,
+        _ => v,
+    }
+}
+
+/// The connector of one combination: the common properties, String converters unless the
+/// combination names others, and its options (`table.*`, `route.*` as the router's).
+fn connector_properties(db: &str, combo: &Combo) -> String {
     let tables: Vec<String> = combo
         .types
         .chars()
         .map(|t| format!("public.{}", table(combo, t)))
         .collect();
+    let opt = |k: &str| combo.opts.iter().find(|(o, _)| *o == k).map(|(_, v)| *v);
     let mut p = format!(
         "name={db}-{c}\nconnector.class=io.debezium.connector.postgresql.PostgresConnector\n\
          tasks.max=1\ndatabase.hostname=127.0.0.1\ndatabase.port={port}\ndatabase.user=postgres\n\
@@ -387,44 +281,71 @@ fn connector_properties(db: &TestDb, combo: &Combo) -> String {
          message.prefix.exclude.list=.*\n\
          transforms=outbox\ntransforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n\
          transforms.outbox.route.topic.replacement={db}.dbz.{c}.${{routedByValue}}\n\
-         transforms.outbox.table.op.invalid.behavior=warn\n",
-        db = db.name,
+         transforms.outbox.table.op.invalid.behavior=warn\n\
+         key.converter={key}\nvalue.converter={value}\n",
         c = combo.name,
         port = pg_port(),
         tables = tables.join(","),
+        key = class(opt("key.converter").unwrap_or(S)),
+        value = class(opt("value.converter").unwrap_or(S)),
     );
+    if combo.plain {
+        p.push_str("extended.headers.enabled=false\n");
+    }
     // A combination's keys come later, so they override the common ones.
-    for (k, v) in combo.dbz {
-        let _ = writeln!(p, "{k}={}", v.replace("<db>", &db.name));
+    let topic = topic_prefix(db, "dbz", combo);
+    for (k, v) in combo.opts {
+        let v = v.replace("<topic>", &topic);
+        match *k {
+            "key.converter" | "value.converter" => {}
+            "header.converter" => {
+                let _ = writeln!(p, "{k}={}", class(&v));
+            }
+            _ if k.starts_with("table.") || k.starts_with("route.") => {
+                let _ = writeln!(p, "transforms.outbox.{k}={v}");
+            }
+            _ => {
+                let _ = writeln!(p, "{k}={v}");
+            }
+        }
     }
     p
 }
 
-fn relay_sections(db: &TestDb) -> String {
+fn relay_sections(db: &str) -> String {
     let mut out = String::new();
     for combo in COMBOS {
+        let topic = topic_prefix(db, "rly", combo);
         for ty in combo.types.chars() {
             let _ = writeln!(out, "[[outbox]]\ntable = \"public.{}\"", table(combo, ty));
             // With route.topic.* the options route, and `topic` must stay unset.
-            if !combo.relay.is_some_and(|b| b.contains("\"route.topic.")) {
-                let _ = writeln!(
-                    out,
-                    "topic = \"{}.rly.{}.{{aggregatetype}}\"",
-                    db.name, combo.name
-                );
+            if !combo
+                .opts
+                .iter()
+                .any(|(k, _)| k.starts_with("route.topic."))
+            {
+                let _ = writeln!(out, "topic = \"{topic}.{{aggregatetype}}\"");
             }
-            match combo.relay {
-                None => out.push('\n'),
-                Some(body) => {
-                    let _ = write!(
-                        out,
-                        "headers = {{ id = \"id\" }}\n[outbox.debezium]\n\"topic.prefix\" = \"{}{}\"\n{body}\n\n",
-                        db.name,
-                        combo.name,
-                        body = body.replace("<db>", &db.name)
-                    );
+            if combo.plain {
+                out.push('\n');
+                continue;
+            }
+            let _ = write!(
+                out,
+                "headers = {{ id = \"id\" }}\n[outbox.debezium]\n\"topic.prefix\" = \"{db}{}\"\n\
+                 \"extended.headers.enabled\" = true\n",
+                combo.name
+            );
+            for (k, v) in combo.opts {
+                let v = v.replace("<topic>", &topic);
+                // TOML: the booleans bare, every other value a string.
+                if v == "true" || v == "false" {
+                    let _ = writeln!(out, "\"{k}\" = {v}");
+                } else {
+                    let _ = writeln!(out, "\"{k}\" = \"{v}\"");
                 }
             }
+            out.push('\n');
         }
     }
     out
@@ -602,6 +523,11 @@ fn normalise_headers(r: &Raw) -> Vec<(String, Option<Vec<u8>>)> {
         .collect()
 }
 
+/// How a field differs: Debezium's above the relay's.
+fn both(what: &str, debezium: String, relay: String) -> String {
+    format!("{what}\n    debezium {debezium}\n    relay    {relay}")
+}
+
 fn show(b: &Option<Vec<u8>>) -> String {
     match b {
         None => "<none>".into(),
@@ -626,7 +552,7 @@ async fn debezium_and_the_relay_write_the_same_bytes() {
     let mut files = Vec::new();
     for combo in COMBOS {
         let f = data.join(format!("{}.properties", combo.name));
-        std::fs::write(&f, connector_properties(&db, combo)).unwrap();
+        std::fs::write(&f, connector_properties(&db.name, combo)).unwrap();
         files.push(f);
     }
     let t0 = Instant::now();
@@ -654,7 +580,7 @@ async fn debezium_and_the_relay_write_the_same_bytes() {
     // A drop-in runs without the relay's own position headers.
     let cfg = db.relay_config(&format!(
         "[relay]\nrelay_headers = false\n\n{}",
-        relay_sections(&db)
+        relay_sections(&db.name)
     ));
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     // RUNNING is not "streaming": wait until every connector's slot is in use.
@@ -687,7 +613,7 @@ async fn debezium_and_the_relay_write_the_same_bytes() {
             combo
                 .types
                 .chars()
-                .map(|t| format!("{}.{side}.{}.{t}", db.name, combo.name))
+                .map(|t| format!("{}.{t}", topic_prefix(&db.name, side, combo)))
                 .collect()
         };
         let per_table = rows_of(combo).len();
@@ -697,7 +623,7 @@ async fn debezium_and_the_relay_write_the_same_bytes() {
         let (mut n, mut key, mut value, mut headers, mut part, mut ts) = (0, 0, 0, 0, 0, 0);
         for ty in combo.types.chars() {
             let by_id = |m: &BTreeMap<String, Vec<Raw>>, side: &str| -> BTreeMap<String, Raw> {
-                m.get(&format!("{}.{side}.{}.{ty}", db.name, combo.name))
+                m.get(&format!("{}.{ty}", topic_prefix(&db.name, side, combo)))
                     .into_iter()
                     .flatten()
                     .map(|r| (event_id(r), r.clone()))
@@ -718,61 +644,46 @@ async fn debezium_and_the_relay_write_the_same_bytes() {
                 let Some(rr) = r.get(id) else { continue };
                 n += 1;
                 let mut bad = Vec::new();
-                if dr.key == rr.key {
-                    key += 1
-                } else {
-                    bad.push(format!(
-                        "key\n    debezium {}\n    relay    {}",
-                        show(&dr.key),
-                        show(&rr.key)
-                    ))
-                }
-                if dr.value == rr.value {
-                    value += 1
-                } else {
-                    bad.push(format!(
-                        "value\n    debezium {}\n    relay    {}",
-                        show(&dr.value),
-                        show(&rr.value)
-                    ))
-                }
+                let mut tally = |count: &mut usize, same: bool, diff: &dyn Fn() -> String| {
+                    if same { *count += 1 } else { bad.push(diff()) }
+                };
                 let (mut dh, mut rh) = (normalise_headers(dr), normalise_headers(rr));
-                if combo.relay.is_none() {
+                if combo.plain {
                     // The plain path writes its headers in name order, Debezium id first.
                     dh.sort();
                     rh.sort();
                 }
-                if dh == rh {
-                    headers += 1
-                } else {
-                    let fmt = |h: &[(String, Option<Vec<u8>>)]| {
-                        h.iter()
-                            .map(|(k, v)| format!("{k}={}", show(v)))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    };
-                    bad.push(format!(
-                        "headers\n    debezium {}\n    relay    {}",
-                        fmt(&dh),
-                        fmt(&rh)
-                    ));
-                }
-                if dr.partition == rr.partition {
-                    part += 1
-                } else {
-                    bad.push(format!(
+                let fmt = |h: &[(String, Option<Vec<u8>>)]| {
+                    h.iter()
+                        .map(|(k, v)| format!("{k}={}", show(v)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                tally(&mut key, dr.key == rr.key, &|| {
+                    both("key", show(&dr.key), show(&rr.key))
+                });
+                tally(&mut value, dr.value == rr.value, &|| {
+                    both("value", show(&dr.value), show(&rr.value))
+                });
+                tally(&mut headers, dh == rh, &|| {
+                    both("headers", fmt(&dh), fmt(&rh))
+                });
+                tally(&mut part, dr.partition == rr.partition, &|| {
+                    format!(
                         "partition: debezium {} relay {}",
                         dr.partition, rr.partition
-                    ))
-                }
-                if !combo.timestamp || dr.timestamp == rr.timestamp {
-                    ts += 1
-                } else {
-                    bad.push(format!(
-                        "timestamp: debezium {} relay {}",
-                        dr.timestamp, rr.timestamp
-                    ))
-                }
+                    )
+                });
+                tally(
+                    &mut ts,
+                    !combo.timestamp || dr.timestamp == rr.timestamp,
+                    &|| {
+                        format!(
+                            "timestamp: debezium {} relay {}",
+                            dr.timestamp, rr.timestamp
+                        )
+                    },
+                );
                 if !bad.is_empty() {
                     all_equal = false;
                     let _ = writeln!(

@@ -107,17 +107,6 @@ fn explain_order(written: &[Written], got: &[kafka::Rec]) {
     }
 }
 
-async fn slot_wal_status(db: &TestDb) -> Option<String> {
-    db.client
-        .query_opt(
-            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1",
-            &[&db.name],
-        )
-        .await
-        .unwrap()
-        .and_then(|r| r.get(0))
-}
-
 /// Writers run throughout; Kafka is cut; WAL passes a small `max_slot_wal_keep_size` and the
 /// slot is lost; Kafka comes back; the heal publishes the gap; `run` streams on. Every event
 /// arrives, per-key order intact.
@@ -173,21 +162,10 @@ async fn lost_slot_healed(exactly_once: bool, pg_port: u16, broker_port: u16) {
     let cut_at = Instant::now();
     // Thousands of events while Kafka is away.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let mut lost = false;
-    for _ in 0..60 {
-        db.client
-            .batch_execute(
-                "INSERT INTO business(note) SELECT repeat('x', 1900) FROM generate_series(1, 1000);
-                 SELECT pg_switch_wal(); CHECKPOINT;",
-            )
-            .await
-            .unwrap();
-        if slot_wal_status(&db).await.as_deref() == Some("lost") {
-            lost = true;
-            break;
-        }
-    }
-    assert!(lost, "the slot never reached wal_status = lost");
+    assert!(
+        db.write_wal_until_slot_lost(60).await,
+        "the slot never reached wal_status = lost"
+    );
     let (status, log) = relay.wait_exit(Duration::from_secs(60));
     assert_eq!(status.code(), Some(3), "{log}");
     assert!(log.contains("wal_status = lost"), "{log}");

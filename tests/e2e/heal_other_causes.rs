@@ -18,45 +18,37 @@ use crate::{
     },
 };
 
+/// The events' aggregates: `a0` to `a4`.
+fn aggregate(i: usize) -> String {
+    format!("a{}", i % 5)
+}
+
+/// A relay streams 50 events until its slot has confirmed them and a checkpoint followed (one
+/// per status interval), and stops: the events.
+async fn streamed_then_stopped(db: &TestDb, cfg: &str) -> Vec<writer::Written> {
+    let mut relay = Relay::streaming(&db.name, cfg).await;
+    let written = writer::insert_orders(&db.client, 50, aggregate).await;
+    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    relay.terminate(Duration::from_secs(30));
+    written
+}
+
 /// A slot dropped by hand: the same heal, from the checkpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_dropped_by_hand_is_healed_and_what_cannot_be_healed_exits_5() {
     let cluster = PgCluster::start(25602, "-c track_commit_timestamp=on");
     let db = TestDb::new_on(&cluster.base(), cluster.port, "healdrop").await;
     let cfg = db.relay_config(&db.outbox_section());
-    let mut relay = Relay::streaming(&db.name, &cfg).await;
-    let mut written = Vec::new();
-    for i in 0..50 {
-        written.push(
-            writer::insert_event(&db.client, "order", &format!("a{}", i % 5), 0)
-                .await
-                .unwrap(),
-        );
-    }
-    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
-        .await;
-    // A checkpoint after the last acknowledgement (one per status interval).
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    relay.terminate(Duration::from_secs(30));
+    let mut written = streamed_then_stopped(&db, &cfg).await;
     db.drop_slot(&db.name).await;
-    for i in 0..100 {
-        written.push(
-            writer::insert_event(&db.client, "order", &format!("a{}", i % 5), 0)
-                .await
-                .unwrap(),
-        );
-    }
+    written.extend(writer::insert_orders(&db.client, 100, aggregate).await);
     let (exit, log) = Relay::once(&db.name, &cfg, &["setup", "--recreate-slot", "--heal"], &[]);
     assert_eq!(exit.code(), Some(0), "{log}");
     let healed = heal_field(&log, "healed");
     let mut relay = Relay::streaming(&db.name, &cfg).await;
-    for i in 0..20 {
-        written.push(
-            writer::insert_event(&db.client, "order", &format!("a{}", i % 5), 0)
-                .await
-                .unwrap(),
-        );
-    }
+    written.extend(writer::insert_orders(&db.client, 20, aggregate).await);
     let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
     let f = check::check(
         "heal_other_causes::a_slot_dropped_by_hand_is_healed",
@@ -128,56 +120,15 @@ async fn pg18_a_slot_lost_to_the_idle_timeout_is_healed() {
     );
     let db = TestDb::new_on(&cluster.base(), cluster.port, "heal18").await;
     let cfg = db.relay_config(&db.outbox_section());
-    let mut relay = Relay::streaming(&db.name, &cfg).await;
-    let mut written = Vec::new();
-    for i in 0..50 {
-        written.push(
-            writer::insert_event(&db.client, "order", &format!("a{}", i % 5), 0)
-                .await
-                .unwrap(),
-        );
-    }
-    db.wait_confirmed(db.current_wal_lsn().await, Duration::from_secs(30))
-        .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    relay.terminate(Duration::from_secs(30));
-    for i in 0..300 {
-        written.push(
-            writer::insert_event(&db.client, "order", &format!("a{}", i % 5), 0)
-                .await
-                .unwrap(),
-        );
-    }
-    let mut reason = None;
-    for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        db.client.batch_execute("CHECKPOINT").await.unwrap();
-        reason = db
-            .client
-            .query_one(
-                "SELECT invalidation_reason FROM pg_replication_slots WHERE slot_name = $1",
-                &[&db.name],
-            )
-            .await
-            .unwrap()
-            .get::<_, Option<String>>(0);
-        if reason.is_some() {
-            break;
-        }
-    }
-    assert_eq!(reason.as_deref(), Some("idle_timeout"));
+    let mut written = streamed_then_stopped(&db, &cfg).await;
+    written.extend(writer::insert_orders(&db.client, 300, aggregate).await);
+    assert_eq!(db.wait_invalidated().await.as_deref(), Some("idle_timeout"));
     let (exit, log) = Relay::once(&db.name, &cfg, &["setup", "--recreate-slot", "--heal"], &[]);
     assert_eq!(exit.code(), Some(0), "{log}");
     assert!(log.contains("reason=\"idle_timeout\""), "{log}");
     let healed = heal_field(&log, "healed");
     let mut relay = Relay::streaming(&db.name, &cfg).await;
-    for i in 0..20 {
-        written.push(
-            writer::insert_event(&db.client, "order", &format!("a{}", i % 5), 0)
-                .await
-                .unwrap(),
-        );
-    }
+    written.extend(writer::insert_orders(&db.client, 20, aggregate).await);
     let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
     relay.terminate(Duration::from_secs(30));
     let f = check::check(

@@ -49,16 +49,7 @@ async fn write_wal_until_retained(db: &TestDb, bytes: f64) -> f64 {
             )
             .await
             .unwrap();
-        let retained: f64 = db
-            .client
-            .query_one(
-                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::float8 \
-                   FROM pg_replication_slots WHERE slot_name = $1",
-                &[&db.name],
-            )
-            .await
-            .unwrap()
-            .get(0);
+        let retained = db.retained_wal().await;
         if retained >= bytes {
             return retained;
         }
@@ -238,21 +229,10 @@ async fn lost_slot_is_critical_stops_the_relay_and_is_never_recreated() {
         Some(1.0)
     );
 
-    let mut lost = false;
-    for _ in 0..30 {
-        db.client
-            .batch_execute(
-                "INSERT INTO business(note) SELECT repeat('x', 1900) FROM generate_series(1, 1000);
-                 SELECT pg_switch_wal(); CHECKPOINT;",
-            )
-            .await
-            .unwrap();
-        if slot_row(&db).await.unwrap().0.as_deref() == Some("lost") {
-            lost = true;
-            break;
-        }
-    }
-    assert!(lost, "the slot never reached wal_status = lost");
+    assert!(
+        db.write_wal_until_slot_lost(30).await,
+        "the slot never reached wal_status = lost"
+    );
     let lost_at = Instant::now();
 
     let exit = relay

@@ -73,6 +73,24 @@ async fn assert_published(db: &TestDb, ids: &[String]) {
     }
 }
 
+/// [`assert_published`], then waits for the monitor to count `partitions` partitions.
+async fn assert_published_with_partitions(
+    db: &TestDb,
+    ids: &[String],
+    addr: std::net::SocketAddr,
+    partitions: f64,
+) {
+    assert_published(db, ids).await;
+    let what = format!("{partitions} partitions");
+    eventually(&what, Duration::from_secs(20), || async {
+        scrape(addr)
+            .await
+            .value("outbox_relay_outbox_partitions", &[TABLE])
+            .filter(|p| *p == partitions)
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insert_then_delete_is_published_leaves_dead_tuples_and_alerts() {
     let db = TestDb::new("hyg_del").await;
@@ -165,22 +183,13 @@ async fn insert_then_delete_is_published_leaves_dead_tuples_and_alerts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_time_partitioned_outbox_is_retired_by_dropping_partitions() {
     let db = TestDb::new("hyg_part").await;
-    db.client
-        .batch_execute(
-            "DROP TABLE outbox;
-             CREATE TABLE outbox (
-                 id uuid NOT NULL, aggregatetype varchar(255) NOT NULL,
-                 aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL,
-                 payload jsonb, created_at timestamptz NOT NULL DEFAULT now(),
-                 PRIMARY KEY (id, created_at)
-             ) PARTITION BY RANGE (created_at);
-             CREATE TABLE outbox_2020 PARTITION OF outbox
-                 FOR VALUES FROM ('2020-01-01') TO ('2021-01-01');
-             CREATE TABLE outbox_now PARTITION OF outbox
-                 FOR VALUES FROM ('2021-01-01') TO (MAXVALUE);",
-        )
-        .await
-        .unwrap();
+    db.partitioned_outbox(
+        "CREATE TABLE outbox_2020 PARTITION OF outbox
+             FOR VALUES FROM ('2020-01-01') TO ('2021-01-01');
+         CREATE TABLE outbox_now PARTITION OF outbox
+             FOR VALUES FROM ('2021-01-01') TO (MAXVALUE);",
+    )
+    .await;
     let mut relay = Relay::streaming(&db.name, &config(&db, "")).await;
     let addr = relay_addr(&relay).await;
     let mut ids = Vec::new();
@@ -202,36 +211,16 @@ async fn a_time_partitioned_outbox_is_retired_by_dropping_partitions() {
                 .id,
         );
     }
-    assert_published(&db, &ids).await;
-    eventually("two partitions", Duration::from_secs(20), || async {
-        scrape(addr)
-            .await
-            .value("outbox_relay_outbox_partitions", &[TABLE])
-            .filter(|p| *p == 2.0)
-    })
-    .await;
+    assert_published_with_partitions(&db, &ids, addr, 2.0).await;
 
     // Every row of 2020 is published: the partition goes, with no dead tuple left behind.
     db.client
         .batch_execute("ALTER TABLE outbox DETACH PARTITION outbox_2020; DROP TABLE outbox_2020")
         .await
         .unwrap();
-    for _ in 0..3 {
-        ids.push(
-            writer::insert_event(&db.client, "order", "new", 0)
-                .await
-                .unwrap()
-                .id,
-        );
-    }
-    assert_published(&db, &ids).await;
-    eventually("one partition", Duration::from_secs(20), || async {
-        scrape(addr)
-            .await
-            .value("outbox_relay_outbox_partitions", &[TABLE])
-            .filter(|p| *p == 1.0)
-    })
-    .await;
+    let new = writer::insert_orders(&db.client, 3, |_| "new".into()).await;
+    ids.extend(new.into_iter().map(|w| w.id));
+    assert_published_with_partitions(&db, &ids, addr, 1.0).await;
     assert!(relay.is_running(), "{}", relay.log_text());
     assert!(!relay.log_text().contains(events::PUBLICATION_DRIFT));
     assert!(relay.terminate(Duration::from_secs(30)).success());

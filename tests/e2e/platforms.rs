@@ -166,15 +166,7 @@ async fn an_unreadable_safe_wal_size_is_estimated_from_the_limit() {
     crate::support::eventually(
         "the relay's slot",
         std::time::Duration::from_secs(30),
-        || async {
-            db.client
-                .query_opt(
-                    "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
-                    &[&db.name],
-                )
-                .await
-                .unwrap()
-        },
+        || async { db.slot_exists().await.then_some(()) },
     )
     .await;
     // The relay really reads no safe_wal_size (-1), under a limit it reads.

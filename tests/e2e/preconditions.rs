@@ -49,12 +49,7 @@ async fn a_two_phase_slot_is_refused_with_the_gap_its_fix_leaves() {
     );
     // PostgreSQL 18 (the version matrix runs this on every version): the advice's own command
     // clears the flag in place, and the relay streams from the slot.
-    let version: i32 = db
-        .client
-        .query_one("SELECT current_setting('server_version_num')::int", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let version = db.server_version_num().await;
     if version >= 180_000 {
         let advised = format!("ALTER_REPLICATION_SLOT \"{}\" (TWO_PHASE false)", db.name);
         assert!(log.contains(&advised), "{log}");

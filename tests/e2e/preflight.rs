@@ -94,13 +94,7 @@ async fn wrong_password_is_reported_without_leaking_it() {
 
     // The right password authenticates with SCRAM-SHA-256 on the control and the replication
     // connection (the publication is the table owner's to create).
-    db.client
-        .batch_execute(&format!(
-            "CREATE PUBLICATION {} FOR TABLE outbox WITH (publish = 'insert')",
-            db.name
-        ))
-        .await
-        .unwrap();
+    db.create_publication().await;
     let right = [("OUTBOX_RELAY__POSTGRES__PASSWORD", "right-password")];
     let mut relay = Relay::start_with(&db.name, &cfg, &["run"], &right);
     relay
@@ -292,12 +286,7 @@ async fn another_system_identifier_is_refused_and_failover_slots_need_pg17() {
     assert_eq!(code(relay.terminate(Duration::from_secs(30))), 0);
 
     // failover slots exist from PostgreSQL 17 on; on this server the request is explained.
-    let version: i32 = db
-        .client
-        .query_one("SELECT current_setting('server_version_num')::int", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let version = db.server_version_num().await;
     if version < 170000 {
         let cfg = db
             .relay_config(&db.outbox_section())

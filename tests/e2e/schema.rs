@@ -9,14 +9,7 @@ async fn alter_table_add_column_mid_stream_keeps_every_event() {
     let db = TestDb::new("alter").await;
     let mut relay = Relay::streaming(&db.name, &db.relay_config(&db.outbox_section())).await;
     let mut c = connect(&db.conninfo()).await;
-    let mut written = Vec::new();
-    for i in 0..5 {
-        written.push(
-            writer::insert_event(&c, "order", &format!("a-{}", i % 2), 0)
-                .await
-                .unwrap(),
-        );
-    }
+    let mut written = writer::insert_orders(&c, 5, |i| format!("a-{}", i % 2)).await;
     // In one transaction: a row with the old layout, the ALTER, a row with the new one.
     let tx = c.transaction().await.unwrap();
     written.push(writer::insert_event(&tx, "order", "a-0", 0).await.unwrap());
@@ -28,13 +21,7 @@ async fn alter_table_add_column_mid_stream_keeps_every_event() {
     c.batch_execute("ALTER TABLE outbox ADD COLUMN note2 text")
         .await
         .unwrap();
-    for i in 0..5 {
-        written.push(
-            writer::insert_event(&c, "order", &format!("a-{}", i % 2), 0)
-                .await
-                .unwrap(),
-        );
-    }
+    written.extend(writer::insert_orders(&c, 5, |i| format!("a-{}", i % 2)).await);
     let f = db
         .check_order_topic("alter_table_mid_stream", &written, Duration::from_secs(60))
         .await;
@@ -104,28 +91,13 @@ async fn a_one_megabyte_jsonb_payload_arrives_whole() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_outbox_is_published_through_its_root() {
     let db = TestDb::new("part").await;
-    db.client
-        .batch_execute(
-            "DROP TABLE outbox;
-             CREATE TABLE outbox (
-                 id uuid NOT NULL, aggregatetype varchar(255) NOT NULL,
-                 aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL,
-                 payload jsonb, created_at timestamptz NOT NULL DEFAULT now(),
-                 PRIMARY KEY (id, created_at)
-             ) PARTITION BY RANGE (created_at);
-             CREATE TABLE outbox_old PARTITION OF outbox FOR VALUES FROM (MINVALUE) TO ('2000-01-01');
-             CREATE TABLE outbox_new PARTITION OF outbox DEFAULT;",
-        )
-        .await
-        .unwrap();
+    db.partitioned_outbox(
+        "CREATE TABLE outbox_old PARTITION OF outbox FOR VALUES FROM (MINVALUE) TO ('2000-01-01');
+         CREATE TABLE outbox_new PARTITION OF outbox DEFAULT;",
+    )
+    .await;
     // A publication created per partition (the PostgreSQL default) is refused with the fix.
-    db.client
-        .batch_execute(&format!(
-            "CREATE PUBLICATION {} FOR TABLE outbox WITH (publish = 'insert')",
-            db.name
-        ))
-        .await
-        .unwrap();
+    db.create_publication().await;
     let cfg = db.relay_config(&db.outbox_section());
     let (status, log) = Relay::once(&db.name, &cfg, &["run"], &[]);
     assert_eq!(status.code(), Some(3), "{log}");
@@ -138,14 +110,7 @@ async fn a_partitioned_outbox_is_published_through_its_root() {
     // The relay creates it through the root; rows in any partition arrive under `outbox`.
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     let c = connect(&db.conninfo()).await;
-    let mut written = Vec::new();
-    for i in 0..6 {
-        written.push(
-            writer::insert_event(&c, "order", &format!("p-{}", i % 2), 0)
-                .await
-                .unwrap(),
-        );
-    }
+    let written = writer::insert_orders(&c, 6, |i| format!("p-{}", i % 2)).await;
     let f = db
         .check_order_topic("partitioned_outbox", &written, Duration::from_secs(60))
         .await;

@@ -51,24 +51,7 @@ async fn pg18_an_idle_timeout_invalidation_stops_the_relay_naming_the_setting() 
     assert_eq!(exit.code(), Some(0), "{log}");
 
     // Nothing uses the slot: past the timeout, the next checkpoint invalidates it.
-    let mut reason = None;
-    for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        db.client.batch_execute("CHECKPOINT").await.unwrap();
-        reason = db
-            .client
-            .query_one(
-                "SELECT invalidation_reason FROM pg_replication_slots WHERE slot_name = $1",
-                &[&db.name],
-            )
-            .await
-            .unwrap()
-            .get::<_, Option<String>>(0);
-        if reason.is_some() {
-            break;
-        }
-    }
-    assert_eq!(reason.as_deref(), Some("idle_timeout"));
+    assert_eq!(db.wait_invalidated().await.as_deref(), Some("idle_timeout"));
 
     let mut relay = Relay::start_with(&db.name, &cfg, &["run"], &[]);
     let exit = relay
@@ -148,17 +131,8 @@ async fn pg18_the_relay_holds_its_slot_through_a_kafka_outage_longer_than_the_id
     while outage.elapsed() < Duration::from_secs(15) {
         tokio::time::sleep(Duration::from_secs(1)).await;
         db.client.batch_execute("CHECKPOINT").await.unwrap();
-        let reason: Option<String> = db
-            .client
-            .query_one(
-                "SELECT invalidation_reason FROM pg_replication_slots WHERE slot_name = $1",
-                &[&db.name],
-            )
-            .await
-            .unwrap()
-            .get(0);
         assert_eq!(
-            reason,
+            db.invalidation_reason().await,
             None,
             "the slot was invalidated {:?} into the outage:\n{}",
             outage.elapsed(),

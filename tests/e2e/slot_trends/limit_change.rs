@@ -13,7 +13,7 @@ use std::{
 
 use outbox_relay::telemetry::events;
 
-use super::{NO_KAFKA, keep_size, slot_exists, spawn_wal_writer};
+use super::{NO_KAFKA, keep_size, spawn_wal_writer};
 use crate::support::{
     TestDb,
     cluster::PgCluster,
@@ -118,24 +118,14 @@ async fn lowering_the_limit_under_what_a_stuck_slot_retains_is_critical_at_once(
     let mut relay = Relay::start(&db.name, &cfg);
     let addr = relay_addr(&relay).await;
     eventually("the relay's slot", Duration::from_secs(30), || async {
-        slot_exists(&db).await.then_some(())
+        db.slot_exists().await.then_some(())
     })
     .await;
     // ~40 MiB of WAL the slot retains.
     let stop = Arc::new(AtomicBool::new(false));
     let w = spawn_wal_writer(db.conninfo(), stop.clone());
     eventually("40 MiB retained", Duration::from_secs(60), || async {
-        let r: f64 = db
-            .client
-            .query_one(
-                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::float8 \
-                   FROM pg_replication_slots WHERE slot_name = $1",
-                &[&db.name],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        (r > 40.0 * (1 << 20) as f64).then_some(())
+        (db.retained_wal().await > 40.0 * (1 << 20) as f64).then_some(())
     })
     .await;
     stop.store(true, Ordering::SeqCst);

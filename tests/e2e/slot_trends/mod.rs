@@ -106,7 +106,7 @@ async fn slot_forecast_says_when_the_slot_is_lost_at_the_current_wal_rate() {
     let mut relay = Relay::start(&db.name, &cfg);
     let addr = relay_addr(&relay).await;
     eventually("the relay's slot", Duration::from_secs(30), || async {
-        slot_exists(&db).await.then_some(())
+        db.slot_exists().await.then_some(())
     })
     .await;
     let m = scrape(addr).await;
@@ -208,17 +208,6 @@ async fn keep_size(db: &TestDb, value: &str) {
     for sql in [set.as_str(), "SELECT pg_reload_conf()"] {
         db.client.batch_execute(sql).await.unwrap();
     }
-}
-
-async fn slot_exists(db: &TestDb) -> bool {
-    db.client
-        .query_opt(
-            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
-            &[&db.name],
-        )
-        .await
-        .unwrap()
-        .is_some()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@ mod slow_start;
 
 use std::time::Duration;
 
-use crate::support::{TestDb, eventually, kafka_brokers};
+use crate::support::{TestDb, check, eventually, kafka::Rec, kafka_brokers, writer::Written};
 
 /// `var` from the environment, else `default`; never under `min`.
 fn count_from_env(var: &str, default: usize, min: usize) -> usize {
@@ -42,6 +42,22 @@ fn top_level(first: &TestDb, port: u16) -> String {
         brokers = kafka_brokers(),
         first = first.name,
     )
+}
+
+/// Checks what source `i` (`db`) delivered, exactly once, records its figures as
+/// `<test>_s<i>` and adds them to `total`.
+fn check_source(
+    test: &str,
+    i: usize,
+    db: &TestDb,
+    written: &[Written],
+    got: &[Rec],
+    total: &mut check::Figures,
+) {
+    let f = check::check(&format!("{test}_s{i:02}"), |t| db.topic(t), written, got);
+    f.assert_exactly_once(&format!("source s{i:02}"));
+    total.written += f.written;
+    total.delivered += f.delivered;
 }
 
 /// Waits until every one of `dbs` has its slot active (a relay streams from it).

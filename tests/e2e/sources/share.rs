@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{all_streaming, count_from_env, source_section, top_level};
+use super::{all_streaming, check_source, count_from_env, source_section, top_level};
 use crate::support::{TestDb, check, cluster::PgCluster, connect, kafka, relay::Relay, writer};
 
 const PORT: u16 = 25498;
@@ -160,15 +160,7 @@ async fn three_instances_share_sources_take_over_and_roll_exactly_once() {
     for (i, (db, w)) in dbs.iter().zip(writers).enumerate() {
         let written = w.await.unwrap();
         let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
-        let f = check::check(
-            &format!("sources_share_s{i:02}"),
-            |t| db.topic(t),
-            &written,
-            &got,
-        );
-        f.assert_exactly_once(&format!("source s{i:02}"));
-        total.written += f.written;
-        total.delivered += f.delivered;
+        check_source("sources_share", i, db, &written, &got, &mut total);
     }
     check::record("sources_share_all", &total);
     takeovers.sort();

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use outbox_relay::telemetry::events::{PIPELINE_RESTART, SOURCE_STOPPED};
 
-use super::{all_streaming, count_from_env, source_section, top_level};
+use super::{all_streaming, check_source, count_from_env, source_section, top_level};
 use crate::support::{
     TestDb, broker::OwnBroker, check, connect, kafka, kafka_brokers, pg_port, relay::Relay, writer,
 };
@@ -82,14 +82,7 @@ async fn instances_that_start_together_on_a_slow_broker_stop_no_source() {
     let mut total = check::Figures::default();
     for (i, db) in dbs.iter().enumerate() {
         let c = connect(&db.conninfo()).await;
-        let mut written = Vec::new();
-        for k in 0..5 {
-            written.push(
-                writer::insert_event(&c, "order", &format!("k-{k}"), 0)
-                    .await
-                    .unwrap(),
-            );
-        }
+        let written = writer::insert_orders(&c, 5, |k| format!("k-{k}")).await;
         let (topics, brokers, want) = (vec![db.topic("order")], brokers.clone(), written.len());
         let got = tokio::task::spawn_blocking(move || {
             kafka::consume_until_from(&brokers, &topics, Duration::from_secs(60), |r| {
@@ -98,15 +91,7 @@ async fn instances_that_start_together_on_a_slow_broker_stop_no_source() {
         })
         .await
         .unwrap();
-        let f = check::check(
-            &format!("sources_slow_start_s{i:02}"),
-            |t| db.topic(t),
-            &written,
-            &got,
-        );
-        f.assert_exactly_once(&format!("source s{i:02}"));
-        total.written += f.written;
-        total.delivered += f.delivered;
+        check_source("sources_slow_start", i, db, &written, &got, &mut total);
     }
     check::record("sources_slow_start_all", &total);
     check::note(&format!(

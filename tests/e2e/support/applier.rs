@@ -81,6 +81,52 @@ pub fn config(db: &TestDb, subscription: &str, instance: &str, extra_kafka: &str
     )
 }
 
+/// The `ops` handler's table and function: `ops_add` raises on a negative `n` and otherwise
+/// records it in `ops_sum` with the event id.
+pub async fn ops_schema(db: &TestDb) {
+    db.client
+        .batch_execute(
+            "CREATE TABLE ops_sum (n int NOT NULL, event_id text NOT NULL);
+             CREATE FUNCTION ops_add(v jsonb, id text) RETURNS void LANGUAGE plpgsql AS $$
+             BEGIN
+               IF (v->>'n')::int < 0 THEN RAISE EXCEPTION 'negative %', v->>'n'; END IF;
+               INSERT INTO ops_sum VALUES ((v->>'n')::int, id);
+             END $$;",
+        )
+        .await
+        .unwrap();
+}
+
+/// The `ops` handler's call.
+pub const OPS_ADD: &str = "SELECT ops_add(:value, :event_id)";
+
+/// An applier of `db` subscribed to `topic` (group `<db>-group`), with `sections` (`[apply]`,
+/// its handlers, …) and its endpoint on `port` (`None`: no endpoint).
+pub fn subscribed_config(db: &TestDb, topic: &str, sections: &str, port: Option<u16>) -> String {
+    let http = match port {
+        Some(port) => format!("listen = \"127.0.0.1:{port}\""),
+        None => "enabled = false".into(),
+    };
+    format!(
+        "[postgres]\nport = {}\ndatabase = \"{}\"\n\n[kafka]\nbrokers = \"{}\"\n\
+         group_id = \"{}-group\"\ntopics = [\"{topic}\"]\n\n{sections}\n[http]\n{http}\n",
+        db.port,
+        db.name,
+        kafka_brokers(),
+        db.name
+    )
+}
+
+/// Consumer `ops` of `topic` with `on_failure = policy` and one handler of `Add` events running
+/// `sql` ([`subscribed_config`]).
+pub fn ops_config(db: &TestDb, topic: &str, policy: &str, sql: &str, port: Option<u16>) -> String {
+    let sections = format!(
+        "[apply]\nconsumer = \"ops\"\non_failure = \"{policy}\"\n\n\
+         [[handler]]\nevent_type = \"Add\"\nsql = \"{sql}\"\n"
+    );
+    subscribed_config(db, topic, &sections, port)
+}
+
 /// `apply setup` with `cfg`, which must succeed.
 pub fn setup(db: &TestDb, cfg: &str) {
     let (status, log) = Relay::once(&format!("{}-setup", db.name), cfg, &["apply", "setup"], &[]);

@@ -186,15 +186,128 @@ impl TestDb {
         s.parse().unwrap()
     }
 
-    pub async fn slot_active_pid(&self) -> Option<i32> {
+    /// One column of this test's slot's row in `pg_replication_slots` (`None`: no slot, or
+    /// NULL there).
+    async fn slot_column<T: for<'a> tokio_postgres::types::FromSql<'a>>(
+        &self,
+        column: &str,
+    ) -> Option<T> {
         self.client
             .query_opt(
-                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+                &format!("SELECT {column} FROM pg_replication_slots WHERE slot_name = $1"),
                 &[&self.name],
             )
             .await
             .unwrap()
             .and_then(|r| r.get(0))
+    }
+
+    pub async fn slot_active_pid(&self) -> Option<i32> {
+        self.slot_column("active_pid").await
+    }
+
+    /// Whether this test's slot exists.
+    pub async fn slot_exists(&self) -> bool {
+        self.slot_column::<i32>("1").await.is_some()
+    }
+
+    /// The slot's `wal_status` (`None`: no slot, or none reported).
+    pub async fn slot_wal_status(&self) -> Option<String> {
+        self.slot_column("wal_status").await
+    }
+
+    /// Writes WAL the slot cannot keep (1,000 rows of 1.9 kB into `business`, a WAL switch and
+    /// a checkpoint), at most `rounds` times, until its `wal_status` is `lost`; whether it was.
+    pub async fn write_wal_until_slot_lost(&self, rounds: usize) -> bool {
+        for _ in 0..rounds {
+            self.client
+                .batch_execute(
+                    "INSERT INTO business(note) SELECT repeat('x', 1900) FROM generate_series(1, 1000);
+                     SELECT pg_switch_wal(); CHECKPOINT;",
+                )
+                .await
+                .unwrap();
+            if self.slot_wal_status().await.as_deref() == Some("lost") {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The slot's `invalidation_reason` (PostgreSQL 17 on; `None` while the slot is valid).
+    pub async fn invalidation_reason(&self) -> Option<String> {
+        self.client
+            .query_one(
+                "SELECT invalidation_reason FROM pg_replication_slots WHERE slot_name = $1",
+                &[&self.name],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// A checkpoint every 0.5 s, for 20 s at most, until the slot is invalidated: the reason
+    /// (`None`: still valid).
+    pub async fn wait_invalidated(&self) -> Option<String> {
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            self.client.batch_execute("CHECKPOINT").await.unwrap();
+            if let Some(reason) = self.invalidation_reason().await {
+                return Some(reason);
+            }
+        }
+        None
+    }
+
+    /// The WAL the slot holds back, in bytes: from its `restart_lsn` to the current position.
+    pub async fn retained_wal(&self) -> f64 {
+        self.client
+            .query_one(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::float8 \
+                   FROM pg_replication_slots WHERE slot_name = $1",
+                &[&self.name],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// The server's `server_version_num` (e.g. 150014).
+    pub async fn server_version_num(&self) -> i32 {
+        self.client
+            .query_one("SELECT current_setting('server_version_num')::int", &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// Replaces the outbox with one partitioned by range of a `created_at` column, whose
+    /// partitions `partitions` creates (`CREATE TABLE … PARTITION OF outbox …;`).
+    pub async fn partitioned_outbox(&self, partitions: &str) {
+        self.client
+            .batch_execute(&format!(
+                "DROP TABLE outbox;
+                 CREATE TABLE outbox (
+                     id uuid NOT NULL, aggregatetype varchar(255) NOT NULL,
+                     aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL,
+                     payload jsonb, created_at timestamptz NOT NULL DEFAULT now(),
+                     PRIMARY KEY (id, created_at)
+                 ) PARTITION BY RANGE (created_at);
+                 {partitions}"
+            ))
+            .await
+            .unwrap();
+    }
+
+    /// The publication the relay would create, made beforehand (named after the test).
+    pub async fn create_publication(&self) {
+        self.client
+            .batch_execute(&format!(
+                "CREATE PUBLICATION {} FOR TABLE outbox WITH (publish = 'insert')",
+                self.name
+            ))
+            .await
+            .unwrap();
     }
 
     /// Waits until the slot has confirmed at least `lsn`.

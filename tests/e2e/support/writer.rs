@@ -46,15 +46,47 @@ pub async fn insert_event(
     agg: &str,
     writer: usize,
 ) -> Result<Written, tokio_postgres::Error> {
-    let seq = next_seq(c, agg).await?;
-    let id = uuid::Uuid::new_v4().to_string();
-    let payload = serde_json::json!({"aggregate": agg, "seq": seq, "writer": writer, "note": "x"});
-    c.execute(
+    write_event(
+        c,
         "INSERT INTO outbox(id, aggregatetype, aggregateid, type, payload) \
          VALUES ($1::text::uuid, $2, $3, 'Event', $4::text::jsonb)",
-        &[&id, &aggregate_type, &agg, &payload.to_string()],
+        "x",
+        aggregate_type,
+        agg,
+        writer,
     )
-    .await?;
+    .await
+}
+
+/// `n` events of aggregate type `order` by writer 0, one statement after another on `c`
+/// (inside its transaction if it is one): the `i`-th for aggregate `agg(i)`.
+pub async fn insert_orders(
+    c: &impl GenericClient,
+    n: usize,
+    agg: impl Fn(usize) -> String,
+) -> Vec<Written> {
+    let mut written = Vec::with_capacity(n);
+    for i in 0..n {
+        written.push(insert_event(c, "order", &agg(i), 0).await.unwrap());
+    }
+    written
+}
+
+/// One event for `agg` with the next sequence number of its aggregate, written by `sql` ($1 the
+/// id, $2 the aggregate type, $3 the aggregate, $4 the JSON payload, whose `note` is `note`).
+async fn write_event(
+    c: &impl GenericClient,
+    sql: &str,
+    note: &str,
+    aggregate_type: &str,
+    agg: &str,
+    writer: usize,
+) -> Result<Written, tokio_postgres::Error> {
+    let seq = next_seq(c, agg).await?;
+    let id = uuid::Uuid::new_v4().to_string();
+    let payload = serde_json::json!({"aggregate": agg, "seq": seq, "writer": writer, "note": note});
+    c.execute(sql, &[&id, &aggregate_type, &agg, &payload.to_string()])
+        .await?;
     Ok(Written {
         id,
         aggregate_type: aggregate_type.into(),
@@ -82,23 +114,17 @@ pub async fn emit_event(
     agg: &str,
     writer: usize,
 ) -> Result<Written, tokio_postgres::Error> {
-    let seq = next_seq(c, agg).await?;
-    let id = uuid::Uuid::new_v4().to_string();
-    let payload = serde_json::json!({"aggregate": agg, "seq": seq, "writer": writer, "note": "m"});
-    c.execute(
+    write_event(
+        c,
         "SELECT pg_logical_emit_message(true, 'outbox', json_build_object('id', $1::text, \
          'aggregatetype', $2::text, 'aggregateid', $3::text, 'type', 'Event', \
          'payload', $4::text::json)::text)",
-        &[&id, &aggregate_type, &agg, &payload.to_string()],
+        "m",
+        aggregate_type,
+        agg,
+        writer,
     )
-    .await?;
-    Ok(Written {
-        id,
-        aggregate_type: aggregate_type.into(),
-        aggregate: agg.into(),
-        seq,
-        payload,
-    })
+    .await
 }
 
 /// Runs `txns` transactions on its own connection: each touches 1-3 aggregates (locked in
