@@ -2,8 +2,16 @@
 //! and the applier (`outbox-relay apply`).
 //!
 //! - [`backoff`]: the one exponential backoff of every retry loop (reconnects, restarts,
-//!   a full local queue).
+//!   a full local queue);
+//! - [`config`]: loading a config file and the environment, typed values, secrets, errors
+//!   that name the option;
+//! - [`postgres`]: the PostgreSQL connection section both configs share, opening a connection
+//!   (TLS included), identifier quoting and error text.
+//!
+//! Layers: `backoff` and `config` use nothing here; `postgres` uses `config`.
 
 pub mod backoff;
+pub mod config;
+pub mod postgres;
 
 pub use backoff::Backoff;
