@@ -2,7 +2,7 @@
 //! function each, from the parsed command line to an exit code; and the exit codes of their
 //! errors.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use outbox_relay::{
     config::Config,
@@ -100,13 +100,8 @@ pub(crate) async fn dispatch(command: Command) -> Result<ExitCode, RelayError> {
             interval_secs,
             source,
         } => {
-            let root = load(config)?;
-            let streams = pick(&root, source.as_deref())?;
-            if watch {
-                status_watch(&streams, interval_secs).await
-            } else {
-                status(&streams, fail_on).await
-            }
+            let every = watch.then(|| Duration::from_secs_f64(interval_secs.clamp(0.1, 3600.0)));
+            status(config, source.as_deref(), fail_on, every).await
         }
         Command::CheckConfig { config } => {
             let cfg = load(config)?;
@@ -187,15 +182,20 @@ async fn republish(
         .map(|_| ExitCode::SUCCESS)
 }
 
-/// `status --watch`: redrawn until a signal (exit 0).
-async fn status_watch(streams: &[&Config], interval_secs: f64) -> Result<ExitCode, RelayError> {
-    let every = std::time::Duration::from_secs_f64(interval_secs.clamp(0.1, 3600.0));
-    outbox_relay::observe::status::watch::run(streams, every, wait_for_signal()).await;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `status`: one report per source; exit 4 when an alert reaches `fail_on`.
-async fn status(streams: &[&Config], fail_on: FailOn) -> Result<ExitCode, RelayError> {
+/// `status`: one report per source; exit 4 when an alert reaches `fail_on`. With `--watch`
+/// (`every`): redrawn until a signal (exit 0).
+async fn status(
+    config: Option<PathBuf>,
+    source: Option<&str>,
+    fail_on: FailOn,
+    every: Option<Duration>,
+) -> Result<ExitCode, RelayError> {
+    let root = load(config)?;
+    let streams = pick(&root, source)?;
+    if let Some(every) = every {
+        outbox_relay::observe::status::watch::run(&streams, every, wait_for_signal()).await;
+        return Ok(ExitCode::SUCCESS);
+    }
     let limit = match fail_on {
         FailOn::Warning => Severity::Warning,
         FailOn::Critical => Severity::Critical,

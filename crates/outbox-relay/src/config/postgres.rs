@@ -3,7 +3,7 @@
 //! from the same table); here are the relay's own: slot and publication (plain identifiers, out
 //! of SQL injection's reach), their creation, the pinned server and a standby's primary.
 
-use std::ops::Deref;
+use std::{fmt, ops::Deref};
 
 use outbox_service::postgres::{PgConnection, valid_identifier};
 use serde::Deserialize;
@@ -17,7 +17,7 @@ use super::{
 /// The relay's `application_name` when the file sets none.
 pub(super) const APPLICATION_NAME: &str = "outbox-relay";
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresConfig {
     /// The server, role, password, TLS, database, `application_name` and connect timeout:
@@ -82,6 +82,24 @@ impl Deref for PostgresConfig {
     type Target = PgConnection;
     fn deref(&self) -> &PgConnection {
         &self.connection
+    }
+}
+
+/// The keys flat, in the order `check-config` printed them when they were all fields here.
+impl fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("PostgresConfig");
+        self.connection.debug_server(&mut d);
+        d.field("slot", &self.slot)
+            .field("publication", &self.publication)
+            .field("create_publication", &self.create_publication)
+            .field("create_slot", &self.create_slot)
+            .field("system_identifier", &self.system_identifier)
+            .field("failover_slot", &self.failover_slot);
+        self.connection.debug_naming(&mut d);
+        d.field("primary_host", &self.primary_host)
+            .field("primary_port", &self.primary_port)
+            .finish()
     }
 }
 

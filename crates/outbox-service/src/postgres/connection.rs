@@ -8,7 +8,7 @@
 //! these keys are read here, the rest by the program's struct, and a key neither has is
 //! rejected naming both lists, as before.
 
-use std::{future::Future, path::PathBuf, pin::Pin, time::Duration};
+use std::{fmt, future::Future, path::PathBuf, pin::Pin, time::Duration};
 
 use serde::Deserialize;
 use tokio_postgres::{Client, NoTls};
@@ -210,6 +210,26 @@ impl PgConnection {
                 (client, Box::pin(conn))
             }
         })
+    }
+
+    /// Adds `host` to `database` to `d`, and [`debug_naming`](Self::debug_naming) the last two
+    /// fields: a program's `[postgres]` prints them flat among its own, in the order its
+    /// `check-config` has always shown.
+    pub fn debug_server(&self, d: &mut fmt::DebugStruct<'_, '_>) {
+        d.field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("password", &self.password)
+            .field("password_file", &self.password_file)
+            .field("sslmode", &self.sslmode)
+            .field("sslrootcert", &self.sslrootcert)
+            .field("database", &self.database);
+    }
+
+    /// See [`debug_server`](Self::debug_server).
+    pub fn debug_naming(&self, d: &mut fmt::DebugStruct<'_, '_>) {
+        d.field("application_name", &self.application_name)
+            .field("connect_timeout_ms", &self.connect_timeout_ms);
     }
 
     /// [`connect_to`](Self::connect_to) this section's `host:port`.

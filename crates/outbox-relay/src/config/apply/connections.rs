@@ -1,7 +1,7 @@
 //! The applier's connections: `[postgres]` (the consumer's database), `[kafka]` (the topics
 //! and the group) and `[http]`.
 
-use std::{net::SocketAddr, ops::Deref};
+use std::{fmt, net::SocketAddr, ops::Deref};
 
 use relay_core::apply::position::NewPartition;
 use serde::Deserialize;
@@ -10,7 +10,7 @@ use outbox_service::postgres::PgConnection;
 
 use super::super::{Secret, lenient::from_str_or_native};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApplyPostgres {
     /// The server, role, password, TLS, database, `application_name` and connect timeout: the
@@ -133,6 +133,16 @@ fn default_listen() -> SocketAddr {
 impl Default for ApplyPostgres {
     fn default() -> Self {
         toml::from_str("").expect("every field has a default")
+    }
+}
+
+/// The keys flat, in the order `check-config` printed them when they were all fields here.
+impl fmt::Debug for ApplyPostgres {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("ApplyPostgres");
+        self.connection.debug_server(&mut d);
+        self.connection.debug_naming(&mut d);
+        d.field("pool_size", &self.pool_size).finish()
     }
 }
 
