@@ -3,11 +3,9 @@
 //! is not returned; the next `get` opens a new one, retrying with backoff while the database is
 //! away (a restart, a failover) instead of failing the partition.
 
-use std::{
-    sync::{Arc, atomic::Ordering},
-    time::Duration,
-};
+use std::sync::{Arc, atomic::Ordering};
 
+use outbox_service::Backoff;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
 use super::{contention::Contention, store::Conn};
@@ -81,7 +79,8 @@ impl Pool {
                 _permit: permit,
             };
         }
-        let mut wait = Duration::from_millis(self.cfg.apply.retry_backoff_initial_ms.max(1));
+        let a = &self.cfg.apply;
+        let mut backoff = Backoff::from_millis(a.retry_backoff_initial_ms, a.retry_backoff_max_ms);
         loop {
             match Conn::open(&self.cfg, "apply").await {
                 Ok(c) => {
@@ -92,10 +91,9 @@ impl Pool {
                     };
                 }
                 Err(e) => {
+                    let wait = backoff.next_wait();
                     tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "{APPLY_DATABASE_UNREACHABLE}: retrying");
                     tokio::time::sleep(wait).await;
-                    wait =
-                        (wait * 2).min(Duration::from_millis(self.cfg.apply.retry_backoff_max_ms));
                 }
             }
         }

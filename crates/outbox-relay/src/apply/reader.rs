@@ -18,6 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use outbox_service::Backoff;
 use rdkafka::{
     ClientConfig, TopicPartitionList,
     consumer::{BaseConsumer, Consumer},
@@ -121,17 +122,16 @@ impl Reader {
         let mut last_report = Instant::now();
         // While records wait here: 1 ms after a flush that moved some, doubling up to 100 ms
         // while none move (a task retrying through a database outage).
-        let mut wait = 100;
+        let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
+        backoff.saturate();
         while !self.stopping.load(Ordering::Relaxed) {
             let moved = self.flush_pending();
-            wait = if self.pending.is_empty() {
-                100
+            if self.pending.is_empty() {
+                backoff.saturate();
             } else if moved {
-                1
-            } else {
-                (wait * 2).min(100)
-            };
-            match self.consumer.poll(Duration::from_millis(wait)) {
+                backoff.reset();
+            }
+            match self.consumer.poll(backoff.next_wait()) {
                 None => {}
                 Some(Ok(m)) => {
                     self.consumer.context().broker.up();

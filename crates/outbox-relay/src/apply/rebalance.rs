@@ -17,6 +17,7 @@ use std::{
     time::Duration,
 };
 
+use outbox_service::Backoff;
 use rdkafka::{
     ClientContext, Offset, TopicPartitionList,
     consumer::{BaseConsumer, Consumer, ConsumerContext},
@@ -212,7 +213,8 @@ impl Ctx {
 
     /// The stored positions of `tps`, retried until the database answers (or a stop).
     fn read_positions(&self, tps: &[Tp]) -> BTreeMap<Tp, Option<i64>> {
-        let mut wait = Duration::from_millis(self.cfg.apply.retry_backoff_initial_ms.max(1));
+        let a = &self.cfg.apply;
+        let mut backoff = Backoff::from_millis(a.retry_backoff_initial_ms, a.retry_backoff_max_ms);
         loop {
             let got = self.rt.block_on(async {
                 let conn = self.pool.get().await;
@@ -233,10 +235,9 @@ impl Ctx {
             match got {
                 Ok(p) => return p,
                 Err(e) if !self.stopping.load(Ordering::Relaxed) => {
+                    let wait = backoff.next_wait();
                     tracing::warn!(error = %crate::postgres::control::describe_pg(&e), retry_in_ms = wait.as_millis() as u64, "{APPLY_DATABASE_UNREACHABLE}: cannot read the stored positions in the consumer's PostgreSQL; retrying");
                     std::thread::sleep(wait);
-                    wait =
-                        (wait * 2).min(Duration::from_millis(self.cfg.apply.retry_backoff_max_ms));
                 }
                 Err(_) => return BTreeMap::new(),
             }

@@ -9,7 +9,8 @@
 //! *last* copy of an event as after the first (a re-send written long after the first copy
 //! cannot outlive its claim).
 
-use tokio_postgres::{Client, NoTls, Statement as Prepared, types::Type};
+use outbox_service::postgres::ConnectError;
+use tokio_postgres::{Client, Statement as Prepared, types::Type};
 
 use relay_core::apply::sql::Statement;
 
@@ -77,35 +78,17 @@ pub(crate) struct Conn {
 /// Opens a connection (TLS as configured).
 pub(crate) async fn connect(cfg: &ApplyConfig, purpose: &str) -> Result<Client, ApplyError> {
     let pg = &cfg.postgres;
-    let mut c = tokio_postgres::Config::new();
-    c.host(&pg.host)
-        .port(pg.port)
-        .user(&pg.user)
-        .dbname(&pg.database)
-        .application_name(format!("{}-{purpose}", pg.application_name))
-        .connect_timeout(std::time::Duration::from_millis(pg.connect_timeout_ms));
-    if let Some(pw) = cfg.postgres_password()? {
-        c.password(pw.expose());
-    }
     let context = format!(
         "connecting to the consumer's PostgreSQL at {}:{} (database {:?}, user {:?})",
         pg.host, pg.port, pg.database, pg.user
     );
-    let tls = crate::postgres::tls::connector(pg.sslmode, pg.sslrootcert.as_deref())
-        .map_err(|e| ApplyError::Precondition(e.to_string()))?;
-    let client = match tls {
-        None => {
-            let (client, conn) = c.connect(NoTls).await.map_err(ApplyError::pg(context))?;
-            tokio::spawn(async move { drop(conn.await) });
-            client
-        }
-        Some(tls) => {
-            c.ssl_mode(tokio_postgres::config::SslMode::Require);
-            let (client, conn) = c.connect(tls).await.map_err(ApplyError::pg(context))?;
-            tokio::spawn(async move { drop(conn.await) });
-            client
-        }
+    let (client, conn) = match pg.connection.connect(purpose).await {
+        Ok(opened) => opened,
+        Err(ConnectError::Config(e)) => return Err(e.into()),
+        Err(ConnectError::Tls(why)) => return Err(ApplyError::Precondition(why)),
+        Err(ConnectError::Postgres(e)) => return Err(ApplyError::pg(context)(e)),
     };
+    tokio::spawn(async move { drop(conn.await) });
     Ok(client)
 }
 

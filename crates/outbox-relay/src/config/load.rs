@@ -1,15 +1,16 @@
-//! Loading: the file is parsed into a TOML table, `OUTBOX_RELAY__*` variables are laid over it,
-//! and the result is deserialized into [`Config`]. A deserialization error is rewritten to name
+//! Loading the relay's config with the shared loader (`outbox_service::config::load`): the file
+//! is parsed into a TOML table, `OUTBOX_RELAY__*` variables are laid over it, `[postgres]`'s
+//! connection keys are taken out ([`PgConnection::take`]), and the rest is deserialized into
+//! [`Config`]. A deserialization error is rewritten to name
 //! the option in full (`http.listen = "x": ...`) and the variable that set it, if any.
 
-use std::{collections::BTreeMap, path::Path};
+use std::path::Path;
 
 use relay_core::route::{MessageRoute, OutboxTable};
 
-use super::{Config, ConfigError, ENV_PREFIX};
+use outbox_service::config::load::{Origins, name_the_option, read_table};
 
-/// Dotted key (`http.listen`) → the environment variable that set it.
-type Origins = BTreeMap<String, String>;
+use super::{Config, ConfigError, PgConnection, PostgresConfig};
 
 pub(super) fn from_file_and_environment(
     path: Option<&Path>,
@@ -27,7 +28,14 @@ pub(super) fn from_file_and_environment(
 }
 
 /// One [`Config`] from its table; errors name options under `prefix` (`source.<name>`).
-fn build(table: toml::Table, prefix: &str, origins: &Origins) -> Result<Config, ConfigError> {
+fn build(mut table: toml::Table, prefix: &str, origins: &Origins) -> Result<Config, ConfigError> {
+    // `[postgres]`'s connection keys are the shared section's; the rest are `PostgresConfig`'s.
+    let connection = PgConnection::take::<PostgresConfig>(
+        &mut table,
+        super::postgres::APPLICATION_NAME,
+        prefix,
+        origins,
+    )?;
     let under = |key: String| match prefix {
         "" => key,
         p => format!("{p}.{key}"),
@@ -63,161 +71,8 @@ fn build(table: toml::Table, prefix: &str, origins: &Origins) -> Result<Config, 
     if tableless {
         cfg.outbox.clear();
     }
+    cfg.postgres.connection = connection;
     Ok(cfg)
-}
-
-/// The file's table with the `OUTBOX_RELAY__*` variables laid over it, and where each came from.
-fn read_table(
-    path: Option<&Path>,
-    env: impl IntoIterator<Item = (String, String)>,
-) -> Result<(toml::Table, Origins), ConfigError> {
-    let text = match path {
-        Some(p) => std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
-            path: p.to_path_buf(),
-            source,
-        })?,
-        None => String::new(),
-    };
-    let mut table: toml::Table =
-        toml::from_str(&text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-    let origins = apply_environment(&mut table, env)?;
-    Ok((table, origins))
-}
-
-/// Checks one entry of an array of tables (`[[handler]]`), so an error names its index.
-pub(super) type EntryCheck = fn(&toml::Value) -> Result<(), toml::de::Error>;
-
-/// Another config loaded the same way (the applier's, `outbox-relay apply`): errors name the
-/// option in full, and the entries of the arrays in `arrays` by their index.
-pub(super) fn load_as<T: serde::de::DeserializeOwned>(
-    path: Option<&Path>,
-    env: impl IntoIterator<Item = (String, String)>,
-    arrays: &[(&str, EntryCheck)],
-) -> Result<T, ConfigError> {
-    let (table, origins) = read_table(path, env)?;
-    for (key, check) in arrays {
-        if let Some(toml::Value::Array(entries)) = table.get(*key) {
-            for (i, entry) in entries.iter().enumerate() {
-                if let Err(e) = check(entry) {
-                    let prefix = format!("{key}[{i}]");
-                    return Err(ConfigError::Parse(name_the_option(
-                        &e, entry, &prefix, &origins,
-                    )));
-                }
-            }
-        }
-    }
-    let root = toml::Value::Table(table);
-    root.clone()
-        .try_into()
-        .map_err(|e| ConfigError::Parse(name_the_option(&e, &root, "", &origins)))
-}
-
-/// Sets `[section] key = "value"` for every `OUTBOX_RELAY__SECTION__KEY=value` (as text: the
-/// typed fields parse it). Other variables are ignored.
-fn apply_environment(
-    table: &mut toml::Table,
-    env: impl IntoIterator<Item = (String, String)>,
-) -> Result<Origins, ConfigError> {
-    let mut origins = Origins::new();
-    for (var, value) in env {
-        let Some(rest) = var.strip_prefix(ENV_PREFIX) else {
-            continue;
-        };
-        let path: Vec<String> = rest.split("__").map(|p| p.to_ascii_lowercase()).collect();
-        if path.iter().any(|p| p.is_empty()) || set_path(table, &path, value).is_err() {
-            return Err(ConfigError::BadEnvKey(var));
-        }
-        origins.insert(path.join("."), var);
-    }
-    Ok(origins)
-}
-
-fn set_path(table: &mut toml::Table, path: &[String], value: String) -> Result<(), ()> {
-    let (last, parents) = path.split_last().ok_or(())?;
-    let mut t = table;
-    for p in parents {
-        t = t
-            .entry(p.clone())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
-            .as_table_mut()
-            .ok_or(())?;
-    }
-    t.insert(last.clone(), toml::Value::String(value));
-    Ok(())
-}
-
-/// `<key> = <value> (from <VARIABLE>): <reason>`, or `<key>: <reason>` when the value is a
-/// table, an array or a secret. `root` is the value at `prefix` (the whole config for "").
-fn name_the_option(
-    e: &toml::de::Error,
-    root: &toml::Value,
-    prefix: &str,
-    origins: &Origins,
-) -> String {
-    // toml records the path of the failing value but shows it only in its `Display`, as a last
-    // line "in `a.b`" (a deserialized `Value` has no source position to show instead).
-    let display = e.to_string();
-    let path = display
-        .lines()
-        .last()
-        .and_then(|l| l.strip_prefix("in `")?.strip_suffix('`'))
-        .unwrap_or_default();
-    let mut keys: Vec<String> = path
-        .split('.')
-        .filter(|k| !k.is_empty())
-        .map(str::to_string)
-        .collect();
-    let mut reason = e.message().to_string();
-    // An unknown key is reported at its table: name the key itself (but not its value, which
-    // may be a misspelt secret). serde's "unknown field `x`, expected one of ..." stays as is.
-    let unknown = match reason
-        .strip_prefix("unknown field `")
-        .and_then(|rest| rest.split_once('`'))
-    {
-        Some((field, _)) => {
-            keys.push(field.to_string());
-            true
-        }
-        None => false,
-    };
-    let dotted = keys.join(".");
-    let key = match (prefix, dotted.as_str()) {
-        ("", "") => return reason,
-        ("", k) => k.to_string(),
-        (p, "") => p.to_string(),
-        (p, k) => format!("{p}.{k}"),
-    };
-    let origin = origins
-        .get(&key)
-        .map(|var| format!(" (from {var})"))
-        .unwrap_or_default();
-    let found = keys.iter().try_fold(root, |v, k| v.get(k));
-    let secret = is_secret(&key);
-    // serde's messages may quote the value: `invalid type: string "...", expected a map`.
-    if secret && let Some(toml::Value::String(s)) = found {
-        reason = reason.replace(&format!("{s:?}"), "\"<redacted>\"");
-    }
-    let hide_value = secret || unknown;
-    match found.filter(|v| !hide_value && !v.is_table() && !v.is_array()) {
-        Some(v) => format!("{key} = {v}{origin}: {reason}"),
-        None => format!("{key}{origin}: {reason}"),
-    }
-}
-
-fn is_secret(key: &str) -> bool {
-    // A source's options are its section's: `source.<name>.postgres.password`.
-    let key = match key.strip_prefix("source.") {
-        Some(rest) => rest.split_once('.').map_or(rest, |(_, k)| k),
-        None => key,
-    };
-    matches!(
-        key,
-        "postgres.password"
-            | "kafka.sasl_password"
-            | "alerts.webhook.url"
-            | "alerts.webhook.authorization"
-    ) || key.starts_with("kafka.properties")
 }
 
 #[cfg(test)]
@@ -395,5 +250,36 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("string \"<redacted>\", expected a map"), "{e}");
+    }
+
+    #[test]
+    fn secrets_never_appear_in_debug_output() {
+        let c = load(
+            "[postgres]\npassword = \"hunter2\"\n[kafka]\nsecurity_protocol = \"sasl_ssl\"\n\
+             sasl_mechanism = \"PLAIN\"\nsasl_username = \"u\"\nsasl_password = \"pl41n\"\n\
+             [kafka.properties]\n\"ssl.key.password\" = \"s3cr3t\"\n",
+            &[],
+        )
+        .unwrap();
+        let dump = format!("{c:?}");
+        assert!(
+            !dump.contains("hunter2") && !dump.contains("s3cr3t") && !dump.contains("pl41n"),
+            "{dump}"
+        );
+        assert!(dump.contains("<redacted>"));
+    }
+
+    #[test]
+    fn scalars_are_taken_as_text_and_other_values_are_refused_without_echoing_them() {
+        let c = load("[postgres]\npassword = 12345\n", &[]).unwrap();
+        assert_eq!(c.postgres.password.as_ref().unwrap().expose(), "12345");
+        let e = load("[postgres]\npassword = [\"hunter2\"]\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("postgres.password") && e.contains("array"),
+            "{e}"
+        );
+        assert!(!e.contains("hunter2"), "{e}");
     }
 }

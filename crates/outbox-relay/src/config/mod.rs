@@ -15,15 +15,13 @@ mod alerts;
 mod apply;
 mod kafka;
 mod kafka_security;
-mod lenient;
 mod load;
 mod observability;
 mod postgres;
 mod relay;
-mod secret;
 mod sources;
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use relay_core::route::{MessageRoute, OutboxTable};
 use serde::Deserialize;
@@ -36,13 +34,13 @@ pub use apply::{
 pub use kafka::KafkaConfig;
 pub use kafka_security::{KafkaSecurityProtocol, SaslMechanism};
 pub use observability::{HeartbeatConfig, HttpConfig, MonitorConfig};
-pub(crate) use postgres::valid_identifier;
-pub use postgres::{PgSslMode, PostgresConfig};
+pub use outbox_service::config::{ConfigError, InvalidOption, Secret};
+pub(crate) use outbox_service::postgres::valid_identifier;
+pub use outbox_service::postgres::{PgConnection, PgSslMode};
+pub use postgres::PostgresConfig;
+// The shared loader's modules, under the names the sections' files use.
+use outbox_service::config::{lenient, secret};
 pub use relay::{Delivery, PoisonPolicy, RelayConfig};
-pub use secret::Secret;
-
-/// Prefix of environment variables that override the file.
-pub(crate) const ENV_PREFIX: &str = "OUTBOX_RELAY__";
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -115,49 +113,6 @@ default_from_serde!(
     WebhookConfig,
     HeartbeatConfig
 );
-
-/// The configuration could not be loaded. The message says which key and why.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// A password file (`postgres.password_file`, `kafka.sasl_password_file`).
-    #[error("cannot read {key} {path}: {source}")]
-    ReadSecret {
-        key: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("invalid configuration: {0}")]
-    Parse(String),
-    #[error(
-        "environment variable {0} does not name a config key: use OUTBOX_RELAY__<SECTION>__<KEY>"
-    )]
-    BadEnvKey(String),
-    #[error("invalid configuration: {0}")]
-    Invalid(#[from] InvalidOption),
-}
-
-/// A value the relay refuses: the option (as written in the file, `section.key`, with the
-/// index of an array entry) and the sentence that says why and what to use instead.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct InvalidOption {
-    pub option: String,
-    pub message: String,
-}
-
-impl InvalidOption {
-    pub(crate) fn new(option: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            option: option.into(),
-            message: message.into(),
-        }
-    }
-}
 
 impl Config {
     /// Loads `path` (if given), applies `OUTBOX_RELAY__*` variables from `env`, validates.

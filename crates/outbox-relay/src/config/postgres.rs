@@ -1,49 +1,30 @@
-//! `[postgres]`: where the replication stream comes from (server, role, TLS, slot and
-//! publication), and the identifier rule that keeps slot and publication names out of SQL
-//! injection's reach.
+//! `[postgres]`: where the replication stream comes from. The server, role, password, TLS and
+//! database keys are the section both programs share ([`PgConnection`], read by the loader
+//! from the same table); here are the relay's own: slot and publication (plain identifiers, out
+//! of SQL injection's reach), their creation, the pinned server and a standby's primary.
 
-use super::InvalidOption;
-use std::path::PathBuf;
+use std::{fmt, ops::Deref};
 
+use outbox_service::postgres::{PgConnection, valid_identifier};
 use serde::Deserialize;
 
 use super::{
-    ConfigError,
+    ConfigError, InvalidOption,
     lenient::{from_str_or_native, option_from_str_or_native},
-    secret::{Secret, read_secret_file},
+    secret::Secret,
 };
 
-#[derive(Debug, Clone, Deserialize)]
+/// The relay's `application_name` when the file sets none.
+pub(super) const APPLICATION_NAME: &str = "outbox-relay";
+
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresConfig {
-    /// Host name or IP address of the server: the primary, or a standby (PostgreSQL 16+,
-    /// docs/platforms.md). Default `127.0.0.1`.
-    #[serde(default = "default_host")]
-    pub host: String,
-    /// Port. Default 5432.
-    #[serde(default = "default_port", deserialize_with = "from_str_or_native")]
-    pub port: u16,
-    /// Role to connect as. It needs the REPLICATION attribute (see docs/security.md).
-    #[serde(default = "default_user")]
-    pub user: String,
-    /// Password. Prefer the environment (`OUTBOX_RELAY__POSTGRES__PASSWORD`) or `password_file`.
-    #[serde(default)]
-    pub password: Option<Secret>,
-    /// File holding the password (trailing newline ignored). Not together with `password`.
-    #[serde(default)]
-    pub password_file: Option<PathBuf>,
-    /// TLS to PostgreSQL, for both the replication and the control connection: `disable`
-    /// (default) or `verify-full` (encrypt, check the server certificate against
-    /// `sslrootcert` and its name against `host`).
-    #[serde(default)]
-    pub sslmode: PgSslMode,
-    /// CA certificate file (PEM) that signed the server certificate; required by
-    /// `verify-full`.
-    #[serde(default)]
-    pub sslrootcert: Option<PathBuf>,
-    /// Database holding the outbox table(s). Default `postgres`.
-    #[serde(default = "default_database")]
-    pub database: String,
+    /// The server, role, password, TLS, database, `application_name` and connect timeout:
+    /// the keys of `[postgres]` both programs share, taken from the table by the loader
+    /// ([`PgConnection::take`]); `cfg.postgres.host` reads through to them.
+    #[serde(skip, default = "relay_connection")]
+    pub connection: PgConnection,
     /// Logical replication slot (pgoutput). Default `outbox_relay`.
     #[serde(default = "default_slot")]
     pub slot: String,
@@ -72,15 +53,6 @@ pub struct PostgresConfig {
     /// with `sync_replication_slots = on` keep a copy that survives promotion. Default false.
     #[serde(default, deserialize_with = "from_str_or_native")]
     pub failover_slot: bool,
-    /// `application_name` of the connections (shown in pg_stat_replication). Default `outbox-relay`.
-    #[serde(default = "default_application_name")]
-    pub application_name: String,
-    /// Connect timeout in milliseconds. Default 10000.
-    #[serde(
-        default = "default_connect_timeout_ms",
-        deserialize_with = "from_str_or_native"
-    )]
-    pub connect_timeout_ms: u64,
     /// When `host` is a standby (PostgreSQL 16+): the host of its primary, reached with the same
     /// role, password, TLS and database. The relay then writes its heartbeat there (a standby is
     /// read-only), asks it for a running-transactions record (`pg_log_standby_snapshot()`)
@@ -93,17 +65,8 @@ pub struct PostgresConfig {
     pub primary_port: Option<u16>,
 }
 
-fn default_host() -> String {
-    "127.0.0.1".into()
-}
-fn default_port() -> u16 {
-    5432
-}
-fn default_user() -> String {
-    "postgres".into()
-}
-fn default_database() -> String {
-    "postgres".into()
+fn relay_connection() -> PgConnection {
+    PgConnection::defaults(APPLICATION_NAME)
 }
 fn default_slot() -> String {
     "outbox_relay".into()
@@ -114,29 +77,36 @@ fn default_publication() -> String {
 fn default_create_publication() -> bool {
     true
 }
-fn default_application_name() -> String {
-    "outbox-relay".into()
-}
-fn default_connect_timeout_ms() -> u64 {
-    10_000
+
+impl Deref for PostgresConfig {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        &self.connection
+    }
 }
 
-/// See [`PostgresConfig::sslmode`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PgSslMode {
-    #[default]
-    Disable,
-    VerifyFull,
+/// The keys flat, in the order `check-config` printed them when they were all fields here.
+impl fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("PostgresConfig");
+        self.connection.debug_server(&mut d);
+        d.field("slot", &self.slot)
+            .field("publication", &self.publication)
+            .field("create_publication", &self.create_publication)
+            .field("create_slot", &self.create_slot)
+            .field("system_identifier", &self.system_identifier)
+            .field("failover_slot", &self.failover_slot);
+        self.connection.debug_naming(&mut d);
+        d.field("primary_host", &self.primary_host)
+            .field("primary_port", &self.primary_port)
+            .finish()
+    }
 }
 
 impl PostgresConfig {
     /// The password, from `password_file` or `password`.
     pub(super) fn password(&self) -> Result<Option<Secret>, ConfigError> {
-        match &self.password_file {
-            Some(p) => read_secret_file("postgres.password_file", p).map(Some),
-            None => Ok(self.password.clone()),
-        }
+        self.connection.password()
     }
 
     pub(super) fn validate(&self) -> Result<(), InvalidOption> {
@@ -154,38 +124,15 @@ impl PostgresConfig {
                 ));
             }
         }
-        if self.sslmode == PgSslMode::VerifyFull && self.sslrootcert.is_none() {
-            return Err(InvalidOption::new(
-                "postgres.sslrootcert",
-                "postgres.sslmode = \"verify-full\" needs postgres.sslrootcert (the CA file)",
-            ));
-        }
-        if self.password.is_some() && self.password_file.is_some() {
-            return Err(InvalidOption::new(
-                "postgres.password",
-                "set postgres.password or postgres.password_file, not both",
-            ));
-        }
-        Ok(())
+        self.connection.validate()
     }
-}
-
-/// Slot and publication names are interpolated into replication commands: only plain
-/// identifiers are accepted, so nothing in the config can inject SQL.
-pub(crate) fn valid_identifier(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::test_support::load;
     use super::*;
+    use outbox_service::postgres::PgSslMode;
 
     #[test]
     fn slot_and_publication_must_be_plain_identifiers() {

@@ -7,9 +7,9 @@
 //! anything else is `PostgresUnreachable` (transient). [`describe_pg`] turns a tokio-postgres
 //! error into one sentence, with the SQLSTATE when the server sent one.
 
-use std::time::Duration;
-
-use tokio_postgres::{Client, NoTls, error::SqlState};
+use outbox_service::postgres::ConnectError;
+pub(crate) use outbox_service::postgres::{describe_pg, quote_ident};
+use tokio_postgres::{Client, error::SqlState};
 
 use crate::{
     config::Config,
@@ -29,42 +29,20 @@ pub(crate) async fn connect_primary(cfg: &Config) -> Option<Result<Client, Relay
     Some(connect_to(cfg, host, pg.primary_port.unwrap_or(pg.port)).await)
 }
 
-/// [`connect`] to `host:port` with the rest of `[postgres]`.
+/// [`connect`] to `host:port` with the rest of `[postgres]` (the shared connection section).
 async fn connect_to(cfg: &Config, host: &str, port: u16) -> Result<Client, RelayError> {
     let pg = &cfg.postgres;
-    let mut c = tokio_postgres::Config::new();
-    c.host(host)
-        .port(port)
-        .user(&pg.user)
-        .dbname(&pg.database)
-        .application_name(format!("{}-control", pg.application_name))
-        .connect_timeout(Duration::from_millis(pg.connect_timeout_ms));
-    if let Some(pw) = cfg.postgres_password()? {
-        c.password(pw.expose());
-    }
     let target = format!(
         "{host}:{port} (database {:?}, user {:?})",
         pg.database, pg.user
     );
-    let client = match crate::postgres::tls::control_connector(cfg)? {
-        None => {
-            let (client, conn) = c
-                .connect(NoTls)
-                .await
-                .map_err(|e| classify_connect(e, &target, cfg))?;
-            crate::telemetry::source_scope::spawn(watch_connection(conn));
-            client
-        }
-        Some(tls) => {
-            c.ssl_mode(tokio_postgres::config::SslMode::Require);
-            let (client, conn) = c
-                .connect(tls)
-                .await
-                .map_err(|e| classify_connect(e, &target, cfg))?;
-            crate::telemetry::source_scope::spawn(watch_connection(conn));
-            client
-        }
+    let (client, conn) = match pg.connection.connect_to(host, port, "control").await {
+        Ok(opened) => opened,
+        Err(ConnectError::Config(e)) => return Err(e.into()),
+        Err(ConnectError::Tls(why)) => return Err(Definite::Precondition(why).into()),
+        Err(ConnectError::Postgres(e)) => return Err(classify_connect(e, &target, cfg)),
     };
+    crate::telemetry::source_scope::spawn(watch_connection(conn));
     Ok(client)
 }
 
@@ -124,27 +102,5 @@ pub(crate) fn query_err(context: &'static str) -> impl Fn(tokio_postgres::Error)
             detail: describe_pg(&e),
             source: e,
         })
-    }
-}
-
-/// Double-quotes an identifier for SQL.
-pub(crate) fn quote_ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
-}
-
-/// Turns a tokio-postgres error into one sentence with the SQLSTATE's meaning.
-pub(crate) fn describe_pg(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => {
-            let mut s = e.to_string();
-            let mut src = std::error::Error::source(e);
-            while let Some(inner) = src {
-                s.push_str(": ");
-                s.push_str(&inner.to_string());
-                src = inner.source();
-            }
-            s
-        }
     }
 }

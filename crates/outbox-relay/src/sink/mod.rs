@@ -17,6 +17,7 @@ use std::{
     time::Duration,
 };
 
+use outbox_service::Backoff;
 use rdkafka::{
     ClientConfig, ClientContext,
     config::RDKafkaLogLevel,
@@ -431,7 +432,7 @@ impl KafkaSink {
         mut record: BaseRecord<'_, [u8], [u8], Box<Pending>>,
         wait: bool,
     ) -> Result<(), RelayError> {
-        let mut delay = Duration::from_millis(1);
+        let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(50));
         let unreported = &self.context().unreported;
         loop {
             // Counted before the hand-off: its report may come at once, from another thread.
@@ -444,8 +445,7 @@ impl KafkaSink {
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) if wait => {
                     unreported.fetch_sub(1, Ordering::AcqRel);
                     record = r;
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_millis(50));
+                    tokio::time::sleep(backoff.next_wait()).await;
                 }
                 Err((e, r)) => {
                     unreported.fetch_sub(1, Ordering::AcqRel);

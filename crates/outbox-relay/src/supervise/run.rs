@@ -15,7 +15,7 @@ use std::{
 };
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use rand::Rng;
+use outbox_service::backoff::{self, Backoff};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::{
@@ -148,7 +148,7 @@ async fn supervise(
 ) -> Result<(), RelayError> {
     let initial = Duration::from_millis(cfg.relay.restart_backoff_initial_ms.max(1));
     let max = Duration::from_millis(cfg.relay.restart_backoff_max_ms).max(initial);
-    let mut backoff = initial;
+    let mut backoff = Backoff::new(initial, max);
     // Refused events and the server's identity, remembered across restarts.
     let mut carry = crate::postgres::carry::Carry::default();
     // A broken state file stops the relay before it connects anywhere.
@@ -188,12 +188,12 @@ async fn supervise(
                 RelayError::Transient(Transient::DeadLetterPending { .. })
             )
         {
-            backoff = initial;
+            backoff.reset();
         }
         // Log a reason once while it repeats; a new reason is logged again.
         let reason = err.to_string();
         if last_reason.as_deref() != Some(reason.as_str()) {
-            tracing::warn!(reason = err.reason(), error = %err, retry_in_ms = backoff.as_millis() as u64, "{PIPELINE_RESTART}");
+            tracing::warn!(reason = err.reason(), error = %err, retry_in_ms = backoff.peek().as_millis() as u64, "{PIPELINE_RESTART}");
             last_reason = Some(reason);
         } else {
             tracing::debug!(reason = err.reason(), "{PIPELINE_RESTART_REPEATED}");
@@ -202,7 +202,7 @@ async fn supervise(
         // backoff (which would reach relay.restart_backoff_max_ms and delay the takeover by as
         // much), and tries again as soon as the slot is free.
         if matches!(err, RelayError::Transient(Transient::SlotBusy { .. })) {
-            backoff = initial;
+            backoff.reset();
             match unless_stopped(
                 &shutdown,
                 crate::postgres::passive::until_slot_free(cfg, max),
@@ -214,12 +214,10 @@ async fn supervise(
                 Some(false) => {}
             }
         }
-        let jittered = backoff.mul_f64(rand::rng().random_range(0.5..1.0));
         tokio::select! {
-            _ = tokio::time::sleep(jittered) => {}
+            _ = tokio::time::sleep(backoff::jittered(backoff.next_wait())) => {}
             _ = shutdown.changed() => return Ok(()),
         }
-        backoff = (backoff * 2).min(max);
     }
 }
 

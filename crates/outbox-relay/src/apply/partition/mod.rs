@@ -10,6 +10,7 @@
 
 use std::{sync::Arc, time::Duration};
 
+use outbox_service::Backoff;
 use relay_core::apply::{
     batch::{Outcome, Plan, Step, failed_at_commit},
     contention::{Cause, Retry, Width},
@@ -267,15 +268,12 @@ impl<S: Store> PartitionTask<S> {
 
     /// After a COMMIT of unknown outcome: reads the position on a new connection.
     async fn committed_after_all(&self, last: &Record) -> bool {
-        let mut wait = Duration::from_millis(self.cfg.apply.retry_backoff_initial_ms.max(1));
+        let a = &self.cfg.apply;
+        let mut backoff = Backoff::from_millis(a.retry_backoff_initial_ms, a.retry_backoff_max_ms);
         loop {
             match self.store.position(&last.topic, last.partition).await {
                 Ok(stored) => return committed_after_unknown(stored, last.offset + 1),
-                Err(()) => {
-                    tokio::time::sleep(wait).await;
-                    wait =
-                        (wait * 2).min(Duration::from_millis(self.cfg.apply.retry_backoff_max_ms));
-                }
+                Err(()) => tokio::time::sleep(backoff.next_wait()).await,
             }
         }
     }

@@ -1,49 +1,23 @@
 //! The applier's connections: `[postgres]` (the consumer's database), `[kafka]` (the topics
 //! and the group) and `[http]`.
 
-use std::{net::SocketAddr, path::PathBuf};
+use std::{fmt, net::SocketAddr, ops::Deref};
 
 use relay_core::apply::position::NewPartition;
 use serde::Deserialize;
 
-use super::super::{PgSslMode, Secret, lenient::from_str_or_native};
+use outbox_service::postgres::PgConnection;
 
-#[derive(Debug, Clone, Deserialize)]
+use super::super::{Secret, lenient::from_str_or_native};
+
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApplyPostgres {
-    /// Host name or IP address. Default `127.0.0.1`.
-    #[serde(default = "default_host")]
-    pub host: String,
-    /// Port. Default 5432.
-    #[serde(default = "default_port", deserialize_with = "from_str_or_native")]
-    pub port: u16,
-    /// Role; it needs to write the tables of `[apply]` and whatever the handlers touch.
-    #[serde(default = "default_user")]
-    pub user: String,
-    /// Password. Prefer `OUTBOX_RELAY__POSTGRES__PASSWORD` or `password_file`.
-    #[serde(default)]
-    pub password: Option<Secret>,
-    /// File holding the password (trailing newline ignored). Not together with `password`.
-    #[serde(default)]
-    pub password_file: Option<PathBuf>,
-    /// `disable` (default) or `verify-full` (needs `sslrootcert`).
-    #[serde(default)]
-    pub sslmode: PgSslMode,
-    /// CA certificate (PEM) for `verify-full`.
-    #[serde(default)]
-    pub sslrootcert: Option<PathBuf>,
-    /// Database. Default `postgres`.
-    #[serde(default = "default_database")]
-    pub database: String,
-    /// `application_name` of the connections. Default `outbox-relay-apply`.
-    #[serde(default = "default_application_name")]
-    pub application_name: String,
-    /// Connect timeout in milliseconds. Default 10000.
-    #[serde(
-        default = "default_connect_ms",
-        deserialize_with = "from_str_or_native"
-    )]
-    pub connect_timeout_ms: u64,
+    /// The server, role, password, TLS, database, `application_name` and connect timeout: the
+    /// keys of `[postgres]` both programs share, taken from the table by the loader
+    /// ([`PgConnection::take`]); `cfg.postgres.host` reads through to them.
+    #[serde(skip, default = "apply_connection")]
+    pub connection: PgConnection,
     /// Connections applying records: at most this many partitions are applied at the same
     /// time (plus one connection for positions). Default 4.
     #[serde(default = "default_pool", deserialize_with = "from_str_or_native")]
@@ -125,28 +99,11 @@ pub struct ApplyHttp {
     pub listen: SocketAddr,
 }
 
-fn default_host() -> String {
-    "127.0.0.1".into()
-}
+/// The applier's `application_name` when the file sets none.
+pub(super) const APPLICATION_NAME: &str = "outbox-relay-apply";
 
-fn default_port() -> u16 {
-    5432
-}
-
-fn default_user() -> String {
-    "postgres".into()
-}
-
-fn default_database() -> String {
-    "postgres".into()
-}
-
-fn default_application_name() -> String {
-    "outbox-relay-apply".into()
-}
-
-fn default_connect_ms() -> u64 {
-    10_000
+fn apply_connection() -> PgConnection {
+    PgConnection::defaults(APPLICATION_NAME)
 }
 
 fn default_pool() -> usize {
@@ -176,6 +133,23 @@ fn default_listen() -> SocketAddr {
 impl Default for ApplyPostgres {
     fn default() -> Self {
         toml::from_str("").expect("every field has a default")
+    }
+}
+
+/// The keys flat, in the order `check-config` printed them when they were all fields here.
+impl fmt::Debug for ApplyPostgres {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("ApplyPostgres");
+        self.connection.debug_server(&mut d);
+        self.connection.debug_naming(&mut d);
+        d.field("pool_size", &self.pool_size).finish()
+    }
+}
+
+impl Deref for ApplyPostgres {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        &self.connection
     }
 }
 

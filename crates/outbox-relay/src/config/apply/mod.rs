@@ -16,10 +16,12 @@ use serde::Deserialize;
 pub use connections::{ApplyHttp, ApplyKafka, ApplyPostgres, StartAt};
 pub use section::{ApplyRetention, ApplySection, Handler, OnFailure, ValueAs};
 
-use super::{
-    ConfigError, InvalidOption, PgSslMode, Secret, load, postgres::valid_identifier,
-    secret::read_secret_file,
+use outbox_service::{
+    config::load,
+    postgres::{PgConnection, valid_identifier},
 };
+
+use super::{ConfigError, InvalidOption, Secret};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,21 +63,28 @@ impl ApplyConfig {
         path: Option<&std::path::Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<ApplyConfig, ConfigError> {
-        let cfg: ApplyConfig = load::load_as(
-            path,
-            env,
+        let (mut table, origins) = load::read_table(path, env)?;
+        load::check_entries(
+            &table,
             &[("handler", |v| v.clone().try_into::<Handler>().map(drop))],
+            &origins,
         )?;
+        // `[postgres]`'s connection keys are the shared section's; the rest are ApplyPostgres's.
+        let connection = PgConnection::take::<ApplyPostgres>(
+            &mut table,
+            connections::APPLICATION_NAME,
+            "",
+            &origins,
+        )?;
+        let mut cfg: ApplyConfig = load::deserialize(table, "", &origins)?;
+        cfg.postgres.connection = connection;
         cfg.validate().map_err(ConfigError::Invalid)?;
         Ok(cfg)
     }
 
     /// The password, from `password_file` or `password`.
     pub fn postgres_password(&self) -> Result<Option<Secret>, ConfigError> {
-        match &self.postgres.password_file {
-            Some(p) => read_secret_file("postgres.password_file", p).map(Some),
-            None => Ok(self.postgres.password.clone()),
-        }
+        self.postgres.connection.password()
     }
 
     pub fn shutdown_timeout(&self) -> Duration {
@@ -136,18 +145,7 @@ impl ApplyConfig {
         if self.postgres.pool_size == 0 {
             return bad("postgres.pool_size", "must be at least 1".into());
         }
-        if self.postgres.sslmode == PgSslMode::VerifyFull && self.postgres.sslrootcert.is_none() {
-            return bad(
-                "postgres.sslrootcert",
-                "sslmode = \"verify-full\" needs the CA file".into(),
-            );
-        }
-        if self.postgres.password.is_some() && self.postgres.password_file.is_some() {
-            return bad(
-                "postgres.password",
-                "set password or password_file, not both".into(),
-            );
-        }
+        self.postgres.connection.validate()?;
         let mut seen = std::collections::HashSet::new();
         for (i, h) in self.handler.iter().enumerate() {
             if !seen.insert(h.event_type.as_str()) {

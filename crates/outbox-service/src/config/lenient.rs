@@ -1,7 +1,7 @@
 //! Lenient deserializers for typed options (numbers, booleans, addresses): a value may be
 //! written natively in TOML (`port = 5432`) or as text (`port = "5432"`), because every
 //! environment override arrives as text. Errors say what a valid value looks like; the loader
-//! ([`super::Config::load`]) prefixes them with the option's full key and value.
+//! ([`super::load`]) prefixes them with the option's full key and value.
 
 use std::{fmt, net::SocketAddr, str::FromStr};
 
@@ -11,7 +11,7 @@ use serde::{
 };
 
 /// A type of option value accepted natively or as text.
-pub(super) trait Lenient: FromStr<Err: fmt::Display> + DeserializeOwned {
+pub trait Lenient: FromStr<Err: fmt::Display> + DeserializeOwned {
     /// What a valid value looks like, appended to error messages as "; use ...".
     const EXPECTED: &'static str;
 }
@@ -40,7 +40,7 @@ impl Lenient for SocketAddr {
 }
 
 /// Takes a native TOML value or parses its text.
-pub(super) fn from_str_or_native<'de, D, T>(d: D) -> Result<T, D::Error>
+pub fn from_str_or_native<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: Lenient,
@@ -53,7 +53,7 @@ where
 }
 
 /// [`from_str_or_native`] for an optional value (absent = `None`, via `#[serde(default)]`).
-pub(super) fn option_from_str_or_native<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+pub fn option_from_str_or_native<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
     T: Lenient,

@@ -1,8 +1,8 @@
 //! A minimal HTTP/1.1 client over hyper, plain HTTP only (no TLS): [`Target`] (a parsed
 //! `http://host[:port]/path`, also used to validate `alerts.webhook.url`), [`post_json`] for the
-//! webhook notifications and [`get`] for `outbox-relay status`. It depends on nothing else in
-//! the crate, so the configuration can use [`Target::parse`] without depending on the server
-//! in `http`.
+//! webhook notifications and [`get`] for `outbox-relay status` and `apply status` (which read
+//! the running process's `/status.json`). Shared by both programs; it depends on nothing else
+//! here, so a configuration can use [`Target::parse`] to check a URL.
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 
 /// Where an HTTP request goes: a parsed `http://host[:port]/path` URL.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Target {
+pub struct Target {
     host: String,
     port: u16,
     authority: String,
@@ -32,7 +32,7 @@ impl std::fmt::Debug for Target {
 
 impl Target {
     /// Accepts `http://host[:port][/path][?query]`; explains anything else.
-    pub(crate) fn parse(url: &str) -> Result<Target, String> {
+    pub fn parse(url: &str) -> Result<Target, String> {
         let uri: Uri = url
             .parse()
             .map_err(|_| "not a URL: use http://host[:port]/path".to_string())?;
@@ -72,7 +72,7 @@ impl Target {
     }
 
     /// The relay's own endpoint at `addr` (for `status`).
-    pub(crate) fn local(addr: SocketAddr, path: &str) -> Target {
+    pub fn local(addr: SocketAddr, path: &str) -> Target {
         let ip = if addr.ip().is_unspecified() {
             match addr {
                 SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
@@ -91,13 +91,13 @@ impl Target {
     }
 
     /// Scheme, host and port only: the path may hold a token.
-    pub(crate) fn redacted(&self) -> String {
+    pub fn redacted(&self) -> String {
         format!("http://{}", self.authority)
     }
 }
 
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum HttpError {
+pub enum HttpError {
     #[error("cannot connect: {0}")]
     Connect(#[source] std::io::Error),
     #[error("no answer within {0:?}")]
@@ -111,7 +111,7 @@ pub(crate) enum HttpError {
 }
 
 /// POSTs a JSON body; any 2xx is success.
-pub(crate) async fn post_json(
+pub async fn post_json(
     target: &Target,
     body: String,
     authorization: Option<&str>,
@@ -129,10 +129,7 @@ pub(crate) async fn post_json(
 }
 
 /// GETs `target`; returns the status and the body.
-pub(crate) async fn get(
-    target: &Target,
-    timeout: Duration,
-) -> Result<(StatusCode, String), HttpError> {
+pub async fn get(target: &Target, timeout: Duration) -> Result<(StatusCode, String), HttpError> {
     let (status, body) = request(target, Method::GET, None, None, timeout).await?;
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }

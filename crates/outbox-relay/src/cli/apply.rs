@@ -81,8 +81,8 @@ async fn dispatch(
     match action {
         Action::Run { config } => {
             let cfg = load(&config)?;
-            let prom = crate::recorder(outbox_relay::telemetry::metrics::install_apply());
-            let stop = crate::stop_flag(signal, "finishing the open transactions");
+            let prom = super::process::recorder(outbox_relay::telemetry::metrics::install_apply());
+            let stop = super::process::stop_flag(signal, "finishing the open transactions");
             apply::run(cfg, stop, prom).await?;
         }
         Action::Setup { config } => apply::setup(&load(&config)?).await?,

@@ -1,0 +1,101 @@
+//! The process around a subcommand: logging, the stop signal, the Prometheus recorder and the
+//! config re-read on SIGHUP.
+
+use std::path::PathBuf;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use outbox_relay::{
+    config::Config,
+    telemetry::events::{CONFIG_RELOAD_FAILED, METRICS_DISABLED, SIGNAL_RECEIVED},
+};
+use tokio::sync::watch;
+
+pub(crate) fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// The Prometheus recorder behind `/metrics`. Without one (logged) the process runs on
+/// without metrics rather than not at all.
+pub(crate) fn recorder(
+    installed: Result<PrometheusHandle, impl std::fmt::Display>,
+) -> Option<PrometheusHandle> {
+    installed
+        .map_err(|e| {
+            tracing::error!(error = %e, "{METRICS_DISABLED}: cannot install the Prometheus recorder");
+        })
+        .ok()
+}
+
+/// A stop flag raised once `signal` fires, logging `then` (what stopping does).
+pub(crate) fn stop_flag(
+    signal: impl Future<Output = ()> + Send + 'static,
+    then: &'static str,
+) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        signal.await;
+        tracing::info!("{SIGNAL_RECEIVED}: {then}");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// Configs re-read on SIGHUP (a multi-source relay applies them source by source). A config
+/// that does not load is logged and skipped.
+pub(crate) fn reloads(path: Option<PathBuf>) -> tokio::sync::mpsc::Receiver<Config> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            match Config::load(path.as_deref(), std::env::vars()) {
+                Ok(cfg) => {
+                    if tx.send(cfg).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "{CONFIG_RELOAD_FAILED}: the sources run on with the config they have"
+                ),
+            }
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = (path, tx);
+    rx
+}
+
+pub(crate) async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
