@@ -69,7 +69,7 @@ mkdir -p "$OUT"
 log "building outbox-relay and the end-to-end tests"
 cargo build -p outbox-relay --bin outbox-relay --locked
 cargo test -p relay-tests --no-run --locked
-cp target/debug/outbox-relay "$OUT/outbox-relay"
+cp "${CARGO_TARGET_DIR:-target}/debug/outbox-relay" "$OUT/outbox-relay"
 RELAY_TEST_BIN="$OUT/outbox-relay"
 export RELAY_TEST_BIN
 
