@@ -78,13 +78,13 @@ fn every_config_field_is_documented_and_nothing_else() {
         ),
         (
             "### `[outbox.debezium]`",
-            "crates/relay-core/src/route/debezium.rs",
+            "crates/relay-core/src/route/debezium/mod.rs",
             "DebeziumOptions",
             &[],
         ),
         (
             "## `[[message]]`",
-            "crates/relay-core/src/route/message.rs",
+            "crates/relay-core/src/route/message/mod.rs",
             "MessageRoute",
             &[],
         ),

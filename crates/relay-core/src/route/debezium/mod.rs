@@ -355,5 +355,4 @@ impl Compat {
 }
 
 #[cfg(test)]
-#[path = "debezium/tests.rs"]
 mod tests;

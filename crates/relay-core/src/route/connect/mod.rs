@@ -334,5 +334,4 @@ pub fn valid_traceparent(v: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "connect/tests.rs"]
 mod tests;

@@ -352,5 +352,4 @@ fn type_name(s: &Schema) -> &'static str {
 }
 
 #[cfg(test)]
-#[path = "expand/tests.rs"]
 mod tests;
