@@ -20,7 +20,10 @@ const EXCEPTIONS: &[(&str, &str)] = &[
     // Before the runtime (and anything else) exists.
     ("main.rs", "cannot start the async runtime"),
     // Debug lines.
-    ("observe/monitor/mod.rs", "publication check failed; retried next poll"),
+    (
+        "observe/monitor/mod.rs",
+        "publication check failed; retried next poll",
+    ),
     ("postgres/control.rs", "control connection closed"),
 ];
 
