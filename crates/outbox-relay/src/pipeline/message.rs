@@ -54,7 +54,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             RoutedMessage::Unrouted => {
                 if in_txn {
                     // A change of its transaction all the same: it counts in the change index.
-                    self.skipped_change(None, &Fingerprint::of_message(&prefix, &content))?;
+                    self.change(None, &Fingerprint::of_message(&prefix, &content))?;
                 }
                 if prefix != self.cfg.heartbeat.prefix {
                     metrics::counter!(m::LOGICAL_MESSAGES_IGNORED).increment(1);
@@ -66,10 +66,9 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 routed,
                 fingerprint,
             } => {
-                let index = self.change_index;
-                if self.skipped_change(Some(&routed), &fingerprint)? {
+                let Some(index) = self.change(Some(&routed), &fingerprint)? else {
                     return Ok(());
-                }
+                };
                 let change = Change {
                     routed: &routed,
                     pos,
@@ -79,10 +78,9 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 self.publish(record, change).await?;
             }
             RoutedMessage::Poison(p) if in_txn => {
-                let index = self.change_index;
-                if self.skipped_change(Some(&p.routed), &p.fingerprint)? {
+                let Some(index) = self.change(Some(&p.routed), &p.fingerprint)? else {
                     return Ok(());
-                }
+                };
                 let dlq = self.dead_letter_or_halt(&p, pos)?;
                 let change = Change {
                     routed: &p.routed,
@@ -99,7 +97,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             RoutedMessage::Poison(p) => {
                 let dlq = self.dead_letter_or_halt(&p, pos)?;
                 self.progress.begin_alone(lsn, pos.commit_time_unix_us)?;
-                self.produce(dlq, pos, &p.routed).await?;
+                self.send(dlq, pos, &p.routed).await?;
                 self.progress.end_alone(lsn)?;
                 self.confirm();
             }
