@@ -13,7 +13,7 @@ use crate::{
     config::PoisonPolicy,
     error::{Definite, RefusedChange, RelayError, Transient},
     postgres::session::Session,
-    sink::{NO_HEAD, Origin, Sink, delivery_error},
+    sink::{NO_HEAD, Origin, Sink},
     telemetry::events::EVENT_DEAD_LETTERED,
     telemetry::metrics as m,
 };
@@ -87,12 +87,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 self.carry.refusals.clear(pos.commit_lsn, pos.seq);
                 self.on_delivery(d)?;
             }
-            Err(e)
-                if matches!(
-                    delivery_error(e, &d.topic),
-                    RelayError::Definite(Definite::DeliveryRefused { .. })
-                ) =>
-            {
+            Err(e) if e.is_refused() => {
                 self.head_reported(&d);
                 // Refused again: it is poison. The gapless guarantee made the producer's error
                 // fatal, so the dead-letter record goes out after a restart, with a new producer,
