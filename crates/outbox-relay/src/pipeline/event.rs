@@ -97,12 +97,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 let Some(index) = self.change(Some(&routed), &fingerprint)? else {
                     return Ok(());
                 };
-                let change = Change {
-                    routed: &routed,
-                    pos,
-                    index,
-                    fingerprint,
-                };
+                let change = Change::new(&routed, pos, index, fingerprint);
                 self.publish(rec, change).await?;
             }
             // Handed to `on_message` above.
@@ -122,12 +117,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                         dead_lettered(&p.error.to_string(), pos);
                         let dlq =
                             deadletter::from_poison(&p, pos, &self.cfg.relay.dead_letter_topic);
-                        let change = Change {
-                            routed: &p.routed,
-                            pos,
-                            index,
-                            fingerprint: p.fingerprint,
-                        };
+                        let change = Change::new(&p.routed, pos, index, p.fingerprint);
                         self.publish_dead_letter(dlq, change).await?;
                     }
                 }

@@ -69,12 +69,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 let Some(index) = self.change(Some(&routed), &fingerprint)? else {
                     return Ok(());
                 };
-                let change = Change {
-                    routed: &routed,
-                    pos,
-                    index,
-                    fingerprint,
-                };
+                let change = Change::new(&routed, pos, index, fingerprint);
                 self.publish(record, change).await?;
             }
             RoutedMessage::Poison(p) if in_txn => {
@@ -82,12 +77,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                     return Ok(());
                 };
                 let dlq = self.dead_letter_or_halt(&p, pos)?;
-                let change = Change {
-                    routed: &p.routed,
-                    pos,
-                    index,
-                    fingerprint: p.fingerprint,
-                };
+                let change = Change::new(&p.routed, pos, index, p.fingerprint);
                 self.publish_dead_letter(dlq, change).await?;
             }
             // Not transactional (or, impossibly, transactional outside a transaction): atomic

@@ -23,6 +23,23 @@ pub(super) struct Change<'r> {
     pub(super) fingerprint: Fingerprint,
 }
 
+impl<'r> Change<'r> {
+    /// The change at `index` of the transaction at `pos`, routed by `routed`.
+    pub(super) fn new(
+        routed: &'r str,
+        pos: Position,
+        index: u64,
+        fingerprint: Fingerprint,
+    ) -> Self {
+        Self {
+            routed,
+            pos,
+            index,
+            fingerprint,
+        }
+    }
+}
+
 impl<S: Session, K: Sink> Pipeline<'_, S, K> {
     /// One change of the open transaction, counted in its change index and asked the skip
     /// about ([`super::ledger`]): `routed` names the `[[outbox]]` table or `message:<prefix>`

@@ -580,6 +580,20 @@ async fn recreate_lost_slot(
     Ok(new)
 }
 
+/// One flag of the slot (`sql` selects it from `pg_replication_slots`), read to `what`.
+async fn read_slot_flag(
+    client: &Client,
+    cfg: &Config,
+    sql: &'static str,
+    what: &'static str,
+) -> Result<bool, RelayError> {
+    Ok(client
+        .query_one(sql, &[&cfg.postgres.slot])
+        .await
+        .map_err(query_err(what))?
+        .get(0))
+}
+
 /// The slot was not created with two_phase (PostgreSQL 15+ can; prepared transactions would
 /// come before their commit).
 async fn check_slot_not_two_phase(
@@ -588,14 +602,13 @@ async fn check_slot_not_two_phase(
     slot: &FoundSlot,
 ) -> Result<(), RelayError> {
     let pg = &cfg.postgres;
-    let two_phase: bool = client
-        .query_one(
-            "SELECT two_phase FROM pg_replication_slots WHERE slot_name = $1",
-            &[&pg.slot],
-        )
-        .await
-        .map_err(query_err("read the slot's two_phase flag"))?
-        .get(0);
+    let two_phase = read_slot_flag(
+        client,
+        cfg,
+        "SELECT two_phase FROM pg_replication_slots WHERE slot_name = $1",
+        "read the slot's two_phase flag",
+    )
+    .await?;
     if two_phase {
         return Err(RelayError::from(Definite::Precondition(format!(
             "replication slot {:?} was created with two_phase = true, so PostgreSQL sends \
@@ -623,14 +636,13 @@ async fn check_slot_has_failover(client: &Client, cfg: &Config) -> Result<(), Re
     if !pg.failover_slot {
         return Ok(());
     }
-    let failover: bool = client
-        .query_one(
-            "SELECT failover FROM pg_replication_slots WHERE slot_name = $1",
-            &[&pg.slot],
-        )
-        .await
-        .map_err(query_err("read the slot's failover flag"))?
-        .get(0);
+    let failover = read_slot_flag(
+        client,
+        cfg,
+        "SELECT failover FROM pg_replication_slots WHERE slot_name = $1",
+        "read the slot's failover flag",
+    )
+    .await?;
     if !failover {
         return Err(RelayError::from(Definite::Precondition(format!(
             "postgres.failover_slot = true, but replication slot {:?} was created without \
