@@ -31,20 +31,16 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             && rec.topic != relay.dead_letter_topic
     }
 
-    /// Sends the dead-letter record of `rec`, which Kafka refused at once (`e`), in its place
-    /// (same origin, not counted by the head rule); the record sent.
+    /// Sends the dead-letter record of `rec` (at `pos`), which Kafka refused at once (`e`),
+    /// in its place (same origin, not counted by the head rule); the record sent.
     pub(super) async fn dead_letter_at_once(
         &mut self,
         rec: &Record,
         routed: &str,
+        pos: Position,
         e: &RelayError,
         mut origin: Origin,
     ) -> Result<Record, RelayError> {
-        let pos = Position {
-            commit_lsn: origin.commit_lsn,
-            commit_time_unix_us: origin.commit_time_unix_us,
-            seq: origin.seq,
-        };
         let dlq = self.dead_letter_for(rec, routed, &e.to_string(), pos);
         origin.head = NO_HEAD;
         self.sink
@@ -57,7 +53,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
     /// Sends a record Kafka refused in a batch on its own: waits until nothing else is in
     /// flight, sends it, and waits for its report. Accepted: it was innocent. Refused again: it
     /// goes to the dead-letter topic in its place (same position, same transaction).
-    pub(super) async fn produce_alone(
+    pub(super) async fn send_alone(
         &mut self,
         mut rec: Record,
         pos: Position,

@@ -1,7 +1,8 @@
 //! The publish step that rows and logical messages share: each change of a transaction is
 //! counted in its change index and either skipped (Kafka holds it after a start) or handed to
 //! Kafka (alone if refused in a batch before, dead-lettered if refused alone), then named in
-//! the checkpoint trail; a Kafka transaction that reached `kafka.max_transaction_records` is
+//! the checkpoint trail (the index, the skip and the trail are the ledger's,
+//! [`super::ledger`]); a Kafka transaction that reached `kafka.max_transaction_records` is
 //! committed.
 
 use relay_core::{
@@ -74,7 +75,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         let (pos, routed) = (change.pos, change.routed);
         match self.carry.refusals.get(pos.commit_lsn, pos.seq).cloned() {
             None => self.send(rec, pos, routed).await?,
-            Some(Refusal::Suspect(_)) => self.produce_alone(rec, pos, routed).await?,
+            Some(Refusal::Suspect(_)) => self.send_alone(rec, pos, routed).await?,
             Some(Refusal::Confirmed(reason)) => {
                 let dlq = self.dead_letter_for(&rec, routed, &reason, pos);
                 self.send(dlq, pos, routed).await?;

@@ -68,7 +68,8 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                     self.on_quiet_commit_due(shutdown).await?
                 }
                 _ = tick.tick() => self.on_tick(shutdown, can_read).await?,
-                ended = running_commit(self.ledger.running_commit()), if self.ledger.committing() => {
+                ended = running_commit(self.ledger.running_commit()),
+                    if self.ledger.committing() => {
                     self.on_commit_ended(ended).await?
                 }
                 Some(d) = self.reports.next(self.sink) => self.on_reports(d).await?,

@@ -44,7 +44,8 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         let origin = self.before_send(&mut rec, pos).await?;
         let sent = match self.sink.send(&rec, origin).await {
             Err(e) if self.dead_letters_at_once(&e, &rec) => {
-                self.dead_letter_at_once(&rec, routed, &e, origin).await?
+                self.dead_letter_at_once(&rec, routed, pos, &e, origin)
+                    .await?
             }
             other => {
                 other.map_err(|e| e.refusing(super::poison::refused_at(routed, pos)))?;
