@@ -17,7 +17,7 @@ use crate::config::ConfigError;
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// A client's error shared between whoever reported it and the relay's error made of it (a
-/// delivery report's failure, [`crate::sink::Failure`]): it reads as the client's error and
+/// delivery report's failure, `sink::Failure`): it reads as the client's error and
 /// passes on its `source()`. Boxed in an error it is a thin pointer, so that [`RelayError`]
 /// stays as small as before.
 #[derive(Debug, Clone)]
