@@ -16,6 +16,31 @@ use crate::config::ConfigError;
 /// a joined blocking task).
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// A client's error shared between whoever reported it and the relay's error made of it (a
+/// delivery report's failure, `sink::Failure`): it reads as the client's error and
+/// passes on its `source()`. Boxed in an error it is a thin pointer, so that [`RelayError`]
+/// stays as small as before.
+#[derive(Debug, Clone)]
+pub struct ClientError(std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl ClientError {
+    pub(crate) fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(e))
+    }
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for ClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
 /// Builds a variant `{ detail, source }`: from a message alone, or from the error that caused it
 /// (its text is the detail, the error itself the source).
 macro_rules! caused_by {
@@ -158,7 +183,7 @@ pub enum Transient {
         code: String,
         /// The client's error, when one caused it (a fatal producer error has only a code).
         #[source]
-        source: Option<Box<rdkafka::error::KafkaError>>,
+        source: Option<Box<ClientError>>,
     },
 
     /// `kafka.transactional_id`: another instance acquired the slot and fenced this producer.
@@ -329,7 +354,7 @@ pub enum Definite {
         code: String,
         hint: &'static str,
         #[source]
-        source: Box<rdkafka::error::KafkaError>,
+        source: Box<ClientError>,
     },
 }
 
@@ -470,7 +495,7 @@ mod tests {
             change: None,
             code: kafka.to_string(),
             hint: "shrink it",
-            source: Box::new(kafka.clone()),
+            source: Box::new(ClientError::new(kafka.clone())),
         }
         .into();
         assert!(!refused.is_transient());
@@ -496,7 +521,7 @@ mod tests {
             change: None,
             code: kafka.to_string(),
             hint: "shrink it",
-            source: Box::new(kafka),
+            source: Box::new(ClientError::new(kafka)),
         })
         .refusing(change)
         .to_string()

@@ -6,12 +6,11 @@
 //! ([`relay_core::progress::Progress::checkpoint_to_write`]: never before the skip is
 //! verified); this module writes it.
 //!
-//! With transactions, a Kafka transaction that carries records opens with a copy of the
-//! previous checkpoint ([`Pipeline::prime`]), so that the checkpoint partition is already part of the
-//! transaction when the closing checkpoint is written: the commit then waits for one round
-//! trip less (no AddPartitionsToTxn on its critical path). The copy is safe because it never
-//! ends up last: the closing checkpoint follows it in the same transaction and partition, and
-//! it covers no more than what an earlier checkpoint already named.
+//! What a checkpoint names (the trail's last change) is the ledger's ([`super::ledger`]). With
+//! transactions, each checkpoint written here becomes the primer of the next Kafka transaction:
+//! a copy of it opens the next one that carries records ([`super::send`], where the copy is
+//! sent and why it is safe: it never ends up last and covers no more than an earlier
+//! checkpoint named).
 
 use relay_core::{
     Lsn,
@@ -21,7 +20,7 @@ use relay_core::{
     timeline::{History, follow},
 };
 
-use super::state::{Pipeline, Primer, Start};
+use super::state::{Pipeline, Start};
 use crate::{
     config::{Config, Delivery},
     error::{Definite, RelayError},
@@ -201,15 +200,9 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         &mut self,
         covered: Lsn,
     ) -> Result<Option<Lsn>, RelayError> {
-        let Some(id) = self.checkpoints.as_ref() else {
+        let Some(c) = self.ledger.checkpoint(covered, self.transactional) else {
             return Ok(None);
         };
-        let last = if self.transactional {
-            self.trail.latest()
-        } else {
-            self.trail.within(covered)
-        };
-        let c = id.at(covered, last);
         tracing::debug!(covered = %covered, last = ?c.last.as_ref().map(ChangeRef::to_string), "{CHECKPOINT_WRITTEN}");
         let (key, value) = (c.key(), c.to_json());
         let topic = &self.cfg.kafka.checkpoint_topic;
@@ -218,28 +211,10 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             .await?;
         if self.transactional {
             // The commit that follows opens the next transaction, which this one primes.
-            self.primer = Some(Primer {
-                topic: topic.clone(),
-                key,
-                value,
-                primed: false,
-            });
+            self.ledger
+                .checkpoint_in_transaction(topic.clone(), key, value);
         }
         Ok(Some(covered))
-    }
-
-    /// Before the first record of a Kafka transaction: puts a copy of the previous checkpoint
-    /// into it (module comment). Nothing before the first checkpoint of this connection: the
-    /// skip may not be verified yet.
-    pub(super) async fn prime(&mut self) -> Result<(), RelayError> {
-        let Some(p) = self.primer.as_mut().filter(|p| !p.primed) else {
-            return Ok(());
-        };
-        self.sink
-            .send_checkpoint(&p.topic, &p.key, &p.value, true)
-            .await?;
-        p.primed = true;
-        Ok(())
     }
 
     /// Without transactions (the caller calls it at most once per status interval): a
@@ -255,7 +230,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         }
         let Some(covered) = self
             .progress
-            .checkpoint_to_write(self.skip.status(), CheckpointAt::Acknowledged)
+            .checkpoint_to_write(self.ledger.skip_status(), CheckpointAt::Acknowledged)
         else {
             return false;
         };

@@ -10,7 +10,7 @@ use crate::{
     config::PoisonPolicy,
     error::{Definite, RefusedChange, RelayError, Transient},
     postgres::session::Session,
-    sink::{Delivered, Sink, delivery_error},
+    sink::{Delivered, Sink},
     telemetry::metrics as m,
 };
 
@@ -94,10 +94,10 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             Err(e) => {
                 self.progress.fail();
                 metrics::counter!(m::DELIVERY_ERRORS).increment(1);
-                let err = delivery_error(&e, &d.topic);
+                let err = e.error(&d.topic);
                 let relay = &self.cfg.relay;
                 if relay.on_poison == PoisonPolicy::DeadLetter
-                    && matches!(err, RelayError::Definite(Definite::DeliveryRefused { .. }))
+                    && e.is_refused()
                     && *d.topic != *relay.dead_letter_topic
                 {
                     // Restart from the confirmed LSN. The broker refuses whole batches, so this

@@ -52,7 +52,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 tracing::warn!(error = %e, "{SHUTDOWN_COMMIT_FAILED}: the last Kafka transaction's events stay unconfirmed and will be sent again");
             }
         }
-        if !self.transactional && self.checkpoints.is_some() {
+        if !self.transactional && self.ledger.writes_checkpoints() {
             // The acknowledged prefix, so that a PostgreSQL crash before the next start re-sends
             // nothing of it.
             self.write_acknowledged().await;

@@ -26,11 +26,10 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 commit_lsn,
                 commit_time_unix_us,
             } => {
-                self.skip
+                self.ledger
                     .begin(commit_lsn)
                     .map_err(|e| self.contradicted(e))?;
                 self.progress.begin(commit_lsn, commit_time_unix_us)?;
-                self.change_index = 0;
                 self.txn = Some(Position {
                     commit_lsn,
                     commit_time_unix_us,
@@ -49,16 +48,15 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 self.on_decoded(decoded, pos).await?;
             }
             StreamEvent::Commit { lsn, end_lsn } => {
-                self.skip.commit().map_err(|e| self.contradicted(e))?;
+                self.ledger
+                    .committed(end_lsn)
+                    .map_err(|e| self.contradicted(e))?;
                 self.progress.commit(lsn, end_lsn)?;
-                if self.checkpoints.is_some() {
-                    self.trail.committed(end_lsn);
-                }
                 self.txn = None;
                 self.confirm();
             }
             StreamEvent::KeepAlive { wal_end } => {
-                self.skip.keepalive(wal_end);
+                self.ledger.keepalive(wal_end);
                 self.progress.keepalive(wal_end);
                 self.confirm();
             }
@@ -88,45 +86,42 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         {
             return self.on_message(transactional, lsn, prefix, content).await;
         }
-        if self.skipped(&decoded)? {
-            return Ok(());
-        }
-        let index = self.change_index.wrapping_sub(1);
+        // Each change that has a record or could have one is counted in its transaction's change
+        // index and asked the skip about first: a change Kafka holds already goes no further.
         match decoded {
             Decoded::Record {
                 record: rec,
                 routed,
                 fingerprint,
             } => {
-                let change = Change {
-                    routed: &routed,
-                    pos,
-                    index,
-                    fingerprint,
+                let Some(index) = self.change(Some(&routed), &fingerprint)? else {
+                    return Ok(());
                 };
+                let change = Change::new(&routed, pos, index, fingerprint);
                 self.publish(rec, change).await?;
             }
             // Handed to `on_message` above.
             Decoded::LogicalMessage { .. } => {}
-            Decoded::Poison(p) => match self.cfg.relay.on_poison {
-                PoisonPolicy::Halt => {
-                    return Err(RelayError::from(Definite::Poison {
-                        table: p.table,
-                        reason: p.error.to_string(),
-                    }));
+            Decoded::Poison(p) => {
+                let Some(index) = self.change(Some(&p.routed), &p.fingerprint)? else {
+                    return Ok(());
+                };
+                match self.cfg.relay.on_poison {
+                    PoisonPolicy::Halt => {
+                        return Err(RelayError::from(Definite::Poison {
+                            table: p.table,
+                            reason: p.error.to_string(),
+                        }));
+                    }
+                    PoisonPolicy::DeadLetter => {
+                        dead_lettered(&p.error.to_string(), pos);
+                        let dlq =
+                            deadletter::from_poison(&p, pos, &self.cfg.relay.dead_letter_topic);
+                        let change = Change::new(&p.routed, pos, index, p.fingerprint);
+                        self.publish_dead_letter(dlq, change).await?;
+                    }
                 }
-                PoisonPolicy::DeadLetter => {
-                    dead_lettered(&p.error.to_string(), pos);
-                    let dlq = deadletter::from_poison(&p, pos, &self.cfg.relay.dead_letter_topic);
-                    let change = Change {
-                        routed: &p.routed,
-                        pos,
-                        index,
-                        fingerprint: p.fingerprint,
-                    };
-                    self.publish_dead_letter(dlq, change).await?;
-                }
-            },
+            }
             Decoded::OutboxRenamed { configured, now } => {
                 tracing::warn!(
                     configured = %configured, now = %now,
@@ -140,25 +135,12 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 delete,
                 behavior,
             } => modified(&routed, delete, behavior, pos)?,
-            Decoded::OtherInsert(_) | Decoded::Nothing => {}
+            Decoded::OtherInsert(fingerprint) => {
+                self.change(None, &fingerprint)?;
+            }
+            Decoded::Nothing => {}
         }
         Ok(())
-    }
-
-    /// Counts a change in the open transaction's change index and asks the skip about it.
-    /// `true`: Kafka holds it already (a routed change still takes its position in the
-    /// transaction).
-    fn skipped(&mut self, decoded: &Decoded) -> Result<bool, RelayError> {
-        match decoded {
-            Decoded::Record {
-                routed,
-                fingerprint,
-                ..
-            } => self.skipped_change(Some(routed), fingerprint),
-            Decoded::Poison(p) => self.skipped_change(Some(&p.routed), &p.fingerprint),
-            Decoded::OtherInsert(fp) => self.skipped_change(None, fp),
-            _ => Ok(false),
-        }
     }
 }
 

@@ -54,7 +54,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             RoutedMessage::Unrouted => {
                 if in_txn {
                     // A change of its transaction all the same: it counts in the change index.
-                    self.skipped_change(None, &Fingerprint::of_message(&prefix, &content))?;
+                    self.change(None, &Fingerprint::of_message(&prefix, &content))?;
                 }
                 if prefix != self.cfg.heartbeat.prefix {
                     metrics::counter!(m::LOGICAL_MESSAGES_IGNORED).increment(1);
@@ -66,30 +66,18 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 routed,
                 fingerprint,
             } => {
-                let index = self.change_index;
-                if self.skipped_change(Some(&routed), &fingerprint)? {
+                let Some(index) = self.change(Some(&routed), &fingerprint)? else {
                     return Ok(());
-                }
-                let change = Change {
-                    routed: &routed,
-                    pos,
-                    index,
-                    fingerprint,
                 };
+                let change = Change::new(&routed, pos, index, fingerprint);
                 self.publish(record, change).await?;
             }
             RoutedMessage::Poison(p) if in_txn => {
-                let index = self.change_index;
-                if self.skipped_change(Some(&p.routed), &p.fingerprint)? {
+                let Some(index) = self.change(Some(&p.routed), &p.fingerprint)? else {
                     return Ok(());
-                }
-                let dlq = self.dead_letter_or_halt(&p, pos)?;
-                let change = Change {
-                    routed: &p.routed,
-                    pos,
-                    index,
-                    fingerprint: p.fingerprint,
                 };
+                let dlq = self.dead_letter_or_halt(&p, pos)?;
+                let change = Change::new(&p.routed, pos, index, p.fingerprint);
                 self.publish_dead_letter(dlq, change).await?;
             }
             // Not transactional (or, impossibly, transactional outside a transaction): atomic
@@ -99,7 +87,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             RoutedMessage::Poison(p) => {
                 let dlq = self.dead_letter_or_halt(&p, pos)?;
                 self.progress.begin_alone(lsn, pos.commit_time_unix_us)?;
-                self.produce(dlq, pos, &p.routed).await?;
+                self.send(dlq, pos, &p.routed).await?;
                 self.progress.end_alone(lsn)?;
                 self.confirm();
             }

@@ -1,6 +1,7 @@
-//! Handing records to Kafka under the poison policy: a record Kafka refuses at once is
-//! replaced by its dead-letter record; a suspect (refused in a batch) is sent alone, and
-//! dead-lettered in its place only if refused again. Nothing is skipped without a record.
+//! The poison policy where records are handed to Kafka: a record Kafka refuses at once is
+//! replaced by its dead-letter record (on the ordinary send path, [`super::send`]); a suspect
+//! (refused in a batch) is sent alone, and dead-lettered in its place only if refused again.
+//! Nothing is skipped without a record.
 
 use relay_core::{
     deadletter,
@@ -12,7 +13,7 @@ use crate::{
     config::PoisonPolicy,
     error::{Definite, RefusedChange, RelayError, Transient},
     postgres::session::Session,
-    sink::{NO_HEAD, Sink, delivery_error},
+    sink::{NO_HEAD, Origin, Sink},
     telemetry::events::EVENT_DEAD_LETTERED,
     telemetry::metrics as m,
 };
@@ -21,49 +22,38 @@ use crate::{
 pub(super) const MAX_DEAD_LETTER_VALUE: usize = 900_000;
 
 impl<S: Session, K: Sink> Pipeline<'_, S, K> {
-    /// Hands one record of the open transaction to Kafka; `routed` names its source (the
-    /// `[[outbox]]` table or `message:<prefix>`). Under the dead-letter policy a record Kafka
-    /// refuses at once (larger than `message.max.bytes`, say) is replaced by its dead-letter
-    /// record; under `halt` the refusal names the change.
-    pub(super) async fn produce(
-        &mut self,
-        mut rec: Record,
-        pos: Position,
-        routed: &str,
-    ) -> Result<(), RelayError> {
-        let head = self.choose_partition(&mut rec).await;
-        self.prime().await?;
-        let mut origin = self.next_record(pos)?;
-        origin.head = head;
+    /// A record Kafka refused at once (`e`) is dead-lettered in its place: under the
+    /// dead-letter policy, unless it is a dead-letter record itself.
+    pub(super) fn dead_letters_at_once(&self, e: &RelayError, rec: &Record) -> bool {
         let relay = &self.cfg.relay;
-        let sent = match self.sink.send(&rec, origin).await {
-            Err(e @ RelayError::Definite(Definite::DeliveryRefused { .. }))
-                if relay.on_poison == PoisonPolicy::DeadLetter
-                    && rec.topic != relay.dead_letter_topic =>
-            {
-                let dlq = self.dead_letter_for(&rec, routed, &e.to_string(), pos);
-                origin.head = NO_HEAD;
-                self.sink
-                    .send(&dlq, origin)
-                    .await
-                    .map_err(|e| e.refusing(refused_at(routed, pos)))?;
-                dlq
-            }
-            other => {
-                other.map_err(|e| e.refusing(refused_at(routed, pos)))?;
-                self.head_sent(&rec.topic, head);
-                rec
-            }
-        };
-        self.progress.handed(sent.bytes());
-        self.handed_over();
-        Ok(())
+        matches!(e, RelayError::Definite(Definite::DeliveryRefused { .. }))
+            && relay.on_poison == PoisonPolicy::DeadLetter
+            && rec.topic != relay.dead_letter_topic
+    }
+
+    /// Sends the dead-letter record of `rec` (at `pos`), which Kafka refused at once (`e`),
+    /// in its place (same origin, not counted by the head rule); the record sent.
+    pub(super) async fn dead_letter_at_once(
+        &mut self,
+        rec: &Record,
+        routed: &str,
+        pos: Position,
+        e: &RelayError,
+        mut origin: Origin,
+    ) -> Result<Record, RelayError> {
+        let dlq = self.dead_letter_for(rec, routed, &e.to_string(), pos);
+        origin.head = NO_HEAD;
+        self.sink
+            .send(&dlq, origin)
+            .await
+            .map_err(|e| e.refusing(refused_at(routed, pos)))?;
+        Ok(dlq)
     }
 
     /// Sends a record Kafka refused in a batch on its own: waits until nothing else is in
     /// flight, sends it, and waits for its report. Accepted: it was innocent. Refused again: it
     /// goes to the dead-letter topic in its place (same position, same transaction).
-    pub(super) async fn produce_alone(
+    pub(super) async fn send_alone(
         &mut self,
         mut rec: Record,
         pos: Position,
@@ -72,15 +62,12 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         while self.progress.outstanding_records() > 0 {
             self.on_next_report().await?;
         }
-        let head = self.choose_partition(&mut rec).await;
-        self.prime().await?;
-        let mut origin = self.next_record(pos)?;
-        origin.head = head;
+        let origin = self.before_send(&mut rec, pos).await?;
         self.sink
             .send(&rec, origin)
             .await
             .map_err(|e| e.refusing(refused_at(routed, pos)))?;
-        self.head_sent(&rec.topic, head);
+        self.head_sent(&rec.topic, origin.head);
         self.progress.handed(rec.bytes());
         let d = self
             .reports
@@ -96,12 +83,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 self.carry.refusals.clear(pos.commit_lsn, pos.seq);
                 self.on_delivery(d)?;
             }
-            Err(e)
-                if matches!(
-                    delivery_error(e, &d.topic),
-                    RelayError::Definite(Definite::DeliveryRefused { .. })
-                ) =>
-            {
+            Err(e) if e.is_refused() => {
                 self.head_reported(&d);
                 // Refused again: it is poison. The gapless guarantee made the producer's error
                 // fatal, so the dead-letter record goes out after a restart, with a new producer,
@@ -146,7 +128,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
 
 /// The change a record refused when it was handed to Kafka came from: `routed` (the
 /// `[[outbox]]` table or `message:<prefix>`) at `pos`.
-fn refused_at(routed: &str, pos: Position) -> RefusedChange {
+pub(super) fn refused_at(routed: &str, pos: Position) -> RefusedChange {
     RefusedChange {
         routed: Some(routed.to_string()),
         commit_lsn: pos.commit_lsn,

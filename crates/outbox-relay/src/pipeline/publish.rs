@@ -1,14 +1,14 @@
 //! The publish step that rows and logical messages share: each change of a transaction is
 //! counted in its change index and either skipped (Kafka holds it after a start) or handed to
 //! Kafka (alone if refused in a batch before, dead-lettered if refused alone), then named in
-//! the checkpoint trail; a Kafka transaction that reached `kafka.max_transaction_records` is
+//! the checkpoint trail (the index, the skip and the trail are the ledger's,
+//! [`super::ledger`]); a Kafka transaction that reached `kafka.max_transaction_records` is
 //! committed.
 
 use relay_core::{
     checkpoint::Fingerprint,
     deadletter::Refusal,
     route::{Position, Record},
-    skip::Verdict,
 };
 
 use super::state::Pipeline;
@@ -24,31 +24,45 @@ pub(super) struct Change<'r> {
     pub(super) fingerprint: Fingerprint,
 }
 
+impl<'r> Change<'r> {
+    /// The change at `index` of the transaction at `pos`, routed by `routed`.
+    pub(super) fn new(
+        routed: &'r str,
+        pos: Position,
+        index: u64,
+        fingerprint: Fingerprint,
+    ) -> Self {
+        Self {
+            routed,
+            pos,
+            index,
+            fingerprint,
+        }
+    }
+}
+
 impl<S: Session, K: Sink> Pipeline<'_, S, K> {
-    /// One change of the open transaction for the skip (`pipeline::event` asks it for rows):
-    /// `routed` names the `[[outbox]]` table or `message:<prefix>` it is routed by (`None`: a
-    /// change without a record, which counts in the index only). `true`: Kafka holds it
-    /// already (a routed change still takes its position in the transaction).
-    pub(super) fn skipped_change(
+    /// One change of the open transaction, counted in its change index and asked the skip
+    /// about ([`super::ledger`]): `routed` names the `[[outbox]]` table or `message:<prefix>`
+    /// it is routed by (`None`: a change without a record, which counts in the index only).
+    /// `Some(index)`: publish it at that index; `None`: Kafka holds it already (a routed change
+    /// still takes its position in the transaction).
+    pub(super) fn change(
         &mut self,
         routed: Option<&str>,
         fingerprint: &Fingerprint,
-    ) -> Result<bool, RelayError> {
-        let index = self.change_index;
-        let verdict = self
-            .skip
-            .change(index, routed, || fingerprint.render())
+    ) -> Result<Option<u64>, RelayError> {
+        let index = self
+            .ledger
+            .change(routed, fingerprint)
             .map_err(|e| self.contradicted(e))?;
-        self.change_index += 1;
-        if verdict == Verdict::Publish {
-            return Ok(false);
+        if index.is_none() {
+            metrics::counter!(crate::telemetry::metrics::SKIPPED_CHANGES).increment(1);
+            if routed.is_some() {
+                self.handed_over();
+            }
         }
-        self.skipped += 1;
-        metrics::counter!(crate::telemetry::metrics::SKIPPED_CHANGES).increment(1);
-        if routed.is_some() {
-            self.handed_over();
-        }
-        Ok(true)
+        Ok(index)
     }
 
     /// Hands the record of `change` to Kafka (alone if Kafka refused it in a batch before, its
@@ -60,11 +74,11 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
     ) -> Result<(), RelayError> {
         let (pos, routed) = (change.pos, change.routed);
         match self.carry.refusals.get(pos.commit_lsn, pos.seq).cloned() {
-            None => self.produce(rec, pos, routed).await?,
-            Some(Refusal::Suspect(_)) => self.produce_alone(rec, pos, routed).await?,
+            None => self.send(rec, pos, routed).await?,
+            Some(Refusal::Suspect(_)) => self.send_alone(rec, pos, routed).await?,
             Some(Refusal::Confirmed(reason)) => {
                 let dlq = self.dead_letter_for(&rec, routed, &reason, pos);
-                self.produce(dlq, pos, routed).await?;
+                self.send(dlq, pos, routed).await?;
             }
         }
         self.published(change).await
@@ -77,7 +91,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         dlq: Record,
         change: Change<'_>,
     ) -> Result<(), RelayError> {
-        self.produce(dlq, change.pos, change.routed).await?;
+        self.send(dlq, change.pos, change.routed).await?;
         self.published(change).await
     }
 
@@ -85,10 +99,8 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
     /// transaction that reached `kafka.max_transaction_records` is committed now (a source
     /// transaction split across Kafka transactions; the change index keeps the skip exact).
     pub(super) async fn published(&mut self, change: Change<'_>) -> Result<(), RelayError> {
-        if self.checkpoints.is_some() {
-            self.trail
-                .published(change.pos.commit_lsn, change.index, change.fingerprint);
-        }
+        self.ledger
+            .published(change.pos.commit_lsn, change.index, change.fingerprint);
         if self
             .progress
             .kafka_transaction_full(self.cfg.kafka.max_transaction_records)

@@ -68,7 +68,8 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                     self.on_quiet_commit_due(shutdown).await?
                 }
                 _ = tick.tick() => self.on_tick(shutdown, can_read).await?,
-                ended = running_commit(&mut self.committing), if self.committing.is_some() => {
+                ended = running_commit(self.ledger.running_commit()),
+                    if self.ledger.committing() => {
                     self.on_commit_ended(ended).await?
                 }
                 Some(d) = self.reports.next(self.sink) => self.on_reports(d).await?,
@@ -157,14 +158,14 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         }
         self.remember().await;
         self.report_gauges();
-        if !self.checkpoint_due() || self.checkpoints.is_none() {
+        if !self.checkpoint_due() || !self.ledger.writes_checkpoints() {
             return Ok(Turn::Next);
         }
         if !self.transactional {
             if self.write_acknowledged().await {
                 self.pace.last_checkpoint = Some(Instant::now());
             }
-        } else if self.progress.idle_checkpoint_due(self.skip.status()) {
+        } else if self.progress.idle_checkpoint_due(self.ledger.skip_status()) {
             // Exactly-once and idle: a checkpoint-only transaction lets the stream's progress
             // be confirmed.
             self.pace.last_checkpoint = Some(Instant::now());
@@ -175,7 +176,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
 
     /// The running Kafka commit ended.
     async fn on_commit_ended(&mut self, ended: CommitEnded) -> Result<Turn, RelayError> {
-        if let Some(running) = self.committing.take() {
+        if let Some(running) = self.ledger.commit_ended() {
             self.settle(running, ended).await?;
         }
         Ok(Turn::Next)
@@ -195,8 +196,9 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         }
         // Without transactions the checkpoint follows the acknowledgements; between
         // checkpoints the trail forgets what they passed, so it holds what is in flight.
-        if self.checkpoints.is_some() {
-            self.trail.acknowledged(self.progress.checkpoint_position());
+        if self.ledger.writes_checkpoints() {
+            self.ledger
+                .acknowledged(self.progress.checkpoint_position());
             if self.checkpoint_due() && self.write_acknowledged().await {
                 self.pace.last_checkpoint = Some(Instant::now());
             }
@@ -337,7 +339,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
 
 /// Waits until the running Kafka commit ended (never, if none runs: the branch is disabled
 /// then anyway).
-async fn running_commit(committing: &mut Option<super::state::Committing>) -> CommitEnded {
+async fn running_commit(committing: Option<&mut super::ledger::Committing>) -> CommitEnded {
     match committing {
         Some(c) => c.commit.ended().await,
         None => std::future::pending().await,

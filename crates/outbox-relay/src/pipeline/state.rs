@@ -1,12 +1,13 @@
 //! The pipeline of one replication connection, as one value: what it is wired to (config,
 //! session, sink, report channel, run-wide state), the progress rule (`relay_core::progress`,
-//! which decides what may be read, committed, checkpointed and confirmed), the decoder and the
-//! open transaction's position. Built once per connection by [`Pipeline::new`]; its methods
-//! (the loop's reactions, in the sibling modules) are the only code that changes it.
+//! which decides what may be read, committed, checkpointed and confirmed), the decoder, the
+//! open transaction's position and the skip and checkpoint bookkeeping ([`super::ledger`],
+//! which only its own file changes). Built once per connection by [`Pipeline::new`]; its
+//! methods (the loop's reactions, in the sibling modules) are the only code that changes it.
 //!
 //! Invariant: [`Pipeline::confirm`] hands PostgreSQL only [`Progress::take_confirmation`].
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
@@ -19,7 +20,7 @@ use relay_core::{
     skip::Skip,
 };
 
-use super::{ack_metrics::AckMetrics, reports::Reports};
+use super::{ack_metrics::AckMetrics, ledger::Ledger, reports::Reports};
 use crate::{
     config::{Config, Delivery},
     error::RelayError,
@@ -27,8 +28,8 @@ use crate::{
     postgres::carry::Carry,
     postgres::failover::Memory,
     postgres::session::Session,
+    sink::Sink,
     sink::checkpoint_topic::Identity,
-    sink::{NO_HEAD, Origin, RunningCommit, Sink},
     telemetry::events::{CHECKPOINT_SKIP_DONE, LSN_CONFIRMED},
     telemetry::metrics as m,
 };
@@ -74,27 +75,11 @@ pub(super) struct Pipeline<'a, S, K> {
     pub(super) transactional: bool,
     /// `relay.delivery = "exactly-once"`: a contradicted checkpoint stops the relay (config).
     pub(super) exactly_once: bool,
-    /// What Kafka already holds after the start ([`relay_core::skip`]): from the checkpoint
-    /// read at this connection's start until the skip is done.
-    pub(super) skip: Skip,
-    /// Changes the skip skipped on this connection (logged when it is done).
-    pub(super) skipped: u64,
-    /// The change index of the next change of the open transaction (reset at each begin).
-    pub(super) change_index: u64,
-    /// Checkpoints are written (the topic is usable): under this identity, naming the
-    /// trail's last change. Decided at this connection's start.
-    pub(super) checkpoints: Option<Identity>,
-    /// The changes published since the last checkpoint (this connection).
-    pub(super) trail: Trail,
-    /// With transactions: the last checkpoint put into a Kafka transaction, repeated as the
-    /// first record of the next one that carries records ([`super::checkpoints`]); from the
-    /// first checkpoint of this connection on.
-    pub(super) primer: Option<Primer>,
+    /// The skip and checkpoint bookkeeping: the skip, the change index, the checkpoint trail,
+    /// the primer and the running Kafka commit ([`super::ledger`]; this connection).
+    pub(super) ledger: Ledger,
     /// Handles of the acknowledgement metrics (looked up once per topic, this connection).
     pub(super) acks: AckMetrics,
-    /// A Kafka commit sent and not answered yet (two producers: the next transaction fills
-    /// meanwhile): from `commit_start` until the loop settles it.
-    pub(super) committing: Option<Committing>,
     /// The loop's timing: commits, checkpoints, quiet moments, back-pressure (this
     /// connection).
     pub(super) pace: Pace,
@@ -138,33 +123,6 @@ pub(super) struct Pace {
     pub(super) paused: Option<(Instant, u64)>,
     /// The last checkpoint without records (idle progress) or outside transactions.
     pub(super) last_checkpoint: Option<Instant>,
-}
-
-/// A commit sent and not yet answered ([`crate::sink::KafkaSink::commit_start`]).
-pub(super) struct Committing {
-    pub(super) commit: RunningCommit,
-    pub(super) timing: CommitTiming,
-}
-
-/// What a Kafka commit covered and how long its steps took (logged when it ends).
-pub(super) struct CommitTiming {
-    /// The checkpoint it carries covers up to here.
-    pub(super) covered: Option<Lsn>,
-    pub(super) started: Instant,
-    /// Until the records and the checkpoint were handed over.
-    pub(super) handed: Duration,
-    /// Until the producer's flush returned.
-    pub(super) flushed: Duration,
-}
-
-/// The last checkpoint put into a Kafka transaction ([`super::checkpoints`]), to open the next
-/// one with.
-pub(super) struct Primer {
-    pub(super) topic: String,
-    pub(super) key: String,
-    pub(super) value: Vec<u8>,
-    /// Already sent in the open transaction.
-    pub(super) primed: bool,
 }
 
 impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
@@ -213,14 +171,8 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
             memory: conn.memory,
             transactional,
             exactly_once,
-            skip,
-            skipped: 0,
-            change_index: 0,
-            checkpoints,
-            trail,
-            primer: None,
+            ledger: Ledger::new(skip, trail, checkpoints),
             acks: AckMetrics::new(),
-            committing: None,
             pace: Pace {
                 last_commit: None,
                 quiet_commit_at: None,
@@ -232,28 +184,6 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
             },
             heads: (!transactional).then(relay_core::head::Heads::new),
             born: Instant::now(),
-        }
-    }
-
-    /// Counts one more record of the open transaction in the tracker and the failover memory;
-    /// what travels with it through the producer.
-    pub(super) fn next_record(&mut self, pos: Position) -> Result<Origin, RelayError> {
-        let tx = self.progress.record()?;
-        self.carry.published = pos.commit_lsn;
-        Ok(Origin {
-            tx,
-            commit_lsn: pos.commit_lsn,
-            seq: pos.seq,
-            commit_time_unix_us: pos.commit_time_unix_us,
-            head: NO_HEAD,
-        })
-    }
-
-    /// A record of the open source transaction is in Kafka's hands (its bytes counted with
-    /// [`Progress::handed`]): the next one takes the next position.
-    pub(super) fn handed_over(&mut self) {
-        if let Some(p) = self.txn.as_mut() {
-            p.seq += 1;
         }
     }
 
@@ -270,9 +200,9 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
     /// Hands the watermark to the replication client, which sends it with its next status
     /// update.
     pub(super) fn confirm(&mut self) {
-        if let Some(covered) = self.progress.release_skip(self.skip.status()) {
+        if let Some(covered) = self.progress.release_skip(self.ledger.skip_status()) {
             tracing::info!(
-                skipped = self.skipped, covered = %covered,
+                skipped = self.ledger.skipped(), covered = %covered,
                 "{CHECKPOINT_SKIP_DONE}: every later change is published"
             );
         }

@@ -7,7 +7,10 @@ use tokio::time::Instant;
 
 use relay_core::progress::CheckpointAt;
 
-use super::state::{CommitTiming, Committing, Pipeline};
+use super::{
+    ledger::{CommitTiming, Committing},
+    state::Pipeline,
+};
 use crate::{
     config::Config,
     error::{RelayError, Transient},
@@ -34,11 +37,11 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         // visible with it, or none (relay_core::progress). Its records and the checkpoint then
         // go out together, in the commit's one flush.
         let mut covered = None;
-        if self.checkpoints.is_some() {
+        if self.ledger.writes_checkpoints() {
             self.on_reports_ready().await?;
             if let Some(position) = self
                 .progress
-                .checkpoint_to_write(self.skip.status(), CheckpointAt::KafkaCommit)
+                .checkpoint_to_write(self.ledger.skip_status(), CheckpointAt::KafkaCommit)
             {
                 covered = self.write_checkpoint(position).await?;
             }
@@ -55,7 +58,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 Ok((commit, flushed)) => {
                     self.progress.kafka_commit_started();
                     timing.flushed = flushed;
-                    self.committing = Some(Committing { commit, timing });
+                    self.ledger.commit_sent(Committing { commit, timing });
                     Ok(())
                 }
                 Err(e) => self.ended(Err(e), timing).await,
@@ -71,12 +74,12 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
     pub(super) async fn settle_running(&mut self) -> Result<(), RelayError> {
         // Cancel-safe (a stop or the release of the connection may cancel this wait): the
         // running commit is taken only once its end is known, and `ended` records that end
-        // before it awaits anything, so the progress rule and `committing` never disagree.
-        let Some(running) = self.committing.as_mut() else {
+        // before it awaits anything, so the progress rule and the ledger never disagree.
+        let Some(running) = self.ledger.running_commit() else {
             return Ok(());
         };
         let ended_as = running.commit.ended().await;
-        let running = self.committing.take().expect("awaited just now");
+        let running = self.ledger.commit_ended().expect("awaited just now");
         self.settle(running, ended_as).await
     }
 
@@ -123,7 +126,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             self.progress.kafka_commit_settled();
             if let Some(c) = covered {
                 self.progress.checkpoint_committed(c);
-                self.trail.within(c);
+                self.ledger.checkpoint_committed(c);
                 metrics::histogram!(m::CHECKPOINT_COMMIT_SECONDS)
                     .record(started.elapsed().as_secs_f64());
             }

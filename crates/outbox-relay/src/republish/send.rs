@@ -151,7 +151,7 @@ impl Sender {
                 }
                 Ok(())
             }
-            Err(e) => Err(crate::sink::delivery_error(&e, &d.topic)),
+            Err(e) => Err(e.error(&d.topic)),
         }
     }
 

@@ -56,19 +56,15 @@ pub(crate) struct Delivered {
     pub(crate) origin: Origin,
     pub(crate) bytes: u64,
     pub(crate) topic: Arc<str>,
-    pub(crate) outcome: Result<(), KafkaError>,
+    /// The seam's own outcome ([`Failure`]): the client's error is mapped at the edge
+    /// ([`failure_of`]).
+    pub(crate) outcome: Result<(), Failure>,
 }
 
 impl Delivered {
     /// Purged by librdkafka (a failed transaction, a producer being dropped), not refused.
     pub(crate) fn is_purged(&self) -> bool {
-        matches!(
-            self.outcome
-                .as_ref()
-                .err()
-                .and_then(KafkaError::rdkafka_error_code),
-            Some(RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight)
-        )
+        self.outcome.as_ref().is_err_and(Failure::is_purged)
     }
 }
 
@@ -201,11 +197,11 @@ impl ProducerContext for SinkContext {
             // this should never happen; if it does, the record is taken as failed (a
             // restart from the confirmed position), never as delivered.
             Ok(msg) if rdkafka::Message::offset(msg) < 0 => (
-                Err(KafkaError::MessageProduction(IMPLICIT_ACK)),
+                Err(failure_of(&KafkaError::MessageProduction(IMPLICIT_ACK))),
                 self.topic(rdkafka::Message::topic(msg)),
             ),
             Ok(msg) => (Ok(()), self.topic(rdkafka::Message::topic(msg))),
-            Err((e, msg)) => (Err(e.clone()), self.topic(rdkafka::Message::topic(msg))),
+            Err((e, msg)) => (Err(failure_of(e)), self.topic(rdkafka::Message::topic(msg))),
         };
         // The receiver is gone only when the pipeline is being torn down.
         let _ = self.reports.send(Delivered {
@@ -530,9 +526,9 @@ impl KafkaSink {
             && d.is_purged()
             && self.refused_topic().as_deref() == Some(&*d.topic)
         {
-            d.outcome = Err(KafkaError::MessageProduction(
+            d.outcome = Err(failure_of(&KafkaError::MessageProduction(
                 RDKafkaErrorCode::TopicAuthorizationFailed,
-            ));
+            )));
         }
         d
     }
@@ -624,71 +620,60 @@ fn partition_count(producer: &Handle, topic: &str) -> Option<i32> {
 /// The outcome given to a success report that carries no offset ([`SinkContext`]'s delivery).
 const IMPLICIT_ACK: RDKafkaErrorCode = RDKafkaErrorCode::Inconsistent;
 
-/// Classifies a failed delivery: errors retrying cannot fix stop the relay with a hint (the
-/// caller names the change: [`RelayError::refusing`]).
-pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
+/// The seam's failure for the client's error `e` (the Kafka edge's one mapping): errors
+/// retrying cannot fix are refusals with a hint for the operator.
+pub(crate) fn failure_of(e: &KafkaError) -> Failure {
     let code = e.rdkafka_error_code();
-    if code.is_some_and(is_fenced) {
-        return RelayError::from(Transient::fenced_by(e.clone()));
-    }
-    let hint = match code {
+    let kind = match code {
+        Some(c) if is_fenced(c) => Failed::Fenced,
         Some(RDKafkaErrorCode::MessageSizeTooLarge)
-        | Some(RDKafkaErrorCode::InvalidMessageSize) => Some(
-            "the event is larger than the topic's max.message.bytes or the producer's message.max.bytes; raise both (kafka.properties.\"message.max.bytes\") or shrink the payload",
-        ),
-        Some(RDKafkaErrorCode::TopicAuthorizationFailed) => {
-            Some("the relay's Kafka principal may not write to this topic; grant WRITE on it")
-        }
-        Some(RDKafkaErrorCode::ClusterAuthorizationFailed) => {
-            Some("the relay's Kafka principal lacks IDEMPOTENT_WRITE on the cluster; grant it")
-        }
+        | Some(RDKafkaErrorCode::InvalidMessageSize) => Failed::Refused {
+            hint: "the event is larger than the topic's max.message.bytes or the producer's message.max.bytes; raise both (kafka.properties.\"message.max.bytes\") or shrink the payload",
+        },
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed) => Failed::Refused {
+            hint: "the relay's Kafka principal may not write to this topic; grant WRITE on it",
+        },
+        Some(RDKafkaErrorCode::ClusterAuthorizationFailed) => Failed::Refused {
+            hint: "the relay's Kafka principal lacks IDEMPOTENT_WRITE on the cluster; grant it",
+        },
         Some(RDKafkaErrorCode::UnknownTopicOrPartition) | Some(RDKafkaErrorCode::UnknownTopic) => {
-            Some(
-                "the topic does not exist and the brokers do not create topics automatically; create it",
-            )
+            Failed::Refused {
+                hint: "the topic does not exist and the brokers do not create topics automatically; create it",
+            }
         }
         Some(RDKafkaErrorCode::InvalidRecord) | Some(RDKafkaErrorCode::InvalidMessage) => {
-            Some("the broker rejected the record as invalid")
+            Failed::Refused {
+                hint: "the broker rejected the record as invalid",
+            }
         }
-        Some(RDKafkaErrorCode::InvalidTopic) => {
-            Some("the topic name is not valid for this cluster")
-        }
-        _ => None,
+        Some(RDKafkaErrorCode::InvalidTopic) => Failed::Refused {
+            hint: "the topic name is not valid for this cluster",
+        },
+        Some(IMPLICIT_ACK) => Failed::Unacknowledged,
+        Some(RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight) => Failed::Purged,
+        _ => Failed::Transient,
     };
-    let code = if code == Some(IMPLICIT_ACK) {
-        "reported delivered without an offset (acknowledged only implicitly, by a later \
-         request's success), so not taken as acknowledged"
-            .to_string()
-    } else {
-        format!("{e}")
-    };
-    match hint {
-        Some(hint) => RelayError::from(Definite::DeliveryRefused {
-            topic: topic.to_string(),
-            change: None,
-            code,
-            hint,
-            source: Box::new(e.clone()),
-        }),
-        None => Transient::Delivery {
-            topic: topic.to_string(),
-            code,
-            source: Some(Box::new(e.clone())),
-        }
-        .into(),
-    }
+    Failure::new(kind, e.clone())
+}
+
+/// Classifies a failed delivery ([`failure_of`], [`Failure::error`]): errors retrying cannot
+/// fix stop the relay with a hint (the caller names the change: [`RelayError::refusing`]).
+pub(crate) fn delivery_error(e: &KafkaError, topic: &str) -> RelayError {
+    failure_of(e).error(topic)
 }
 
 pub(crate) mod budget;
 pub(crate) mod checkpoint_topic;
 mod kick;
 mod kicker;
+mod outcome;
 mod poller;
 mod seam;
 #[cfg(test)]
 mod tests;
 mod transaction;
 
+pub(crate) use outcome::{Failed, Failure};
 pub(crate) use seam::Sink;
 
 use transaction::is_fenced;

@@ -7,6 +7,11 @@
 //! pipeline's report channel ([`Delivered`](super::Delivered)); a commit covers every record
 //! and checkpoint handed since the previous one, or none of them; [`Sink::commit_start`] starts
 //! the next transaction only once every report of the committing one was served.
+//!
+//! A report's failure is the seam's own ([`Failure`](super::Failure): refused for good,
+//! fenced, purged, not acknowledged, or transient, with the client's text): a sink maps its
+//! client's errors into it where it receives them, so nothing on this side of the seam names
+//! the Kafka client's types.
 
 use std::time::Duration;
 

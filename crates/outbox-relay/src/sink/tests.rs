@@ -406,7 +406,7 @@ async fn an_implicit_acknowledgement_is_not_taken_as_delivery() {
     let (reported, stored) = refused_request(5, NOT_LEADER, false).await;
     assert_eq!(stored, ["second"], "what partition t holds");
     let e = reported[0].as_ref().expect_err("the first record's report");
-    let err = super::delivery_error(e, "t");
+    let err = e.error("t");
     assert!(err.is_transient(), "{err}");
     assert!(err.to_string().contains("implicitly"), "{err}");
     assert!(reported[1].is_ok(), "{:?}", reported[1]);
@@ -425,7 +425,7 @@ async fn mid_stream_an_uncertain_request_is_neither_overtaken_nor_implicitly_ack
     let (reported, stored) = refused_request(5, NOT_LEADER, true).await;
     assert_eq!(stored, ["zero", "second"], "what partition t holds");
     let e = reported[0].as_ref().expect_err("the first record's report");
-    let err = super::delivery_error(e, "t");
+    let err = e.error("t");
     assert!(
         err.is_transient() && err.to_string().contains("implicitly"),
         "{err}"
@@ -451,7 +451,7 @@ async fn refused_request(
     in_flight: u32,
     refusal: rdkafka::types::RDKafkaRespErr,
     mid_stream: bool,
-) -> (Vec<Result<(), rdkafka::error::KafkaError>>, Vec<String>) {
+) -> (Vec<Result<(), super::Failure>>, Vec<String>) {
     use rdkafka::{
         TopicPartitionList,
         consumer::{BaseConsumer, Consumer},
@@ -538,6 +538,59 @@ fn the_relays_partition_choice_is_librdkafkas() {
             relay_core::partition::of_key(&key, partitions),
             theirs,
             "key {key:?}, {partitions} partitions"
+        );
+    }
+}
+
+/// The edge's one mapping from librdkafka's error to the seam's failure, and the relay's error
+/// made of it: which codes stop the relay (a refusal for good, the poison policy's case), which
+/// end the connection for a restart, and which are purges.
+#[test]
+fn each_client_error_maps_to_the_failure_the_pipeline_decides_on() {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
+
+    let refused = [
+        C::MessageSizeTooLarge,
+        C::InvalidMessageSize,
+        C::TopicAuthorizationFailed,
+        C::ClusterAuthorizationFailed,
+        C::UnknownTopicOrPartition,
+        C::UnknownTopic,
+        C::InvalidRecord,
+        C::InvalidMessage,
+        C::InvalidTopic,
+    ];
+    for code in refused {
+        let e = KafkaError::MessageProduction(code);
+        let f = super::failure_of(&e);
+        assert!(f.is_refused() && !f.is_purged(), "{code:?}");
+        assert_eq!(f.to_string(), e.to_string());
+        let err = f.error("t");
+        assert_eq!(err.reason(), "kafka_delivery_refused", "{code:?}");
+        assert!(err.to_string().contains(&e.to_string()), "{err}");
+    }
+    for code in [C::Fenced, C::ProducerFenced, C::InvalidProducerEpoch] {
+        let err = super::failure_of(&KafkaError::MessageProduction(code)).error("t");
+        assert_eq!(err.reason(), "producer_fenced", "{code:?}");
+    }
+    for code in [C::PurgeQueue, C::PurgeInflight] {
+        let f = super::failure_of(&KafkaError::MessageProduction(code));
+        assert!(f.is_purged() && !f.is_refused(), "{code:?}");
+        assert_eq!(f.error("t").reason(), "kafka_delivery", "{code:?}");
+    }
+    for code in [
+        C::MessageTimedOut,
+        C::NotLeaderForPartition,
+        C::Inconsistent,
+    ] {
+        let f = super::failure_of(&KafkaError::MessageProduction(code));
+        assert!(!f.is_purged() && !f.is_refused(), "{code:?}");
+        let err = f.error("t");
+        assert!(err.is_transient(), "{err}");
+        assert_eq!(
+            err.to_string().contains("implicitly"),
+            code == C::Inconsistent,
+            "{err}"
         );
     }
 }

@@ -2,7 +2,7 @@
 //! (`delivery::delivered`): in a Kafka transaction, a report saying "purged" does not hide the
 //! refusal that made librdkafka purge the transaction.
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::RDKafkaErrorCode;
 
 use super::*;
 use crate::{
@@ -52,7 +52,7 @@ async fn drain_with(
                 origin,
                 bytes: 10,
                 topic: TOPIC.into(),
-                outcome: Err(KafkaError::MessageProduction(code)),
+                outcome: Err(refused_with(code)),
             })
             .unwrap();
     }

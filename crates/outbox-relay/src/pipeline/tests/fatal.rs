@@ -27,7 +27,10 @@ async fn a_refusal_reported_after_the_fatal_error_stops_the_relay_naming_it() {
             sink.raise_fatal("GaplessGuarantee: Message size too large");
             // A tick (every second) sees the fatal error before the report.
             tokio::time::sleep(Duration::from_millis(1_500)).await;
-            sink.report(|i, _| i == 0, Some(RDKafkaErrorCode::MessageSizeTooLarge));
+            sink.report(
+                |i, _| i == 0,
+                Some(refused_with(RDKafkaErrorCode::MessageSizeTooLarge)),
+            );
         }
     })
     .await;

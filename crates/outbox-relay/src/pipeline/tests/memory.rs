@@ -13,14 +13,13 @@ use std::{
     time::Duration,
 };
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use relay_core::route::Record;
 use tokio::sync::mpsc;
 
 use crate::{
     error::{RelayError, Transient},
     pipeline::reports::Reports,
-    sink::{CommitEnded, Delivered, Origin, RunningCommit, Sink},
+    sink::{CommitEnded, Delivered, Failure, Origin, RunningCommit, Sink},
 };
 
 /// One record as the sink got it.
@@ -135,11 +134,7 @@ impl MemorySink {
 
     /// Reports the pending records `which` selects (by their position among the pending
     /// ones): acknowledged, or refused with `refused`.
-    pub(super) fn report(
-        &self,
-        which: impl Fn(usize, &Origin) -> bool,
-        refused: Option<RDKafkaErrorCode>,
-    ) {
+    pub(super) fn report(&self, which: impl Fn(usize, &Origin) -> bool, refused: Option<Failure>) {
         let mut inner = self.inner.lock().unwrap();
         let pending = std::mem::take(&mut inner.pending);
         for (i, (origin, txn)) in pending.into_iter().enumerate() {
@@ -147,9 +142,9 @@ impl MemorySink {
                 inner.pending.push((origin, txn));
                 continue;
             }
-            let outcome = match refused {
+            let outcome = match &refused {
                 None => Ok(()),
-                Some(code) => Err(KafkaError::MessageProduction(code)),
+                Some(failure) => Err(failure.clone()),
             };
             let _ = self.reports.send(Delivered {
                 origin,

@@ -40,6 +40,12 @@ use crate::{
     sink::{Delivered, KafkaSink, Sink},
 };
 
+/// The report's failure the Kafka edge makes of a record librdkafka refused with `code`
+/// ([`crate::sink::failure_of`]): what the in-memory sink reports in its place.
+pub(super) fn refused_with(code: rdkafka::error::RDKafkaErrorCode) -> crate::sink::Failure {
+    crate::sink::failure_of(&rdkafka::error::KafkaError::MessageProduction(code))
+}
+
 mod drain;
 mod fatal;
 mod memory;

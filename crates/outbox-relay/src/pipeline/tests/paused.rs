@@ -132,7 +132,10 @@ async fn a_record_refused_for_good_stops_or_dead_letters_with_later_records_in_f
             let sink = &sink;
             async move {
                 until(sink, 3).await;
-                sink.report(|i, _| i == 0, Some(RDKafkaErrorCode::MessageSizeTooLarge));
+                sink.report(
+                    |i, _| i == 0,
+                    Some(refused_with(RDKafkaErrorCode::MessageSizeTooLarge)),
+                );
             }
         })
         .await;

@@ -13,7 +13,7 @@ use rdkafka::error::RDKafkaErrorCode;
 use tokio::sync::watch;
 
 use super::{Bug, MAX_FAULTS, MAX_IN_FLIGHT, World};
-use crate::pipeline::tests::memory::MemorySink;
+use crate::pipeline::tests::{memory::MemorySink, refused_with};
 
 /// A record's identity within one run: its transaction's commit position and its sequence.
 pub(super) fn id(o: &crate::sink::Origin) -> (u64, u64) {
@@ -143,7 +143,7 @@ pub(super) async fn drive(
             let first = oldest[0];
             sink.report(
                 |_, o| id(o) == first,
-                Some(RDKafkaErrorCode::MessageTimedOut),
+                Some(refused_with(RDKafkaErrorCode::MessageTimedOut)),
             );
             continue;
         }
