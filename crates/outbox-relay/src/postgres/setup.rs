@@ -560,7 +560,9 @@ async fn recreate_lost_slot(
         .map_err(query_err("drop the invalidated slot"))?;
     let Some(new) = create_slot(client, cfg, platform, primary).await? else {
         return Err(RelayError::from(Definite::Precondition(format!(
-            "replication slot {:?} was created again by another connection while                      this one re-created it (a relay instance with postgres.create_slot =                      true?): stop the other instances and run `outbox-relay setup                      --recreate-slot` again",
+            "replication slot {:?} was created again by another connection while this one \
+             re-created it (a relay instance with postgres.create_slot = true?): stop the other \
+             instances and run `outbox-relay setup --recreate-slot` again",
             pg.slot
         ))));
     };
