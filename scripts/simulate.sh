@@ -3,7 +3,7 @@
 # relay's loop against the PostgreSQL and Kafka models, seed after seed, for MINUTES minutes
 # (default 60), both delivery modes; prints the seeds run, seeds per minute, the faults played
 # and every failing seed with its schedule; then the slowest deliberate bug's search (a start
-# from the checkpoint instead of the slot), left out of the test command. Needs no server.
+# from the checkpoint instead of the slot) in the release build. Needs no server.
 #   scripts/simulate.sh                  # one hour from seed 1
 #   MINUTES=5 FIRST=100000 scripts/simulate.sh
 # Replay a failing seed: SIM_SEED=<seed> cargo test -p outbox-relay --lib sim::search -- --nocapture
@@ -20,4 +20,4 @@ SIM_FOR_SECS=$((MINUTES * 60)) SIM_FIRST="${FIRST:-1}" \
   --nocapture
 cargo test -p outbox-relay --lib --locked --release -- \
   pipeline::tests::sim::search::a_start_from_the_checkpoint_instead_of_the_slot_is_caught \
-  --exact --ignored --nocapture
+  --exact --nocapture

@@ -25,9 +25,12 @@
 //! checkpoint's skip and trail as `checkpoints::start` reads them back; there the invariant is
 //! also that nothing is visible twice to a read-committed reader.
 //!
+//! Seeds 4-7 of every 8 mix logical messages (`[[message]]`) into the transactions; exactly-once
+//! seeds cap a Kafka transaction at 1, 2, 3 or 10,000 records (`kafka.max_transaction_records`),
+//! so a source transaction is split over Kafka transactions and a start may resume in its middle.
+//!
 //! Not modelled yet (the real-stack chaos tests cover them): a second instance taking over,
-//! standbys and timelines, logical messages, poison records, transactions split over Kafka
-//! transactions by size.
+//! standbys and timelines, poison records, purge reports.
 
 use std::collections::{HashMap, HashSet};
 
@@ -78,6 +81,8 @@ enum Bug {
 struct World {
     bug: Bug,
     exactly_once: bool,
+    /// Some rows are written as logical messages (`[[message]]`) instead of outbox rows.
+    messages: bool,
     pg: Mutex<Pg>,
     /// Exactly-once: the checkpoints of committed Kafka transactions, in order.
     checkpoints: Mutex<Vec<Vec<u8>>>,
@@ -276,9 +281,14 @@ async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<
         _ => None,
     });
     let mut rng = StdRng::seed_from_u64(seed);
+    // Drawn from the seed alone (not from the generator), so that the schedules of seeds
+    // without them stay what they were.
+    let messages = !(seed / 4).is_multiple_of(2);
+    let max_transaction_records = [10_000, 1, 2, 3][((seed / 2) % 4) as usize];
     let world = Arc::new(World {
         bug,
         exactly_once,
+        messages,
         checkpoints: Mutex::default(),
         view: Mutex::default(),
         pg: Mutex::new(wal(&mut rng)),
@@ -286,8 +296,18 @@ async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<
         violations: Mutex::default(),
         steps: Mutex::default(),
     });
+    // Exactly-once: a source transaction larger than `kafka.max_transaction_records` is split
+    // over Kafka transactions, each with its checkpoint (mid-transaction resumes).
     let transactions = if exactly_once {
-        "transactional_id = \"sim\"\ncheckpoint_topic = \"cp\"\n"
+        format!(
+            "transactional_id = \"sim\"\ncheckpoint_topic = \"cp\"\n\
+             max_transaction_records = {max_transaction_records}\n"
+        )
+    } else {
+        String::new()
+    };
+    let sections = if messages {
+        "[[outbox]]\ntable = \"public.outbox\"\n[[message]]\nprefix = \"outbox\"\n"
     } else {
         ""
     };
@@ -297,8 +317,14 @@ async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<
         "at-least-once"
     };
     let cfg = memory_config(&format!(
-        "{transactions}[relay]\ndelivery = \"{delivery}\"\nmax_in_flight_records = {MAX_IN_FLIGHT}\n"
+        "{transactions}[relay]\ndelivery = \"{delivery}\"\nmax_in_flight_records = {MAX_IN_FLIGHT}\n\
+         {sections}"
     ));
+    if exactly_once && max_transaction_records < 10_000 {
+        world.step(format!(
+            "relay: kafka.max_transaction_records = {max_transaction_records}"
+        ));
+    }
     let mut carry = Carry::default();
     let mut faults = 0;
     let mut done = false;

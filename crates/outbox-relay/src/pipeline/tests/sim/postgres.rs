@@ -1,6 +1,7 @@
 //! The model of PostgreSQL in the simulation: a WAL of committed transactions, a slot whose
 //! confirmed position is durable only after a checkpoint, and a replication session that
-//! streams from the slot and may drop its connection. Every status update is checked against
+//! streams from the slot and may drop its connection. In some schedules a share of the rows
+//! travel as transactional logical messages (`[[message]]`) instead, in the same transactions. Every status update is checked against
 //! what the model Kafka holds.
 
 use rand::{Rng, rngs::StdRng};
@@ -81,6 +82,10 @@ impl SimSession {
                 }
                 for (i, (key, value)) in t.rows.iter().enumerate() {
                     let id = format!("{}-{i}", t.commit);
+                    if world.messages && as_message(t.commit, i) {
+                        events.push_back(message(&id, key, value, t.commit + 0x10 * i as u64));
+                        continue;
+                    }
                     let cols = [id.as_str(), "order", key, "T", value];
                     events.push_back(xlog(insert(100, &cols.map(|v| Some(v.as_bytes())))));
                 }
@@ -91,6 +96,15 @@ impl SimSession {
             }
             events.push_back(keepalive_at(pg.tail));
         }
+        let messages = events
+            .iter()
+            .filter(|e| matches!(e, ReplicationEvent::Message { .. }))
+            .count();
+        if messages > 0 {
+            world.step(format!(
+                "postgres: logical messages in this stream: {messages}"
+            ));
+        }
         let drop_at =
             (may_drop && rng.random_bool(0.3)).then(|| rng.random_range(0..events.len().max(1)));
         SimSession {
@@ -100,6 +114,27 @@ impl SimSession {
             played: 0,
             applied: Mutex::new(Lsn(start)),
         }
+    }
+}
+
+/// Whether row `i` of the transaction committed at `commit` is written as a logical message
+/// (`pg_logical_emit_message(true, 'outbox', ...)`, a `[[message]]` section) instead of an
+/// outbox row, when the schedule mixes them: fixed by its place, so a replay is the same.
+fn as_message(commit: u64, i: usize) -> bool {
+    (commit / 0x10 + i as u64).is_multiple_of(3)
+}
+
+/// A transactional logical message with the outbox row's fields; its payload is the row's
+/// value, which the record carries as written.
+fn message(id: &str, key: &str, value: &str, at: u64) -> ReplicationEvent {
+    let content = format!(
+        r#"{{"id": "{id}", "aggregatetype": "order", "aggregateid": "{key}", "type": "T", "payload": {value}}}"#
+    );
+    ReplicationEvent::Message {
+        transactional: true,
+        lsn: lsn(at),
+        prefix: "outbox".into(),
+        content: Bytes::from(content),
     }
 }
 
