@@ -25,7 +25,7 @@ use crate::support::{
 };
 
 /// The consumer's own PostgreSQL (it is crashed on purpose).
-const CONSUMER_PG_PORT: u16 = 25493;
+const CONSUMER_PG_PORT: u16 = 25465;
 /// A broker of this test's own (it is crashed on purpose; controller: +1).
 const KAFKA_PORT: u16 = 28020;
 const CHANGES: i64 = 1500;

@@ -35,6 +35,7 @@ mod outbox_hygiene;
 mod outbox_updates;
 mod platforms;
 mod poison;
+mod ports;
 mod preconditions;
 mod preflight;
 mod progress;

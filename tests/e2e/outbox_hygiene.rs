@@ -2,7 +2,7 @@
 //! `outbox_dead_tuples` alert and the `status` line, under each cleanup strategy of
 //! docs/operations.md: insert-then-delete in one transaction (still published), a
 //! time-partitioned outbox retired with DETACH/DROP PARTITION, per-table autovacuum settings
-//! (own cluster on port 28430 with a 1 s autovacuum naptime), and the table-less mode.
+//! (own cluster on port 28435 with a 1 s autovacuum naptime), and the table-less mode.
 
 use std::{
     process::Command,
@@ -21,7 +21,7 @@ use crate::support::{
     writer,
 };
 
-const AUTOVACUUM_PG_PORT: u16 = 28430;
+const AUTOVACUUM_PG_PORT: u16 = 28435;
 const TABLE: (&str, &str) = ("table", "public.outbox");
 const VACUUMED: &str = "outbox_relay_outbox_last_autovacuum_timestamp_seconds";
 const ANALYZED: &str = "outbox_relay_outbox_last_autoanalyze_timestamp_seconds";

@@ -35,8 +35,8 @@ fn stop_within(relay: &mut Relay, limit: Duration) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_a_relay_whose_postgres_never_answers() {
-    let hole = black_hole(25451).await;
-    let cfg = "[postgres]\nhost = \"127.0.0.1\"\nport = 25451\nconnect_timeout_ms = 120000\n\
+    let hole = black_hole(25459).await;
+    let cfg = "[postgres]\nhost = \"127.0.0.1\"\nport = 25459\nconnect_timeout_ms = 120000\n\
                [relay]\nshutdown_timeout_ms = 5000\n[http]\nlisten = \"127.0.0.1:0\"\n";
     let mut relay = Relay::start("t_stop_blackhole", cfg);
     tokio::time::sleep(Duration::from_secs(3)).await;
