@@ -10,7 +10,9 @@ use std::{
     sync::{Mutex, MutexGuard},
 };
 
-use crate::{observe::http::Readiness, telemetry::metrics as m};
+use outbox_service::http::Readiness;
+
+use crate::telemetry::metrics as m;
 
 pub(crate) type Tp = (String, i32);
 

@@ -92,6 +92,6 @@ impl BrokerLog {
         } else {
             level
         };
-        crate::sink::log_librdkafka(level, fac, message);
+        outbox_service::kafka_log::log_librdkafka(level, fac, message);
     }
 }

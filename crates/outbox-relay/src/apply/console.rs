@@ -11,16 +11,17 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::{assignment::Assignment, status, store};
-use crate::{
-    config::ApplyConfig,
-    observe::console::{
+use outbox_service::{
+    console::{
         View,
-        applier::{ApplierStatus, PartitionView, StoreView},
         history::{History, INTERVAL, Reading},
-        relay::unix,
+        unix,
     },
-    observe::http::Readiness,
+    http::Readiness,
 };
+
+use super::document::{ApplierStatus, PartitionView, StoreView};
+use crate::config::ApplyConfig;
 
 pub(crate) struct ApplierView {
     cfg: Arc<ApplyConfig>,
@@ -115,7 +116,7 @@ impl View for ApplierView {
             let lag = p.high.zip(p.next).map_or(0, |(hi, n)| (hi - n).max(0));
             (l + lag, h + i64::from(p.halted.is_some()))
         });
-        let applied = crate::observe::console::prom_text::total(
+        let applied = outbox_service::console::prom_text::total(
             metrics,
             crate::telemetry::metrics::APPLY_RECORDS,
         );

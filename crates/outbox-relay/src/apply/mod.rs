@@ -17,6 +17,7 @@ mod assignment;
 mod broker;
 mod console;
 mod contention;
+pub mod document;
 pub mod error;
 pub(crate) mod handler;
 mod partition;
@@ -73,9 +74,9 @@ pub async fn run(
     if let (true, Some(prom)) = (cfg.http.enabled, prom) {
         let view = console::ApplierView::new(cfg.clone(), assignment.clone());
         tokio::spawn(view.clone().refresh(http_stop.clone()));
-        let console = crate::observe::console::Console::new(view);
+        let console = outbox_service::console::Console::new(view);
         tokio::spawn(console.clone().sample(prom.clone(), http_stop.clone()));
-        tokio::spawn(crate::observe::http::serve(
+        tokio::spawn(outbox_service::http::serve(
             cfg.http.listen,
             prom,
             console,

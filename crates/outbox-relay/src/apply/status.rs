@@ -7,12 +7,15 @@ use std::{fmt::Write, time::Duration};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use super::{error::ApplyError, store};
-use crate::{
-    config::ApplyConfig,
-    observe::console::applier::{
+use super::{
+    document::{
         ApplierStatus, DeadLetter, DeadLetterTopic, NEWEST_DEAD_LETTERS, StoreView, redrive_command,
     },
+    error::ApplyError,
+    store,
+};
+use crate::{
+    config::ApplyConfig,
     telemetry::http_client::{self as http, Target},
 };
 
@@ -279,7 +282,7 @@ pub(crate) async fn store_report(
         .await
         .map_err(ApplyError::pg(format!("reading {}", a.inbox_table)))?;
     Ok(StoreView {
-        read_at: crate::observe::console::relay::unix(std::time::SystemTime::now()),
+        read_at: outbox_service::console::unix(std::time::SystemTime::now()),
         dead_letters,
         claims: claims.get(0),
         oldest_claim_secs: claims.get(1),

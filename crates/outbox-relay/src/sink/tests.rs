@@ -61,19 +61,6 @@ fn the_refused_topic_is_read_from_librdkafkas_message() {
     assert_eq!(super::refused_topic_in(collateral), None);
 }
 
-#[test]
-fn startup_notices_are_not_warnings() {
-    assert!(super::is_benign(
-        "[thrd:app]: Configuration property enable.gapless.guarantee is experimental: ..."
-    ));
-    assert!(super::is_benign(
-        "TxnCoordinator/1: FindCoordinator: Coordinator load in progress: retrying"
-    ));
-    assert!(!super::is_benign(
-        "ProduceRequest failed: Broker: Message size too large"
-    ));
-}
-
 fn record(topic: &str, key: &str) -> relay_core::route::Record {
     relay_core::route::Record {
         topic: topic.into(),

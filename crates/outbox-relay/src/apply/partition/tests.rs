@@ -9,7 +9,9 @@ use std::{
 use tokio::sync::{mpsc, watch};
 
 use super::*;
-use crate::{apply::txn::Applied, observe::http::Readiness};
+use outbox_service::http::Readiness;
+
+use crate::apply::txn::Applied;
 
 /// A model of the consumer's database: what was applied (offsets, in order), dead-lettered and
 /// stored, with scripted failures.

@@ -14,7 +14,7 @@ use crate::{
     config::Config,
     error::{RelayError, Transient},
     observe::alert::{self, Finding, Observation, Severity, human_bytes, human_duration},
-    observe::console::relay::{RelayStatus, SourceStatus},
+    observe::console::{RelayStatus, SourceStatus},
     observe::outbox_tables::{self, TableHealth},
     observe::webhook::rfc3339,
     postgres::control::{self, describe_pg},

@@ -237,14 +237,6 @@ pub const HEARTBEAT_SKIPPED: &str = "heartbeat_skipped";
 /// Writing a heartbeat failed (logged once per distinct error).
 pub const HEARTBEAT_FAILED: &str = "heartbeat_failed";
 
-// The HTTP endpoint (http.rs).
-/// `/metrics`, `/healthz` and `/readyz` are served; `addr` is the bound address.
-pub const HTTP_LISTENING: &str = "http_listening";
-/// `http.listen` cannot be bound; retried every 10 s while the relay keeps relaying.
-pub const HTTP_LISTEN_FAILED: &str = "http_listen_failed";
-/// Accepting a connection failed (debug).
-pub const HTTP_ACCEPT_FAILED: &str = "http_accept_failed";
-
 /// Every event name.
 pub const ALL: &[&str] = &[
     APPLY_STARTED,
@@ -342,9 +334,6 @@ pub const ALL: &[&str] = &[
     HEARTBEAT_WRITTEN,
     HEARTBEAT_SKIPPED,
     HEARTBEAT_FAILED,
-    HTTP_LISTENING,
-    HTTP_LISTEN_FAILED,
-    HTTP_ACCEPT_FAILED,
 ];
 
 #[cfg(test)]

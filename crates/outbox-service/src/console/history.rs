@@ -15,7 +15,7 @@ use std::{
 use serde::Serialize;
 
 /// How often a sample is taken.
-pub(crate) const INTERVAL: Duration = Duration::from_secs(5);
+pub const INTERVAL: Duration = Duration::from_secs(5);
 /// Samples kept per ring: one hour at [`INTERVAL`].
 pub(crate) const CAPACITY: usize = 720;
 
@@ -34,11 +34,11 @@ pub(crate) struct Point {
 
 /// A reading before its rate is known: the counter's total.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Reading {
-    pub(crate) t: f64,
-    pub(crate) a: f64,
-    pub(crate) b: f64,
-    pub(crate) counter: f64,
+pub struct Reading {
+    pub t: f64,
+    pub a: f64,
+    pub b: f64,
+    pub counter: f64,
 }
 
 #[derive(Debug, Default)]
@@ -68,7 +68,7 @@ impl Ring {
 
 /// Every key's ring.
 #[derive(Debug, Default)]
-pub(crate) struct History {
+pub struct History {
     rings: BTreeMap<String, Ring>,
 }
 
@@ -81,7 +81,7 @@ struct Document<'a> {
 
 impl History {
     /// Adds one reading per key; the rings of keys missing from `readings` are dropped.
-    pub(crate) fn record(&mut self, readings: Vec<(String, Reading)>) {
+    pub fn record(&mut self, readings: Vec<(String, Reading)>) {
         self.rings
             .retain(|k, _| readings.iter().any(|(key, _)| key == k));
         for (key, r) in readings {
@@ -90,7 +90,7 @@ impl History {
     }
 
     /// The last rate of `key` (events or records per second), once two readings exist.
-    pub(crate) fn rate(&self, key: &str) -> Option<f64> {
+    pub fn rate(&self, key: &str) -> Option<f64> {
         let ring = self.rings.get(key)?;
         (ring.points.len() >= 2).then(|| ring.points.back().map(|p| p.rate))?
     }
@@ -101,7 +101,7 @@ impl History {
     }
 
     /// `/history.json`: `{interval_secs, capacity, series: {key: [{t, a, b, rate}]}}`.
-    pub(crate) fn to_json(&self) -> String {
+    pub fn to_json(&self) -> String {
         let d = Document {
             interval_secs: INTERVAL.as_secs(),
             capacity: CAPACITY,

@@ -1,11 +1,11 @@
-//! HTTP: the relay's endpoint (`/metrics`, `/healthz`, `/readyz`, and the read-only console of
-//! [`crate::observe::console`]: `/`, `/status.json`, `/history.json`), plain HTTP over hyper; no TLS.
-//! The client used by webhooks and `outbox-relay status` is [`crate::telemetry::http_client`].
+//! HTTP: the endpoint of the relay and of the applier (`/metrics`, `/healthz`, `/readyz`, and
+//! the read-only console of [`crate::console`]: `/`, `/status.json`, `/history.json`), plain
+//! HTTP over hyper; no TLS. The client used by webhooks and `status` is [`crate::http_client`].
 //!
 //! Invariants: `/healthz` answers 200 while the process serves requests; `/readyz` answers
-//! 200 only when the stream is open and no alert is critical, else 503 with one reason per
-//! line ([`Shared::readiness`]); `/readyz?role=any` also answers 200 for a passive instance
-//! that waits for the slot another instance holds. A busy address never stops the relay: the endpoint logs
+//! 200 only when the process says it is ready ([`Readiness`]: for the relay, the stream is open
+//! and no alert is critical), else 503 with one reason per line; `/readyz?role=any` also
+//! answers 200 for a passive instance that waits for the slot another instance holds. A busy address never stops the relay: the endpoint logs
 //! `http_listen_failed` and retries, because relaying matters more than being scraped.
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
@@ -25,33 +25,24 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::{net::TcpListener, sync::watch};
 
-use crate::{
-    observe::health::Shared,
-    telemetry::events::{HTTP_ACCEPT_FAILED, HTTP_LISTEN_FAILED, HTTP_LISTENING},
-};
+use crate::events::{HTTP_ACCEPT_FAILED, HTTP_LISTEN_FAILED, HTTP_LISTENING};
 
 /// What `/readyz` answers: `Ok` (200) or the reasons it is not ready (503, one per line).
-pub(crate) trait Readiness: Send + Sync + 'static {
+pub trait Readiness: Send + Sync + 'static {
     /// `passive_ok`: the request asked `?role=any` (a passive instance counts as ready).
     fn readiness(&self, passive_ok: bool) -> Result<(), Vec<String>>;
 }
 
-/// The read-only pages served beside the probes (the console, [`crate::observe::console`]).
-pub(crate) trait Routes: Readiness {
+/// The read-only pages served beside the probes (the console, [`crate::console`]).
+pub trait Routes: Readiness {
     /// The paths, for the 404 text.
     const PATHS: &'static str;
     /// The answer to a GET of `path` (content type and body), if it is one of the routes.
     fn route(&self, path: &str, prom: &PrometheusHandle) -> Option<(&'static str, String)>;
 }
 
-impl Readiness for Shared {
-    fn readiness(&self, passive_ok: bool) -> Result<(), Vec<String>> {
-        Shared::readiness(self, passive_ok)
-    }
-}
-
 /// Serves the endpoint on `listen` until `shutdown` flips to true.
-pub(crate) async fn serve<R: Routes>(
+pub async fn serve<R: Routes>(
     listen: std::net::SocketAddr,
     prom: PrometheusHandle,
     shared: Arc<R>,

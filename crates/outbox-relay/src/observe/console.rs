@@ -1,4 +1,4 @@
-//! The relay's status document (`/status.json`): one entry per source, built from the process's
+//! The relay's console: its status document (`/status.json`): one entry per source, built from the process's
 //! own metrics text and the sources' health (state, why it stopped, firing alerts since when).
 //!
 //! Invariant: `outbox-relay status` reads this document from the running relay (it no longer
@@ -10,11 +10,13 @@ use std::{collections::HashMap, time::SystemTime};
 use relay_core::Lsn;
 use serde::{Deserialize, Serialize};
 
-use super::{
+use outbox_service::console::{
     View,
     history::{History, Reading},
     prom_text::{Sample, samples},
+    unix,
 };
+
 use crate::{
     observe::health::{Shared, SourceHealth},
     observe::webhook::rfc3339,
@@ -139,6 +141,12 @@ pub(crate) fn readings(text: &str, names: &[Option<String>], now: f64) -> Vec<(S
         .collect()
 }
 
+impl outbox_service::http::Readiness for Shared {
+    fn readiness(&self, passive_ok: bool) -> Result<(), Vec<String>> {
+        Shared::readiness(self, passive_ok)
+    }
+}
+
 impl View for Shared {
     fn status_json(&self, metrics: &str, history: &History) -> String {
         status_json(metrics, &[(None, self.health())], history)
@@ -147,11 +155,6 @@ impl View for Shared {
     fn readings(&self, metrics: &str, now: f64) -> Vec<(String, Reading)> {
         readings(metrics, &[None], now)
     }
-}
-
-pub(crate) fn unix(t: SystemTime) -> f64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl SourceStatus {

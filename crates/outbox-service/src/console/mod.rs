@@ -13,12 +13,10 @@ use std::sync::{Arc, Mutex};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 
-use crate::observe::http::{Readiness, Routes};
+use crate::http::{Readiness, Routes};
 
-pub mod applier;
-pub(crate) mod history;
-pub(crate) mod prom_text;
-pub mod relay;
+pub mod history;
+pub mod prom_text;
 
 use history::{History, Reading};
 
@@ -26,15 +24,15 @@ const PAGE: &str = include_str!("page.html");
 const SCRIPT: &str = include_str!("console.js");
 
 /// What a process (the relay, or the applier) shows.
-pub(crate) trait View: Readiness {
+pub trait View: Readiness {
     /// The status document (JSON) from the process's metrics text; `history` gives the rates.
     fn status_json(&self, metrics: &str, history: &History) -> String;
     /// One reading per key (source, consumer) for the history ring.
     fn readings(&self, metrics: &str, now: f64) -> Vec<(String, Reading)>;
 }
 
-/// A process's view and its history, served by [`crate::observe::http`].
-pub(crate) struct Console<V> {
+/// A process's view and its history, served by [`crate::http`].
+pub struct Console<V> {
     view: Arc<V>,
     history: Mutex<History>,
 }
@@ -46,7 +44,7 @@ impl<V: View> Readiness for Console<V> {
 }
 
 impl<V: View> Console<V> {
-    pub(crate) fn new(view: Arc<V>) -> Arc<Self> {
+    pub fn new(view: Arc<V>) -> Arc<Self> {
         Arc::new(Console {
             view,
             history: Mutex::new(History::default()),
@@ -77,11 +75,7 @@ impl<V: View> Routes for Console<V> {
 
 impl<V: View> Console<V> {
     /// Takes a reading every [`history::INTERVAL`] until `stop` flips.
-    pub(crate) async fn sample(
-        self: Arc<Self>,
-        prom: PrometheusHandle,
-        mut stop: watch::Receiver<bool>,
-    ) {
+    pub async fn sample(self: Arc<Self>, prom: PrometheusHandle, mut stop: watch::Receiver<bool>) {
         let mut tick = tokio::time::interval(history::INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -89,9 +83,15 @@ impl<V: View> Console<V> {
                 _ = tick.tick() => {}
                 _ = stop.changed() => return,
             }
-            let now = relay::unix(std::time::SystemTime::now());
+            let now = unix(std::time::SystemTime::now());
             let readings = self.view.readings(&prom.render(), now);
             self.history().record(readings);
         }
     }
+}
+
+/// `t` in seconds since the Unix epoch (0 before it).
+pub fn unix(t: std::time::SystemTime) -> f64 {
+    t.duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }

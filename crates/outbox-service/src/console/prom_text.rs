@@ -3,16 +3,16 @@
 
 /// One line of the text: a series and its value.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Sample<'a> {
-    pub(crate) name: &'a str,
+pub struct Sample<'a> {
+    pub name: &'a str,
     labels: &'a str,
-    pub(crate) value: f64,
+    pub value: f64,
 }
 
 impl<'a> Sample<'a> {
     /// The value of label `key`, if the series has it (values with escaped quotes are cut at the
     /// first quote: label values here are names, not free text).
-    pub(crate) fn label(&self, key: &str) -> Option<&'a str> {
+    pub fn label(&self, key: &str) -> Option<&'a str> {
         let mut rest = self.labels;
         while let Some((k, tail)) = rest.split_once("=\"") {
             let (v, tail) = tail.split_once('"')?;
@@ -26,7 +26,7 @@ impl<'a> Sample<'a> {
 }
 
 /// Every sample of `text`, comments and unparsable lines skipped.
-pub(crate) fn samples(text: &str) -> impl Iterator<Item = Sample<'_>> {
+pub fn samples(text: &str) -> impl Iterator<Item = Sample<'_>> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|line| {
@@ -45,7 +45,7 @@ pub(crate) fn samples(text: &str) -> impl Iterator<Item = Sample<'_>> {
 }
 
 /// The sum of every series of `name` (a counter over all its labels).
-pub(crate) fn total(text: &str, name: &str) -> f64 {
+pub fn total(text: &str, name: &str) -> f64 {
     samples(text)
         .filter(|s| s.name == name)
         .map(|s| s.value)

@@ -1,7 +1,7 @@
 //! The applier's status document (`/status.json` of `apply run`): the partitions this instance
 //! applies (position, log end, lag, halted and why) from its assignment, and the consumer's
-//! dead letters and claims from its database, read every [`super::history::INTERVAL`] by
-//! [`crate::apply::status::store_report`], the query `apply status` prints.
+//! dead letters and claims from its database, read every [`outbox_service::console::history::INTERVAL`] by
+//! [`super::status::store_report`], the query `apply status` prints.
 
 use serde::{Deserialize, Serialize};
 
