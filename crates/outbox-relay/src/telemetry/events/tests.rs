@@ -32,6 +32,12 @@ const CRATES: &[Crate] = &[
         declared_in: include_str!("../../../../outbox-service/src/events.rs"),
         names: outbox_service::events::ALL,
     },
+    Crate {
+        dir: "outbox-apply",
+        events_file: "events.rs",
+        declared_in: include_str!("../../../../outbox-apply/src/events.rs"),
+        names: outbox_apply::events::ALL,
+    },
 ];
 
 /// Log messages that do not start with an event name, as written in the source (the path

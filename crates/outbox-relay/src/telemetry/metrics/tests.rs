@@ -22,7 +22,7 @@ fn names_in(text: &str) -> BTreeSet<String> {
         let mut name = &tail[..end];
         for suffix in ["_bucket", "_sum", "_count"] {
             if let Some(base) = name.strip_suffix(suffix)
-                && ALL.contains(&base)
+                && known().contains(base)
             {
                 name = base;
             }
@@ -35,8 +35,12 @@ fn names_in(text: &str) -> BTreeSet<String> {
     out
 }
 
+/// The relay's names and the applier's (both programs' series are documented together).
 fn known() -> BTreeSet<String> {
-    ALL.iter().map(|s| s.to_string()).collect()
+    ALL.iter()
+        .chain(outbox_apply::metrics::ALL)
+        .map(|s| s.to_string())
+        .collect()
 }
 
 #[test]

@@ -39,7 +39,7 @@ use super::{
 };
 use crate::{
     config::ApplyConfig,
-    telemetry::events::{
+    events::{
         APPLY_DATABASE_UNREACHABLE, APPLY_KAFKA_ERROR, APPLY_PARTITIONS_ASSIGNED,
         APPLY_PARTITIONS_REVOKED, APPLY_POSITION_OUT_OF_LOG,
     },
@@ -236,7 +236,7 @@ impl Ctx {
                 Ok(p) => return p,
                 Err(e) if !self.stopping.load(Ordering::Relaxed) => {
                     let wait = backoff.next_wait();
-                    tracing::warn!(error = %crate::postgres::control::describe_pg(&e), retry_in_ms = wait.as_millis() as u64, "{APPLY_DATABASE_UNREACHABLE}: cannot read the stored positions in the consumer's PostgreSQL; retrying");
+                    tracing::warn!(error = %outbox_service::postgres::describe_pg(&e), retry_in_ms = wait.as_millis() as u64, "{APPLY_DATABASE_UNREACHABLE}: cannot read the stored positions in the consumer's PostgreSQL; retrying");
                     std::thread::sleep(wait);
                 }
                 Err(_) => return BTreeMap::new(),

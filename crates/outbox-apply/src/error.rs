@@ -1,7 +1,7 @@
 //! The applier's errors at its edges (start, setup, the operator's commands). A record's own
-//! failure is not an error here: it is the failure policy's business (`apply::partition`).
+//! failure is not an error here: it is the failure policy's business (`partition`).
 
-use crate::{config::ConfigError, postgres::control::describe_pg};
+use outbox_service::{config::ConfigError, postgres::describe_pg};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
@@ -22,10 +22,6 @@ pub enum ApplyError {
         #[source]
         source: rdkafka::error::KafkaError,
     },
-    /// A partition stopped on a record it cannot apply (`on_failure = "halt"`), or its position
-    /// is outside the log; the others ran on until the stop.
-    #[error("{0}")]
-    Halted(String),
 }
 
 impl ApplyError {

@@ -4,7 +4,7 @@
 use relay_core::apply::sql::ValueType;
 use serde::Deserialize;
 
-use super::super::lenient::{from_str_or_native, option_from_str_or_native};
+use outbox_service::config::lenient::{from_str_or_native, option_from_str_or_native};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

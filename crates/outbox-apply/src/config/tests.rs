@@ -1,4 +1,4 @@
-use super::*;
+use super::{connections::StartAt, section::ValueAs, *};
 
 const MIN: &str = "[kafka]\ngroup_id = \"g\"\ntopics = [\"t\"]\n[apply]\nconsumer = \"c\"\n\
                    [[handler]]\nevent_type = \"E\"\nsql = \"SELECT :value\"\n";

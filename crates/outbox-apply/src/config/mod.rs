@@ -13,15 +13,15 @@ use std::time::Duration;
 use relay_core::apply::sql::Statement;
 use serde::Deserialize;
 
-pub use connections::{ApplyHttp, ApplyKafka, ApplyPostgres, StartAt};
-pub use section::{ApplyRetention, ApplySection, Handler, OnFailure, ValueAs};
+pub use connections::{ApplyHttp, ApplyKafka, ApplyPostgres};
+pub use section::{ApplyRetention, ApplySection, Handler, OnFailure};
 
 use outbox_service::{
     config::load,
     postgres::{PgConnection, valid_identifier},
 };
 
-use super::{ConfigError, InvalidOption, Secret};
+use outbox_service::config::{ConfigError, InvalidOption};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -80,11 +80,6 @@ impl ApplyConfig {
         cfg.postgres.connection = connection;
         cfg.validate().map_err(ConfigError::Invalid)?;
         Ok(cfg)
-    }
-
-    /// The password, from `password_file` or `password`.
-    pub fn postgres_password(&self) -> Result<Option<Secret>, ConfigError> {
-        self.postgres.connection.password()
     }
 
     pub fn shutdown_timeout(&self) -> Duration {

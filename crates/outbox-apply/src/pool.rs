@@ -9,7 +9,7 @@ use outbox_service::Backoff;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
 use super::{contention::Contention, store::Conn};
-use crate::{config::ApplyConfig, telemetry::events::APPLY_DATABASE_UNREACHABLE};
+use crate::{config::ApplyConfig, events::APPLY_DATABASE_UNREACHABLE};
 
 pub(crate) struct Pool {
     cfg: Arc<ApplyConfig>,

@@ -15,7 +15,9 @@ use tokio_postgres::{Client, Statement as Prepared, types::Type};
 use relay_core::apply::sql::Statement;
 
 use super::{error::ApplyError, handler};
-use crate::{config::ApplyConfig, postgres::control::quote_ident};
+use outbox_service::postgres::quote_ident;
+
+use crate::config::ApplyConfig;
 
 /// `schema.table` quoted.
 fn qualified(name: &str) -> String {
@@ -113,7 +115,7 @@ impl Conn {
                 ApplyError::Precondition(format!(
                     "the applier's table {table} is missing or not of the applier's layout ({}): \
                      run `outbox-relay apply setup` (or apply migrations/0004_apply.sql)",
-                    crate::postgres::control::describe_pg(&e)
+                    outbox_service::postgres::describe_pg(&e)
                 ))
             }
         };
@@ -220,7 +222,7 @@ impl Conn {
                     "handler[{i}] (event type {:?}) does not prepare: {}; fix its sql (it runs as \
                      {:?})",
                     h.event_type,
-                    crate::postgres::control::describe_pg(&e),
+                    outbox_service::postgres::describe_pg(&e),
                     s.sql
                 ))
             })?;

@@ -14,10 +14,9 @@ use super::{
     error::ApplyError,
     store,
 };
-use crate::{
-    config::ApplyConfig,
-    telemetry::http_client::{self as http, Target},
-};
+use outbox_service::http_client::{self as http, Target};
+
+use crate::config::ApplyConfig;
 
 /// One partition's line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,8 +142,8 @@ fn quoted(name: &str) -> String {
     let (schema, table) = name.split_once('.').expect("validated");
     format!(
         "{}.{}",
-        crate::postgres::control::quote_ident(schema),
-        crate::postgres::control::quote_ident(table)
+        outbox_service::postgres::quote_ident(schema),
+        outbox_service::postgres::quote_ident(table)
     )
 }
 

@@ -17,8 +17,8 @@ use tokio_postgres::Client;
 use super::{error::ApplyError, store};
 use crate::{
     config::ApplyConfig,
-    telemetry::events::{APPLY_INBOX_CLEANED, APPLY_INBOX_RETENTION_REFUSED},
-    telemetry::metrics as m,
+    events::{APPLY_INBOX_CLEANED, APPLY_INBOX_RETENTION_REFUSED},
+    metrics as m,
 };
 
 /// What the rule says now.
@@ -60,8 +60,8 @@ async fn topics(cfg: &ApplyConfig, client: &Client) -> Result<Vec<String>, Apply
     let (schema, table) = cfg.apply.offsets_table.split_once('.').expect("validated");
     let sql = format!(
         "SELECT DISTINCT topic FROM {}.{} WHERE consumer = $1",
-        crate::postgres::control::quote_ident(schema),
-        crate::postgres::control::quote_ident(table)
+        outbox_service::postgres::quote_ident(schema),
+        outbox_service::postgres::quote_ident(table)
     );
     let mut out = cfg.kafka.topics.clone();
     for row in client

@@ -26,11 +26,11 @@ use super::{
 };
 use crate::{
     config::{ApplyConfig, OnFailure},
-    telemetry::events::{
+    events::{
         APPLY_PARTITION_HALTED, APPLY_RECORD_DEAD_LETTERED, APPLY_TRANSACTION_CONFLICT,
         APPLY_TRANSACTION_RETRY,
     },
-    telemetry::metrics as m,
+    metrics as m,
 };
 
 /// The consumer's database as a partition's task sees it: the seam that lets the task's loop be

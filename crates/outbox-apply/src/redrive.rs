@@ -29,8 +29,8 @@ pub async fn redrive(cfg: &ApplyConfig, topic: Option<&str>) -> Result<Redriven,
     let (schema, name) = table.split_once('.').expect("validated");
     let t = format!(
         "{}.{}",
-        crate::postgres::control::quote_ident(schema),
-        crate::postgres::control::quote_ident(name)
+        outbox_service::postgres::quote_ident(schema),
+        outbox_service::postgres::quote_ident(name)
     );
     let rows = conn
         .client
@@ -98,7 +98,7 @@ pub async fn redrive(cfg: &ApplyConfig, topic: Option<&str>) -> Result<Redriven,
             let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
                 params.iter().map(|p| p.as_ref() as _).collect();
             if let Err(e) = conn.client.execute(prepared, &refs).await {
-                return Ok(Err(Some(crate::postgres::control::describe_pg(&e))));
+                return Ok(Err(Some(outbox_service::postgres::describe_pg(&e))));
             }
             conn.client.batch_execute("COMMIT").await?;
             Ok::<_, tokio_postgres::Error>(Ok(()))

@@ -57,7 +57,7 @@ fn sqlstate(e: &tokio_postgres::Error) -> Option<String> {
 }
 
 fn describe(e: &tokio_postgres::Error) -> String {
-    let text = crate::postgres::control::describe_pg(e);
+    let text = outbox_service::postgres::describe_pg(e);
     if sqlstate(e).as_deref() == Some(QUERY_CANCELED) {
         format!("{text}: the handler ran longer than apply.statement_timeout_ms")
     } else {
@@ -74,7 +74,7 @@ fn bookkeeping(e: &tokio_postgres::Error, index: usize) -> Broke {
         Broke::Transient(format!(
             "{}: waited longer than apply.statement_timeout_ms, most likely on a lock another \
              transaction holds",
-            crate::postgres::control::describe_pg(e)
+            outbox_service::postgres::describe_pg(e)
         ))
     } else {
         broke(e, index)
@@ -411,7 +411,7 @@ async fn body(
                 other => other,
             });
         }
-        metrics::histogram!(crate::telemetry::metrics::APPLY_HANDLER_SECONDS, "event_type" => event_type.to_string())
+        metrics::histogram!(crate::metrics::APPLY_HANDLER_SECONDS, "event_type" => event_type.to_string())
             .record(at.saturating_duration_since(since).as_secs_f64());
         since = at;
         done.applied += 1;

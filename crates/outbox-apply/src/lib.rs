@@ -11,23 +11,35 @@
 //! ```
 //!
 //! The rules (batching around failures, positions, transient or definite) are in
-//! `relay_core::apply`; docs/inbox.md is the operator's guide.
+//! `relay_core::apply`; docs/inbox.md is the operator's guide. The `outbox-relay` binary mounts
+//! the subcommands of [`cli`]; this crate does not depend on the relay's (what both programs
+//! use is `outbox_service`'s: the PostgreSQL connection section, the config loader, the HTTP
+//! endpoint and console, `Backoff`).
+//!
+//! Layers, from the bottom: [`events`] and [`metrics`] (every name, in one place) and
+//! [`config`] use nothing of the crate; `record`, `handler`, `store`, `txn`, `contention`,
+//! `pool`, `assignment`, `partition`, `rebalance`, `broker`, `reader` the applier's path;
+//! `retention`, `redrive`, `status`, `document` and `console` beside it; [`cli`] on top.
 
 mod assignment;
 mod broker;
+pub mod cli;
+mod config;
 mod console;
 mod contention;
-pub mod document;
-pub mod error;
-pub(crate) mod handler;
+mod document;
+mod error;
+pub mod events;
+mod handler;
+pub mod metrics;
 mod partition;
 mod pool;
 mod reader;
 mod rebalance;
-pub(crate) mod record;
+mod record;
 mod redrive;
 mod retention;
-pub mod status;
+mod status;
 mod store;
 mod txn;
 
@@ -36,18 +48,16 @@ use std::sync::{Arc, atomic::AtomicBool};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::watch;
 
-pub use error::ApplyError;
+use error::ApplyError;
 
 use crate::{
     config::ApplyConfig,
-    telemetry::events::{
-        APPLY_INBOX_RETENTION_REFUSED, APPLY_SETUP_DONE, APPLY_STARTED, APPLY_STOPPED,
-    },
+    events::{APPLY_INBOX_RETENTION_REFUSED, APPLY_SETUP_DONE, APPLY_STARTED, APPLY_STOPPED},
 };
-pub use redrive::redrive;
+use redrive::redrive;
 
 /// Runs the applier until `shutdown` flips to true.
-pub async fn run(
+pub(crate) async fn run(
     cfg: ApplyConfig,
     mut shutdown: watch::Receiver<bool>,
     prom: Option<PrometheusHandle>,
@@ -102,7 +112,7 @@ pub async fn run(
 
 /// `apply setup`: creates the inbox, positions and dead-letter tables if missing, and prepares
 /// every handler (a mistake in one fails here, naming it).
-pub async fn setup(cfg: &ApplyConfig) -> Result<(), ApplyError> {
+pub(crate) async fn setup(cfg: &ApplyConfig) -> Result<(), ApplyError> {
     let client = store::connect(cfg, "setup").await?;
     client
         .batch_execute(&store::ddl(cfg))
@@ -123,7 +133,7 @@ pub async fn setup(cfg: &ApplyConfig) -> Result<(), ApplyError> {
 /// `apply reset`: sets the stored position of `topic[partition]` to `to`, backwards too. Stop
 /// the applier instances of this consumer first (a running one would move it forward again).
 /// Records read again are absorbed by their claims; delete claims to apply them again.
-pub async fn reset(
+pub(crate) async fn reset(
     cfg: &ApplyConfig,
     topic: &str,
     partition: i32,

@@ -12,7 +12,7 @@ use std::{sync::Mutex, time::Instant};
 
 use relay_core::apply::contention::Turns;
 
-use crate::{telemetry::events::APPLY_TAKING_TURNS, telemetry::metrics as m};
+use crate::{events::APPLY_TAKING_TURNS, metrics as m};
 
 pub(super) struct Contention {
     epoch: Instant,

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use outbox_service::postgres::PgConnection;
 
-use super::super::{Secret, lenient::from_str_or_native};
+use outbox_service::config::{Secret, lenient::from_str_or_native};
 
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
