@@ -114,28 +114,18 @@ fn describe() {
 mod tests {
     use super::*;
 
+    /// The names' form and rendering are checked with the relay's (its metrics tests); here,
+    /// what only this recorder does: the handler histogram's buckets.
     #[test]
-    fn names_follow_prometheus_conventions_and_render_unchanged() {
+    fn the_handler_histogram_has_its_buckets() {
+        assert!(ALL.iter().all(|n| n.starts_with("outbox_relay_apply_")));
         let recorder = builder().unwrap().build_recorder();
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
             describe();
             metrics::histogram!(APPLY_HANDLER_SECONDS).record(0.002);
-            for g in ALL.iter().filter(|n| !n.ends_with("_total")) {
-                metrics::gauge!(*g).set(1.0);
-            }
-            for c in ALL.iter().filter(|n| n.ends_with("_total")) {
-                metrics::counter!(*c).increment(1);
-            }
         });
         let text = handle.render();
-        for name in ALL {
-            assert!(name.starts_with("outbox_relay_apply_"), "{name}");
-            assert!(
-                text.contains(&format!("# TYPE {name} ")),
-                "{name} missing or renamed by the exporter:\n{text}"
-            );
-        }
         assert!(text.contains(&format!("# TYPE {APPLY_HANDLER_SECONDS} histogram")));
         assert!(text.contains(&format!(
             "{APPLY_HANDLER_SECONDS}_bucket{{le=\"0.0025\"}} 1"

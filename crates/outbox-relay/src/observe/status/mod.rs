@@ -106,7 +106,7 @@ pub(crate) async fn collect_on(
 }
 
 /// The running relay's view of this source, from its `/status.json` (the document its console
-/// draws: [`crate::observe::console::relay`]).
+/// draws: [`crate::observe::console`]).
 async fn relay_report(cfg: &Config) -> Result<RelayView, String> {
     let t = Target::local(cfg.http.listen, "/status.json");
     match http::get(&t, Duration::from_secs(2)).await {
