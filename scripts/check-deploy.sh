@@ -5,8 +5,9 @@
 #   2. deploy/grafana/outbox-relay.json: the JSON loads, and every panel query is valid PromQL
 #      (each one is checked by promtool as a recording rule, dashboard variables substituted);
 #   3. every metric name used by the rules, the dashboard and docs/operations.md exists in
-#      crates/outbox-relay/src/telemetry/metrics/mod.rs, and every metric there is documented (Rust tests
-#      `metrics::tests` of the outbox-relay crate);
+#      crates/outbox-relay/src/telemetry/metrics/mod.rs or (the applier's)
+#      crates/outbox-apply/src/metrics.rs, and every metric there is documented (Rust tests
+#      `metrics::tests` of the outbox-relay crate, which check both lists);
 #   4. the compose stack: docker-compose.yml (`docker-compose config`, no engine needed), the
 #      Prometheus config it mounts (`promtool check config`), Alertmanager's (`amtool
 #      check-config`), Grafana's provisioning (data source and dashboard provider);

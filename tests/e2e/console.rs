@@ -85,8 +85,7 @@ async fn the_relays_page_streams_alerts_updates_and_goes_stale() {
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let (code, json) = get(addr, "/status.json").await;
     assert_eq!(code, 200, "{json}");
-    let doc: outbox_relay::observe::console::relay::RelayStatus =
-        serde_json::from_str(&json).unwrap();
+    let doc: outbox_relay::observe::console::RelayStatus = serde_json::from_str(&json).unwrap();
     assert_eq!(
         (doc.kind.as_str(), doc.sources.len()),
         ("relay", 1),

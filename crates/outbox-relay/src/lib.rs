@@ -14,14 +14,14 @@
 //!   console, outbox table health and `status`.
 //! - `pipeline`: the replication stream decoded, routed and produced in commit order, and the
 //!   progress that decides what may be confirmed.
-//! - [`cutover`] (from Debezium), [`republish`] (heal a lost slot), [`supervise`] (the
-//!   supervisor, several sources in one process, heartbeat and slot keeper) and [`apply`] (the
-//!   consumer-side applier).
+//! - [`cutover`] (from Debezium), [`republish`] (heal a lost slot) and [`supervise`] (the
+//!   supervisor, several sources in one process, heartbeat and slot keeper).
+//!
+//! The consumer-side applier is the `outbox-apply` crate; the binary mounts it as `apply`.
 //!
 //! Only what the binary (`main.rs`) and the tests use is public; everything else is `pub(crate)`
 //! or narrower.
 
-pub mod apply;
 pub mod config;
 pub mod cutover;
 pub mod error;

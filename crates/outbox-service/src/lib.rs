@@ -7,13 +7,22 @@
 //!   that name the option;
 //! - [`postgres`]: the PostgreSQL connection section both configs share, opening a connection
 //!   (TLS included), identifier quoting and error text;
-//! - [`http_client`]: a minimal plain-HTTP client (webhooks, `status` reading `/status.json`).
+//! - [`http_client`]: a minimal plain-HTTP client (webhooks, `status` reading `/status.json`);
+//! - [`http`]: the HTTP endpoint (`/metrics`, `/healthz`, `/readyz` and the pages beside them),
+//!   with [`console`], the read-only page over a process's own document and its history;
+//! - [`kafka_log`]: librdkafka's log lines, for every Kafka client of both programs;
+//! - [`events`]: the log event names this crate's own lines start with.
 //!
-//! Layers: `backoff`, `config` and `http_client` use nothing here; `postgres` uses `config`.
+//! Layers: `backoff`, `config`, `events`, `http_client` and `kafka_log` use nothing here;
+//! `postgres` uses `config`; `http` uses `events`; `console` uses `http`.
 
 pub mod backoff;
 pub mod config;
+pub mod console;
+pub mod events;
+pub mod http;
 pub mod http_client;
+pub mod kafka_log;
 pub mod postgres;
 
 pub use backoff::Backoff;

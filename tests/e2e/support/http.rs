@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use outbox_relay::telemetry::events;
+use outbox_service::events;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},

@@ -12,7 +12,6 @@
 //! sections.
 
 mod alerts;
-mod apply;
 mod kafka;
 mod kafka_security;
 mod load;
@@ -27,10 +26,6 @@ use relay_core::route::{MessageRoute, OutboxTable};
 use serde::Deserialize;
 
 pub use alerts::{AlertsConfig, ExtendedLevel, WebhookConfig, WebhookFormat};
-pub use apply::{
-    ApplyConfig, ApplyHttp, ApplyKafka, ApplyPostgres, ApplyRetention, ApplySection, Handler,
-    OnFailure, StartAt, ValueAs,
-};
 pub use kafka::KafkaConfig;
 pub use kafka_security::{KafkaSecurityProtocol, SaslMechanism};
 pub use observability::{HeartbeatConfig, HttpConfig, MonitorConfig};

@@ -125,35 +125,6 @@ fn refused_topic_in(log_message: &str) -> Option<&str> {
     rest.split_once('"').map(|(topic, _)| topic)
 }
 
-/// librdkafka warnings that every healthy start prints: the transaction coordinator still
-/// loading on a fresh broker (retried by librdkafka), and the notice that
-/// `enable.gapless.guarantee`, which the relay sets on purpose, is marked experimental. Logged
-/// at debug so that the first lines a new user sees are the relay's own.
-fn is_benign(log_message: &str) -> bool {
-    log_message.contains("Coordinator load in progress")
-        // The checkpoint reader and the admin client get the producer's extra properties.
-        || log_message.contains("is a producer property and will be ignored")
-        || log_message.contains("enable.gapless.guarantee is experimental")
-}
-
-/// librdkafka's log lines, for every client of the relay: the benign ones at debug.
-pub(crate) fn log_librdkafka(level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-    if is_benign(log_message) {
-        tracing::debug!(facility = fac, "librdkafka: {log_message}");
-        return;
-    }
-    match level {
-        RDKafkaLogLevel::Emerg
-        | RDKafkaLogLevel::Alert
-        | RDKafkaLogLevel::Critical
-        | RDKafkaLogLevel::Error => {
-            tracing::error!(facility = fac, "librdkafka: {log_message}")
-        }
-        RDKafkaLogLevel::Warning => tracing::warn!(facility = fac, "librdkafka: {log_message}"),
-        _ => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
-    }
-}
-
 impl ClientContext for SinkContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         if fac == "ADDPARTS"
@@ -162,7 +133,7 @@ impl ClientContext for SinkContext {
         {
             refused.get_or_insert_with(|| topic.to_string());
         }
-        log_librdkafka(level, fac, log_message);
+        outbox_service::kafka_log::log_librdkafka(level, fac, log_message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {

@@ -25,11 +25,12 @@ use std::{
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::{sync::mpsc, sync::watch, task::JoinSet};
 
+use outbox_service::http::Readiness;
+
 use crate::{
     config::Config,
     error::RelayError,
     observe::health::Shared,
-    observe::http::Readiness,
     supervise::run::{endpoint, run_source},
     telemetry::events::{CONFIG_RELOAD_FAILED, CONFIG_RELOADED, SOURCE_STARTED, SOURCE_STOPPED},
     telemetry::metrics as m,
@@ -87,22 +88,22 @@ impl Readiness for Fleet {
     }
 }
 
-impl crate::observe::console::View for Fleet {
+impl outbox_service::console::View for Fleet {
     fn status_json(
         &self,
         metrics: &str,
-        history: &crate::observe::console::history::History,
+        history: &outbox_service::console::history::History,
     ) -> String {
-        crate::observe::console::relay::status_json(metrics, &self.health(), history)
+        crate::observe::console::status_json(metrics, &self.health(), history)
     }
 
     fn readings(
         &self,
         metrics: &str,
         now: f64,
-    ) -> Vec<(String, crate::observe::console::history::Reading)> {
+    ) -> Vec<(String, outbox_service::console::history::Reading)> {
         let names: Vec<Option<String>> = self.health().into_iter().map(|(n, _)| n).collect();
-        crate::observe::console::relay::readings(metrics, &names, now)
+        crate::observe::console::readings(metrics, &names, now)
     }
 }
 

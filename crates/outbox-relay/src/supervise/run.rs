@@ -22,7 +22,6 @@ use crate::{
     config::{Config, HttpConfig},
     error::{RelayError, Transient},
     observe::health::Shared,
-    observe::http,
     observe::monitor::MonitorTask,
     observe::webhook::Dispatcher,
     pipeline,
@@ -64,7 +63,7 @@ pub async fn run(
 }
 
 /// The process's HTTP endpoint and the Prometheus upkeep, until `stop` flips.
-pub(crate) fn endpoint<V: crate::observe::console::View>(
+pub(crate) fn endpoint<V: outbox_service::console::View>(
     helpers: &mut tokio::task::JoinSet<()>,
     cfg: &HttpConfig,
     prom: PrometheusHandle,
@@ -83,9 +82,14 @@ pub(crate) fn endpoint<V: crate::observe::console::View>(
         }
     });
     if cfg.enabled {
-        let console = crate::observe::console::Console::new(readiness);
+        let console = outbox_service::console::Console::new(readiness);
         helpers.spawn(console.clone().sample(prom.clone(), stop.clone()));
-        helpers.spawn(http::serve(cfg.listen, prom, console, stop.clone()));
+        helpers.spawn(outbox_service::http::serve(
+            cfg.listen,
+            prom,
+            console,
+            stop.clone(),
+        ));
     }
 }
 

@@ -8,7 +8,7 @@
 //! - [`secret`]: [`Secret`] and password files.
 //!
 //! Each program's sections and their checks stay with the program (the relay's `config`, the
-//! applier's `config::apply`); the PostgreSQL connection keys both share are
+//! applier's `config` in `outbox-apply`); the PostgreSQL connection keys both share are
 //! [`crate::postgres::PgConnection`].
 
 pub mod lenient;

@@ -14,7 +14,7 @@ use crate::{
     config::Config,
     error::{RelayError, Transient},
     observe::alert::{self, Finding, Observation, Severity, human_bytes, human_duration},
-    observe::console::relay::{RelayStatus, SourceStatus},
+    observe::console::{RelayStatus, SourceStatus},
     observe::outbox_tables::{self, TableHealth},
     observe::webhook::rfc3339,
     postgres::control::{self, describe_pg},
@@ -106,7 +106,7 @@ pub(crate) async fn collect_on(
 }
 
 /// The running relay's view of this source, from its `/status.json` (the document its console
-/// draws: [`crate::observe::console::relay`]).
+/// draws: [`crate::observe::console`]).
 async fn relay_report(cfg: &Config) -> Result<RelayView, String> {
     let t = Target::local(cfg.http.listen, "/status.json");
     match http::get(&t, Duration::from_secs(2)).await {

@@ -25,7 +25,7 @@ pub(crate) use topic::prepare_topic;
 use crate::{
     config::Config,
     error::{Definite, RelayError, Transient},
-    sink::{client_config, log_librdkafka},
+    sink::client_config,
     telemetry::events::{CHECKPOINT_READ_END, KAFKA_CLIENT_ERROR},
 };
 
@@ -35,7 +35,7 @@ struct Quiet;
 
 impl ClientContext for Quiet {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        log_librdkafka(level, fac, log_message);
+        outbox_service::kafka_log::log_librdkafka(level, fac, log_message);
     }
 
     /// The end of the partition is how the reader knows it read everything

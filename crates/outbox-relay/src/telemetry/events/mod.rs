@@ -1,4 +1,5 @@
-//! Every log event name, in one place (beside the metric names of [`crate::telemetry::metrics`]).
+//! Every log event name of the relay, in one place (beside the metric names of
+//! [`crate::telemetry::metrics`]).
 //!
 //! A log line of the relay starts its message with one of these names, alone
 //! (`streaming_started`) or followed by a colon and a sentence for the person reading it
@@ -18,46 +19,8 @@
 //! [`ALERT_RESOLVED`]), the process's last line (the fatal error's text, with its `reason`
 //! field), the failure to start the async runtime, and two debug lines. The test reads every
 //! source file of the crate and fails on any other log message that does not start with one of
-//! these constants.
-
-// The applier (`outbox-relay apply`, apply/).
-/// The applier joined its consumer group and waits for partitions.
-pub const APPLY_STARTED: &str = "apply_started";
-/// The applier stopped on an error (the message says what to do; the exit code says which kind).
-pub const APPLY_FAILED: &str = "apply_failed";
-/// The applier stopped as asked (its open transactions finished or rolled back).
-pub const APPLY_STOPPED: &str = "apply_stopped";
-/// `apply setup` created or checked the tables and prepared every handler.
-pub const APPLY_SETUP_DONE: &str = "apply_setup_done";
-/// Partitions assigned to this instance, at their stored positions.
-pub const APPLY_PARTITIONS_ASSIGNED: &str = "apply_partitions_assigned";
-/// Partitions taken away (a rebalance or the stop); their tasks finished.
-pub const APPLY_PARTITIONS_REVOKED: &str = "apply_partitions_revoked";
-/// The Kafka consumer reported an error (it reconnects by itself).
-pub const APPLY_KAFKA_ERROR: &str = "apply_kafka_error";
-/// The brokers cannot be reached: once when they go, then a reminder every minute.
-pub const APPLY_KAFKA_UNREACHABLE: &str = "apply_kafka_unreachable";
-/// The brokers are reachable again after an outage (its length and the errors it counted).
-pub const APPLY_KAFKA_REACHABLE: &str = "apply_kafka_reachable";
-/// A stored position is below the log start or beyond its end: the partition is not applied.
-pub const APPLY_POSITION_OUT_OF_LOG: &str = "apply_position_out_of_log";
-/// A partition stopped on a record it cannot apply (`apply.on_failure = "halt"`).
-pub const APPLY_PARTITION_HALTED: &str = "apply_partition_halted";
-/// A record went to the dead-letter table (`apply.on_failure = "dead-letter"`).
-pub const APPLY_RECORD_DEAD_LETTERED: &str = "apply_record_dead_lettered";
-/// A transaction rolled back on a transient error; the same records are retried.
-pub const APPLY_TRANSACTION_RETRY: &str = "apply_transaction_retry";
-/// A transaction rolled back by a deadlock or serialization failure with another transaction;
-/// retried at once, with fewer records.
-pub const APPLY_TRANSACTION_CONFLICT: &str = "apply_transaction_conflict";
-/// After a conflict, the applier's transactions of more than one record run one at a time.
-pub const APPLY_TAKING_TURNS: &str = "apply_taking_turns";
-/// The inbox cleanup ran (rows deleted, the retention in force).
-pub const APPLY_INBOX_CLEANED: &str = "apply_inbox_cleaned";
-/// The inbox retention is refused by the rule (or could not be checked): no cleanup.
-pub const APPLY_INBOX_RETENTION_REFUSED: &str = "apply_inbox_retention_refused";
-/// The consumer's database cannot be reached; retrying with backoff.
-pub const APPLY_DATABASE_UNREACHABLE: &str = "apply_database_unreachable";
+//! these constants; it checks the shared crate's (`outbox_service::events`) and the applier's
+//! (`outbox_apply::events`) the same way, each against its own list.
 
 // The pipeline: the replication stream into Kafka, and its stop (pipeline/).
 /// The replication stream is open and events flow (the slot is held from now on).
@@ -237,34 +200,8 @@ pub const HEARTBEAT_SKIPPED: &str = "heartbeat_skipped";
 /// Writing a heartbeat failed (logged once per distinct error).
 pub const HEARTBEAT_FAILED: &str = "heartbeat_failed";
 
-// The HTTP endpoint (http.rs).
-/// `/metrics`, `/healthz` and `/readyz` are served; `addr` is the bound address.
-pub const HTTP_LISTENING: &str = "http_listening";
-/// `http.listen` cannot be bound; retried every 10 s while the relay keeps relaying.
-pub const HTTP_LISTEN_FAILED: &str = "http_listen_failed";
-/// Accepting a connection failed (debug).
-pub const HTTP_ACCEPT_FAILED: &str = "http_accept_failed";
-
 /// Every event name.
 pub const ALL: &[&str] = &[
-    APPLY_STARTED,
-    APPLY_STOPPED,
-    APPLY_FAILED,
-    APPLY_SETUP_DONE,
-    APPLY_PARTITIONS_ASSIGNED,
-    APPLY_PARTITIONS_REVOKED,
-    APPLY_KAFKA_ERROR,
-    APPLY_KAFKA_UNREACHABLE,
-    APPLY_KAFKA_REACHABLE,
-    APPLY_POSITION_OUT_OF_LOG,
-    APPLY_PARTITION_HALTED,
-    APPLY_RECORD_DEAD_LETTERED,
-    APPLY_TRANSACTION_RETRY,
-    APPLY_TRANSACTION_CONFLICT,
-    APPLY_TAKING_TURNS,
-    APPLY_DATABASE_UNREACHABLE,
-    APPLY_INBOX_CLEANED,
-    APPLY_INBOX_RETENTION_REFUSED,
     STREAMING_STARTED,
     SHUTDOWN_DRAINING,
     SHUTDOWN_TIMEOUT,
@@ -342,9 +279,6 @@ pub const ALL: &[&str] = &[
     HEARTBEAT_WRITTEN,
     HEARTBEAT_SKIPPED,
     HEARTBEAT_FAILED,
-    HTTP_LISTENING,
-    HTTP_LISTEN_FAILED,
-    HTTP_ACCEPT_FAILED,
 ];
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
 //! The log event names: each declared once, in snake case, used by the code, and every log
-//! message that names an event starts with its constant.
+//! message that names an event starts with its constant. Every crate that logs is checked here
+//! ([`CRATES`]), each against its own list: the relay's (this module), the shared crate's and
+//! the applier's.
 
 use std::{
     collections::BTreeSet,
@@ -8,31 +10,67 @@ use std::{
 
 use super::*;
 
-/// Log messages that do not start with an event name, as written in the source, and why.
-/// An entry that no longer occurs fails the test too, so the list stays exact.
+/// A crate whose log lines are checked: its folder under `crates/`, the file (under `src/`)
+/// that declares its event names, that file's text and the names.
+struct Crate {
+    dir: &'static str,
+    events_file: &'static str,
+    declared_in: &'static str,
+    names: &'static [&'static str],
+}
+
+const CRATES: &[Crate] = &[
+    Crate {
+        dir: "outbox-relay",
+        events_file: "telemetry/events/mod.rs",
+        declared_in: include_str!("mod.rs"),
+        names: ALL,
+    },
+    Crate {
+        dir: "outbox-service",
+        events_file: "events.rs",
+        declared_in: include_str!("../../../../outbox-service/src/events.rs"),
+        names: outbox_service::events::ALL,
+    },
+    Crate {
+        dir: "outbox-apply",
+        events_file: "events.rs",
+        declared_in: include_str!("../../../../outbox-apply/src/events.rs"),
+        names: outbox_apply::events::ALL,
+    },
+];
+
+/// Log messages that do not start with an event name, as written in the source (the path
+/// from `crates/`), and why. An entry that no longer occurs fails the test too, so the list
+/// stays exact.
 const EXCEPTIONS: &[(&str, &str)] = &[
     // librdkafka's own lines, forwarded at their level.
-    ("sink/mod.rs", "librdkafka: {log_message}"),
+    (
+        "outbox-service/src/kafka_log.rs",
+        "librdkafka: {log_message}",
+    ),
     // `alert::Transition::message`, which starts with ALERT_FIRING or ALERT_RESOLVED.
-    ("observe/monitor/mod.rs", "{msg}"),
+    ("outbox-relay/src/observe/monitor/mod.rs", "{msg}"),
     // The process's last line: the fatal error's text, with its `reason` field.
-    ("main.rs", "{e}"),
+    ("outbox-relay/src/main.rs", "{e}"),
     // Before the runtime (and anything else) exists.
-    ("main.rs", "cannot start the async runtime"),
+    ("outbox-relay/src/main.rs", "cannot start the async runtime"),
     // Debug lines.
     (
-        "observe/monitor/mod.rs",
+        "outbox-relay/src/observe/monitor/mod.rs",
         "publication check failed; retried next poll",
     ),
-    ("postgres/control.rs", "control connection closed"),
+    (
+        "outbox-relay/src/postgres/control.rs",
+        "control connection closed",
+    ),
 ];
 
 const LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
 
-/// `NAME` of every `pub const NAME: &str = "…";` in this file, with its value.
-fn declared() -> Vec<(String, String)> {
-    include_str!("mod.rs")
-        .lines()
+/// `NAME` of every `pub const NAME: &str = "…";` in `src`, with its value.
+fn declared(src: &str) -> Vec<(String, String)> {
+    src.lines()
         .filter_map(|l| l.strip_prefix("pub const "))
         .filter_map(|l| l.split_once(": &str = \""))
         .map(|(name, rest)| {
@@ -64,20 +102,32 @@ fn starts_with_bare_name(message: &str) -> bool {
 
 #[test]
 fn names_are_unique_snake_case_and_all_listed() {
+    // Unique over every crate: a name means one thing wherever it is logged.
     let mut seen = BTreeSet::new();
-    for name in ALL {
-        assert!(is_snake_case(name), "{name:?} is not snake_case");
-        assert!(seen.insert(*name), "{name:?} is listed twice");
-    }
-    let declared = declared();
-    assert_eq!(declared.len(), ALL.len(), "every constant is in ALL, once");
-    for (ident, value) in &declared {
+    for krate in CRATES {
+        for name in krate.names {
+            assert!(is_snake_case(name), "{name:?} is not snake_case");
+            assert!(seen.insert(*name), "{name:?} is listed twice");
+        }
+        let declared = declared(krate.declared_in);
         assert_eq!(
-            *ident,
-            value.to_uppercase(),
-            "the constant is named after its value"
+            declared.len(),
+            krate.names.len(),
+            "{}: every constant is in ALL, once",
+            krate.dir
         );
-        assert!(ALL.contains(&value.as_str()), "{ident} is missing from ALL");
+        for (ident, value) in &declared {
+            assert_eq!(
+                *ident,
+                value.to_uppercase(),
+                "the constant is named after its value"
+            );
+            assert!(
+                krate.names.contains(&value.as_str()),
+                "{ident} is missing from {}'s ALL",
+                krate.dir
+            );
+        }
     }
 }
 
@@ -242,16 +292,16 @@ fn scan(src: &str) -> Scan {
     out
 }
 
-/// Why `message` is not a proper start of a log line, if it is not.
-fn problem(message: &str) -> Option<String> {
+/// Why `message` is not a proper start of a log line of a crate naming `names`, if it is not.
+fn problem(message: &str, names: &[&str]) -> Option<String> {
     if let Some(rest) = message.strip_prefix('{') {
         let ident = rest.split('}').next().unwrap_or("");
         let value = ident.to_lowercase();
-        return if ident == value.to_uppercase() && ALL.contains(&value.as_str()) {
+        return if ident == value.to_uppercase() && names.contains(&value.as_str()) {
             None
         } else {
             Some(format!(
-                "starts with {{{ident}}}, which is not an events.rs constant"
+                "starts with {{{ident}}}, which is not an events.rs constant of its crate"
             ))
         };
     }
@@ -262,8 +312,14 @@ fn problem(message: &str) -> Option<String> {
     })
 }
 
-/// The problems of the log lines in one file's `src`; `used` collects exceptions met.
-fn check(file: &str, src: &str, used: &mut BTreeSet<(&'static str, &'static str)>) -> Vec<String> {
+/// The problems of the log lines in one file's `src`, of a crate naming `names`; `used`
+/// collects exceptions met.
+fn check(
+    file: &str,
+    src: &str,
+    names: &[&str],
+    used: &mut BTreeSet<(&'static str, &'static str)>,
+) -> Vec<String> {
     let scan = scan(src);
     let mut problems: Vec<String> = scan
         .unqualified
@@ -279,7 +335,7 @@ fn check(file: &str, src: &str, used: &mut BTreeSet<(&'static str, &'static str)
             used.insert(e);
             continue;
         }
-        if let Some(p) = problem(&message) {
+        if let Some(p) = problem(&message, names) {
             problems.push(format!("{file}:{}: {message:?} {p}", call.line));
         }
     }
@@ -298,29 +354,49 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 #[test]
-fn every_log_line_of_the_crate_starts_with_an_event_constant() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
+fn every_log_line_of_every_crate_starts_with_an_event_constant() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut used = BTreeSet::new();
     let mut problems = Vec::new();
-    let mut calls = 0;
-    let mut text = String::new();
-    for path in &files {
-        let body = std::fs::read_to_string(path).unwrap();
-        let rel = path.strip_prefix(&src).unwrap().display().to_string();
-        calls += scan(&body).calls.len();
-        problems.extend(check(&rel, &body, &mut used));
-        if rel != "telemetry/events/mod.rs" {
-            text.push_str(&body);
+    let (mut all_files, mut all_calls) = (0, 0);
+    for krate in CRATES {
+        let src = crates.join(krate.dir).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        files.sort();
+        let mut calls = 0;
+        let mut text = String::new();
+        for path in &files {
+            let body = std::fs::read_to_string(path).unwrap();
+            let rel = path.strip_prefix(&src).unwrap().display().to_string();
+            calls += scan(&body).calls.len();
+            let file = format!("{}/src/{rel}", krate.dir);
+            problems.extend(check(&file, &body, krate.names, &mut used));
+            if rel != krate.events_file {
+                text.push_str(&body);
+            }
         }
+        // A crate whose scan finds nothing would pass anything.
+        assert!(
+            !files.is_empty() && calls > 0,
+            "{}: {} files, {calls} calls",
+            krate.dir,
+            files.len()
+        );
+        for (ident, _) in declared(krate.declared_in) {
+            assert!(
+                text.contains(&ident),
+                "{ident} is used nowhere in {}: remove it",
+                krate.dir
+            );
+        }
+        all_files += files.len();
+        all_calls += calls;
     }
     // A scanner that finds nothing would pass anything.
     assert!(
-        files.len() > 20 && calls > 40,
-        "{} files, {calls} calls",
-        files.len()
+        all_files > 20 && all_calls > 40,
+        "{all_files} files, {all_calls} calls"
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     for e in EXCEPTIONS {
@@ -328,9 +404,6 @@ fn every_log_line_of_the_crate_starts_with_an_event_constant() {
             used.contains(e),
             "exception {e:?} no longer occurs: remove it"
         );
-    }
-    for (ident, _) in declared() {
-        assert!(text.contains(&ident), "{ident} is used nowhere: remove it");
     }
 }
 
@@ -356,7 +429,7 @@ fn the_source_check_fails_on_what_it_should() {
         "!(\"{STREAMING_STARTED}\");\n",
         "}\n",
     );
-    let problems = check("x.rs", bad, &mut used);
+    let problems = check("x.rs", bad, ALL, &mut used);
     assert_eq!(problems.len(), 5, "{problems:#?}");
     assert!(
         problems[0].starts_with("x.rs:10: call the log macros"),
@@ -394,7 +467,12 @@ fn the_source_check_fails_on_what_it_should() {
         "    metrics::counter!(\"x\").increment(1);\n",
         "}\n",
     );
-    let problems = check("x.rs", good, &mut used);
+    let names: Vec<&str> = ALL
+        .iter()
+        .chain(outbox_service::events::ALL)
+        .copied()
+        .collect();
+    let problems = check("x.rs", good, &names, &mut used);
     assert!(problems.is_empty(), "{problems:#?}");
     assert_eq!(scan(good).calls.len(), 3);
     assert!(used.is_empty());

@@ -1,8 +1,10 @@
-//! Every metric and its help text, in one place. Prometheus conventions: `outbox_relay_`
-//! prefix, base units in the name, counters end in `_total`, bounded label values.
+//! Every metric of the relay and its help text, in one place (the applier's are in
+//! `outbox_apply::metrics`). Prometheus conventions: `outbox_relay_` prefix, base units in the
+//! name, counters end in `_total`, bounded label values.
 //!
 //! Invariant: every name used anywhere (code, docs/operations.md, deploy/prometheus/alerts.yml,
-//! deploy/grafana/outbox-relay.json) is listed in [`ALL`]; the tests below check the files.
+//! deploy/grafana/outbox-relay.json) is listed in [`ALL`] or the applier's `ALL`; the tests
+//! below check the files against both.
 //! [`init`] gives every series whose label values are known a zero value at start, so a scrape
 //! shows them before the first event (Prometheus cannot alert on a series that does not exist).
 
@@ -73,17 +75,6 @@ pub const WEBHOOK_NOTIFICATIONS: &str = "outbox_relay_webhook_notifications_tota
 pub const HEARTBEATS: &str = "outbox_relay_heartbeats_total";
 pub const HEARTBEAT_AGE_SECONDS: &str = "outbox_relay_heartbeat_age_seconds";
 
-// The applier (`outbox-relay apply`, apply/).
-pub const APPLY_RECORDS: &str = "outbox_relay_apply_records_total";
-pub const APPLY_TRANSACTIONS: &str = "outbox_relay_apply_transactions_total";
-pub const APPLY_HANDLER_SECONDS: &str = "outbox_relay_apply_handler_seconds";
-pub const APPLY_LAG_RECORDS: &str = "outbox_relay_apply_lag_records";
-pub const APPLY_PARTITION_HALTED: &str = "outbox_relay_apply_partition_halted";
-pub const APPLY_TAKING_TURNS: &str = "outbox_relay_apply_taking_turns";
-pub const APPLY_INBOX_DELETED: &str = "outbox_relay_apply_inbox_deleted_total";
-pub const APPLY_INBOX_RETENTION_SECONDS: &str = "outbox_relay_apply_inbox_retention_seconds";
-pub const APPLY_INBOX_RETENTION_REFUSED: &str = "outbox_relay_apply_inbox_retention_refused";
-
 /// Every metric name, for the checks of docs, alert rules and dashboard.
 pub const ALL: &[&str] = &[
     EVENTS_PRODUCED,
@@ -142,19 +133,7 @@ pub const ALL: &[&str] = &[
     WEBHOOK_NOTIFICATIONS,
     HEARTBEATS,
     HEARTBEAT_AGE_SECONDS,
-    APPLY_RECORDS,
-    APPLY_TRANSACTIONS,
-    APPLY_HANDLER_SECONDS,
-    APPLY_LAG_RECORDS,
-    APPLY_PARTITION_HALTED,
-    APPLY_TAKING_TURNS,
-    APPLY_INBOX_DELETED,
-    APPLY_INBOX_RETENTION_SECONDS,
-    APPLY_INBOX_RETENTION_REFUSED,
 ];
-
-/// `result` label values of [`APPLY_RECORDS`].
-pub const APPLY_RECORD_RESULTS: &[&str] = &["applied", "duplicate", "ignored", "dead_lettered"];
 
 /// `op` label values of [`OUTBOX_CHANGES_IGNORED`].
 pub const OUTBOX_CHANGE_OPS: &[&str] = &["update", "delete"];
@@ -200,11 +179,6 @@ const ACK_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 ];
 
-/// Histogram buckets of [`APPLY_HANDLER_SECONDS`], in seconds.
-const HANDLER_BUCKETS: &[f64] = &[
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
-];
-
 /// Installs the global Prometheus recorder (no listener: `http.rs` serves it), describes every
 /// metric and zeroes the known series. Call once, before any task records anything.
 /// `alerts`: the label values of the alert series ([`AlertLabels`]).
@@ -218,8 +192,7 @@ pub fn install(alerts: AlertLabels) -> Result<PrometheusHandle, BuildError> {
 pub(crate) fn builder() -> Result<PrometheusBuilder, BuildError> {
     PrometheusBuilder::new()
         .with_recommended_naming(true)
-        .set_buckets_for_metric(Matcher::Full(COMMIT_TO_ACK_SECONDS.into()), ACK_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(APPLY_HANDLER_SECONDS.into()), HANDLER_BUCKETS)
+        .set_buckets_for_metric(Matcher::Full(COMMIT_TO_ACK_SECONDS.into()), ACK_BUCKETS)
 }
 
 /// The label values of [`ALERT_LEVEL`] and [`ALERTS_FIRED`]: the alert kinds and severities,
@@ -281,7 +254,6 @@ pub fn init(alerts: AlertLabels) {
 
 /// Registers help text for every metric. Call once after installing a recorder.
 pub fn describe() {
-    apply::describe();
     describe_counter!(
         EVENTS_PRODUCED,
         "Outbox events acknowledged by Kafka, per topic."
@@ -532,9 +504,6 @@ pub fn describe() {
          until the first one is confirmed): end-to-end proof of progress."
     );
 }
-
-mod apply;
-pub use apply::install_apply;
 
 #[cfg(test)]
 mod tests;
