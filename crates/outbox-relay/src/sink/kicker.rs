@@ -7,6 +7,10 @@
 //! lets the sink's Nagle rule kick (`sink/kick.rs`) may arrive while the previous flush still
 //! runs, and nothing else asks again: dropped, that kick left its records to wait out
 //! `linger.ms`.
+//!
+//! A kick is best effort: librdkafka's broker threads send only while the flush is open, and
+//! one that wakes after [`KICK`] ms (a starved machine) sends nothing. The records then go at
+//! the next kick or after `linger.ms` (default 20): latency, never loss.
 
 use std::{
     sync::{
