@@ -24,6 +24,7 @@
 #                  its own, the same)
 #   CHAOS_ROUNDS, CHAOS_FAULTS, RELAY_TEST_FENCED, ... are passed through to the tests.
 # Replay one failure: CHAOS_SEED=<seed> cargo test -p relay-tests --locked -- --exact <test>
+# (the loop itself runs its copy of the test binary, target/stress/e2e, from tests/)
 # Note: the logs of a run are the files under target/e2e/ written during it; tests run by someone
 # else in the same tree at the same time would be copied too.
 set -euo pipefail
@@ -68,13 +69,19 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 log "building outbox-relay and the end-to-end tests"
 cargo build -p outbox-relay --bin outbox-relay --locked
-cargo test -p relay-tests --no-run --locked
 cp "${CARGO_TARGET_DIR:-target}/debug/outbox-relay" "$OUT/outbox-relay"
 RELAY_TEST_BIN="$OUT/outbox-relay"
 export RELAY_TEST_BIN
+# The test binary is copied too and run directly (from tests/, as cargo would): an edit in the
+# tree during the loop must not rebuild the tests inside a timed run, or fail one.
+e2e_bin="$(cargo test -p relay-tests --no-run --locked --message-format=json 2>/dev/null |
+  sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)"
+[ -x "$e2e_bin" ] || die "cannot find the end-to-end test binary (cargo test --no-run)"
+cp "$e2e_bin" "$OUT/e2e"
+run_e2e() { (cd tests && "$OUT/e2e" "$@"); }
 
 # Each filter: --exact if it names one test, as given if it matches some, an error if none.
-cargo test -p relay-tests --locked -q -- --list 2>/dev/null | sed -n 's/: test$//p' >"$OUT/all-tests.txt"
+run_e2e --list 2>/dev/null | sed -n 's/: test$//p' >"$OUT/all-tests.txt"
 modes=()
 for t in "${tests[@]}"; do
   if grep -qxF -- "$t" "$OUT/all-tests.txt"; then
@@ -157,10 +164,10 @@ for i in "${!tests[@]}"; do
     t0=$(now_ms)
     servers_before="$(stack_servers)"
     rc=0
-    # On timeout, SIGKILL to the whole run (cargo, the test, its relays): a SIGTERM'd relay can
-    # outlive cargo in a slow shutdown.
+    # On timeout, SIGKILL to the whole run (the test and its relays): a SIGTERM'd relay can
+    # outlive the test in a slow shutdown.
     CHAOS_SEED="$seed" timeout --signal=KILL "$RUN_TIMEOUT" \
-      cargo test -p relay-tests --locked -- "${args[@]}" --test-threads 1 >"$out" 2>&1 || rc=$?
+      bash -c 'cd tests && exec "$0" "$@"' "$OUT/e2e" "${args[@]}" --test-threads 1 >"$out" 2>&1 || rc=$?
     t1=$(now_ms)
     secs=$(awk -v ms=$((t1 - t0)) 'BEGIN { printf "%.1f", ms / 1000 }')
     durations+=("$secs")

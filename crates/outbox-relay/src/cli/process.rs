@@ -6,13 +6,20 @@ use std::path::PathBuf;
 use metrics_exporter_prometheus::PrometheusHandle;
 use outbox_relay::{
     config::Config,
-    telemetry::events::{CONFIG_RELOAD_FAILED, METRICS_DISABLED, SIGNAL_RECEIVED},
+    telemetry::{
+        events::{CONFIG_RELOAD_FAILED, METRICS_DISABLED, SIGNAL_RECEIVED},
+        log_targets,
+    },
 };
 use tokio::sync::watch;
 
 pub(crate) fn init_logging(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Old module paths in RUST_LOG keep selecting the code that moved (telemetry::log_targets).
+    let directives = std::env::var("RUST_LOG").map(|d| log_targets::translate(&d));
+    let filter = directives
+        .ok()
+        .and_then(|d| tracing_subscriber::EnvFilter::try_new(d).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
