@@ -76,6 +76,14 @@ pub(super) async fn drive(
             continue;
         }
         let may_fault = *faults < MAX_FAULTS && !stopping;
+        if may_fault && super::takeover::cut_off_now(world) {
+            *faults += 1;
+            world.step(
+                "postgres: the relay's host is cut off; a second instance takes the slot".into(),
+            );
+            *world.cut_off.lock().unwrap() = true;
+            return true;
+        }
         let roll: f64 = rng.random();
         if may_fault && roll < 0.005 {
             *faults += 1;

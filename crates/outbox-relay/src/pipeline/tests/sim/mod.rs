@@ -29,8 +29,11 @@
 //! seeds cap a Kafka transaction at 1, 2, 3 or 10,000 records (`kafka.max_transaction_records`),
 //! so a source transaction is split over Kafka transactions and a start may resume in its middle.
 //!
-//! Not modelled yet (the real-stack chaos tests cover them): a second instance taking over,
-//! standbys and timelines, poison records, purge reports.
+//! Seeds 16-31 of every 64, exactly-once, play a second instance taking over from one cut off
+//! with a commit running (`takeover`).
+//!
+//! Not modelled yet (the real-stack chaos tests cover them): standbys and timelines, poison
+//! records, purge reports.
 
 use std::collections::{HashMap, HashSet};
 
@@ -47,6 +50,7 @@ use crate::pipeline::state::{Connection, Start};
 mod kafka;
 mod postgres;
 mod search;
+mod takeover;
 
 use kafka::{drive, id, partition};
 use postgres::{Pg, SimSession, wal};
@@ -72,6 +76,8 @@ enum Bug {
     /// Exactly-once without the checkpoint's skip at a start (what the slot replays that Kafka
     /// already holds is sent again).
     NoSkip,
+    /// A second instance reads the checkpoint back before it fences the first one's producer.
+    ReadBeforeFence,
     /// A rule of the pipeline itself broken behind its test-only switch
     /// (`pipeline::deliberate`).
     Pipeline(crate::pipeline::deliberate::Bug),
@@ -92,6 +98,12 @@ struct World {
     log: Mutex<Vec<(String, String)>>,
     violations: Mutex<Vec<String>>,
     steps: Mutex<Vec<String>>,
+    /// The draws of the takeovers, when the schedule plays them (`takeover`).
+    second: Mutex<Option<StdRng>>,
+    /// A cut-off instance's Kafka state, until the next instance's fence settles it.
+    zombie: Mutex<Option<MemoryView>>,
+    /// The running instance was cut off (set by the driver).
+    cut_off: Mutex<bool>,
 }
 
 impl World {
@@ -147,15 +159,24 @@ async fn run_once(
         *faults += 1;
     }
     world.step(format!("relay: streams from {start:#x}"));
-    let (sink, mut reports) = if world.exactly_once {
+    let (sink, mut reports, begun) = if world.exactly_once {
         let latency = Duration::from_millis(rng.random_range(0..50));
         let (sink, reports) = MemorySink::new(false, rng.random_bool(0.5), latency);
+        // As `pipeline::stream`: fence the earlier holders, then read what Kafka holds.
+        let begun = if world.bug == Bug::ReadBeforeFence {
+            let begun = start_of(world, cfg, start);
+            takeover::fence(world, rng);
+            begun
+        } else {
+            takeover::fence(world, rng);
+            start_of(world, cfg, start)
+        };
         sink.fence_and_begin(Duration::from_secs(1)).await.unwrap();
         *world.view.lock().unwrap() = Some(sink.view());
-        (sink, reports)
+        (sink, reports, begun)
     } else {
         let (sink, reports) = MemorySink::new(false, false, Duration::ZERO);
-        (sink.at_heads(), reports)
+        (sink.at_heads(), reports, start_of(world, cfg, start))
     };
     // A process's own health (a static shared with the other loop tests would make a schedule
     // depend on them).
@@ -163,7 +184,7 @@ async fn run_once(
     let health = &health;
     let conn = Connection {
         client: session,
-        start: start_of(world, cfg, start),
+        start: begun,
         decoder: Decoder::new(&cfg.outbox, cfg.relay.relay_headers),
         memory: None,
     };
@@ -202,18 +223,15 @@ async fn run_once(
         }
     };
     if world.exactly_once {
+        *world.view.lock().unwrap() = None;
+        if std::mem::take(&mut *world.cut_off.lock().unwrap()) {
+            takeover::leave_running(world, sink.view());
+            return ended;
+        }
         // The Kafka transactions that committed are visible; one whose commit had started may
         // have been committed by the coordinator too.
-        *world.view.lock().unwrap() = None;
         let uncertain = rng.random_bool(0.5);
-        let (records, checkpoints) = sink.view().committed(uncertain);
-        world.log.lock().unwrap().extend(records.iter().map(|r| {
-            (
-                String::from_utf8_lossy(&r.key).into_owned(),
-                String::from_utf8_lossy(&r.value).into_owned(),
-            )
-        }));
-        world.checkpoints.lock().unwrap().extend(checkpoints);
+        make_visible(world, &sink.view(), uncertain);
         return ended;
     }
     // Records still in flight: the broker may have stored any prefix of each partition's,
@@ -250,6 +268,19 @@ async fn run_once(
         log.extend(of_p[..kept].iter().map(|kv| (*kv).clone()));
     }
     ended
+}
+
+/// The records and checkpoints of the Kafka transactions of `view` that committed (`uncertain`:
+/// also one whose commit had started) become visible.
+fn make_visible(world: &World, view: &MemoryView, uncertain: bool) {
+    let (records, checkpoints) = view.committed(uncertain);
+    world.log.lock().unwrap().extend(records.iter().map(|r| {
+        (
+            String::from_utf8_lossy(&r.key).into_owned(),
+            String::from_utf8_lossy(&r.value).into_owned(),
+        )
+    }));
+    world.checkpoints.lock().unwrap().extend(checkpoints);
 }
 
 /// Where a run starts: the slot's position, and in exactly-once mode the skip and trail of the
@@ -295,6 +326,11 @@ async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<
         log: Mutex::default(),
         violations: Mutex::default(),
         steps: Mutex::default(),
+        second: Mutex::new(
+            takeover::plays_in(seed, exactly_once).then(|| StdRng::seed_from_u64(!seed)),
+        ),
+        zombie: Mutex::default(),
+        cut_off: Mutex::default(),
     });
     // Exactly-once: a source transaction larger than `kafka.max_transaction_records` is split
     // over Kafka transactions, each with its checkpoint (mid-transaction resumes).

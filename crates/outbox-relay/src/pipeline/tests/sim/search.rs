@@ -47,8 +47,9 @@ async fn simulated_fault_schedules_lose_nothing_and_keep_order() {
         "kafka: the next commit fails",
         "postgres: logical messages",
         "relay: kafka.max_transaction_records",
+        "postgres: the relay's host is cut off",
     ];
-    let mut counts = [0usize; 11];
+    let mut counts = [0usize; 12];
     for seed in seeds {
         if until.is_some_and(|u| std::time::Instant::now() >= u) {
             break;
@@ -101,6 +102,7 @@ async fn each_deliberate_bug_is_caught_within_a_few_hundred_schedules() {
         (Bug::ConfirmAhead, false),
         (Bug::ConfirmAhead, true),
         (Bug::NoSkip, true),
+        (Bug::ReadBeforeFence, true),
         (Bug::Pipeline(ConfirmBeforeAck), false),
         (Bug::Pipeline(ConfirmBeforeAck), true),
         (Bug::Pipeline(SkipOneTooMany), true),
