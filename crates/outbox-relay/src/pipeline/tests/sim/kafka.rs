@@ -1,7 +1,9 @@
 //! The model of Kafka in the simulation, and the faults: partitions that acknowledge their
 //! oldest records in their own order and pace, refuse one (then store nothing after it, except
 //! at a partition's head, where a broker keeps no producer state), and the process and server
-//! faults drawn between them.
+//! faults drawn between them. Exactly-once, a refusal fails its Kafka transaction and the
+//! rest of that transaction's records in flight are reported purged (before or after the
+//! refused one's report, drawn).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -149,10 +151,40 @@ pub(super) async fn drive(
                 sent[&oldest[0]].1
             ));
             let first = oldest[0];
+            // Exactly-once: the refusal fails the Kafka transaction, and librdkafka purges the
+            // rest of its records; the refused record's own report may come before or after.
+            let purged = world.exactly_once.then(|| {
+                let txn = sink
+                    .sent()
+                    .iter()
+                    .find(|s| id(&s.origin) == first)
+                    .map(|s| s.kafka_txn);
+                let of_txn: HashSet<(u64, u64)> = sink
+                    .sent()
+                    .iter()
+                    .filter(|s| Some(s.kafka_txn) == txn && id(&s.origin) != first)
+                    .map(|s| id(&s.origin))
+                    .collect();
+                (of_txn, rng.random_bool(0.5))
+            });
+            let purge = |of_txn: &HashSet<(u64, u64)>| {
+                if !of_txn.is_empty() {
+                    sink.report(
+                        |_, o| of_txn.contains(&id(o)),
+                        Some(refused_with(RDKafkaErrorCode::PurgeInflight)),
+                    );
+                }
+            };
+            if let Some((of_txn, true)) = &purged {
+                purge(of_txn);
+            }
             sink.report(
                 |_, o| id(o) == first,
                 Some(refused_with(RDKafkaErrorCode::MessageTimedOut)),
             );
+            if let Some((of_txn, false)) = &purged {
+                purge(of_txn);
+            }
             continue;
         }
         heads.insert(p);

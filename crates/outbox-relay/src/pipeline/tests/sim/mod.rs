@@ -32,8 +32,10 @@
 //! Seeds 16-31 of every 64, exactly-once, play a second instance taking over from one cut off
 //! with a commit running (`takeover`).
 //!
+//! Exactly-once, a refusal purges the rest of its Kafka transaction (`kafka`).
+//!
 //! Not modelled yet (the real-stack chaos tests cover them): standbys and timelines, poison
-//! records, purge reports.
+//! records.
 
 use std::collections::{HashMap, HashSet};
 
