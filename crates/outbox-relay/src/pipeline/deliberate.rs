@@ -16,6 +16,8 @@ pub(crate) enum Bug {
     CommitBeforeSettled,
     /// A start takes the checkpoint's position as the stream's start instead of the slot's.
     ResumeFromCheckpoint,
+    /// A record Kafka refused in a batch is dead-lettered at once, without being sent alone.
+    SuspectDeadLettered,
 }
 
 #[cfg(test)]

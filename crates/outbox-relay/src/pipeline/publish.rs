@@ -11,7 +11,7 @@ use relay_core::{
     route::{Position, Record},
 };
 
-use super::state::Pipeline;
+use super::{deliberate, state::Pipeline};
 use crate::{error::RelayError, postgres::session::Session, sink::Sink};
 
 /// A change that has a record, and where it stands in its transaction.
@@ -75,6 +75,12 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         let (pos, routed) = (change.pos, change.routed);
         match self.carry.refusals.get(pos.commit_lsn, pos.seq).cloned() {
             None => self.send(rec, pos, routed).await?,
+            Some(Refusal::Suspect(reason))
+                if deliberate::on(deliberate::Bug::SuspectDeadLettered) =>
+            {
+                let dlq = self.dead_letter_for(&rec, routed, &reason, pos);
+                self.send(dlq, pos, routed).await?;
+            }
             Some(Refusal::Suspect(_)) => self.send_alone(rec, pos, routed).await?,
             Some(Refusal::Confirmed(reason)) => {
                 let dlq = self.dead_letter_for(&rec, routed, &reason, pos);

@@ -25,6 +25,7 @@ use crate::{
 /// One record as the sink got it.
 #[derive(Debug, Clone)]
 pub(super) struct Sent {
+    pub(super) topic: String,
     pub(super) key: Vec<u8>,
     pub(super) value: Vec<u8>,
     pub(super) origin: Origin,
@@ -43,12 +44,14 @@ pub(super) enum Step {
 #[derive(Default)]
 struct Inner {
     sent: Vec<Sent>,
-    /// Handed and not reported yet.
-    pending: Vec<(Origin, u64)>,
+    /// Records handed and not reported yet: origin, Kafka transaction, topic.
+    pending: Vec<(Origin, u64, String)>,
     steps: Vec<Step>,
     kafka_txn: u64,
     /// Outcomes of the next commits (default: success).
     commit_outcomes: VecDeque<bool>,
+    /// Kafka transactions with a record reported failed: as with a broker, they cannot commit.
+    failed_txns: std::collections::HashSet<u64>,
     /// Checkpoints handed over, with the Kafka transaction each went to.
     checkpoints: Vec<(u64, Vec<u8>)>,
     /// The producer's fatal error, once the test raised it.
@@ -118,7 +121,7 @@ impl MemorySink {
     /// The records handed and not reported yet, oldest first.
     pub(super) fn pending_origins(&self) -> Vec<Origin> {
         let inner = self.inner.lock().unwrap();
-        inner.pending.iter().map(|(o, _)| *o).collect()
+        inner.pending.iter().map(|(o, _, _)| *o).collect()
     }
 
     /// librdkafka raises a fatal error (as under the gapless guarantee when a batch is
@@ -137,19 +140,22 @@ impl MemorySink {
     pub(super) fn report(&self, which: impl Fn(usize, &Origin) -> bool, refused: Option<Failure>) {
         let mut inner = self.inner.lock().unwrap();
         let pending = std::mem::take(&mut inner.pending);
-        for (i, (origin, txn)) in pending.into_iter().enumerate() {
+        for (i, (origin, txn, topic)) in pending.into_iter().enumerate() {
             if !which(i, &origin) {
-                inner.pending.push((origin, txn));
+                inner.pending.push((origin, txn, topic));
                 continue;
             }
             let outcome = match &refused {
                 None => Ok(()),
-                Some(failure) => Err(failure.clone()),
+                Some(failure) => {
+                    inner.failed_txns.insert(txn);
+                    Err(failure.clone())
+                }
             };
             let _ = self.reports.send(Delivered {
                 origin,
                 bytes: 10,
-                topic: "outbox.event.order".into(),
+                topic: topic.into(),
                 outcome,
             });
         }
@@ -163,7 +169,8 @@ impl MemorySink {
         let mut inner = self.inner.lock().unwrap();
         let txn = inner.kafka_txn;
         inner.steps.push(Step::CommitStarted(txn));
-        let ok = inner.commit_outcomes.pop_front().unwrap_or(true);
+        let ok =
+            inner.commit_outcomes.pop_front().unwrap_or(true) && !inner.failed_txns.contains(&txn);
         (txn, ok)
     }
 
@@ -192,13 +199,14 @@ impl Sink for MemorySink {
             let mut inner = self.inner.lock().unwrap();
             let txn = inner.kafka_txn;
             inner.sent.push(Sent {
+                topic: rec.topic.clone(),
                 key: rec.key.to_vec(),
                 value: rec.value.as_deref().unwrap_or_default().to_vec(),
                 origin,
                 kafka_txn: txn,
             });
             inner.steps.push(Step::Sent(origin.seq));
-            inner.pending.push((origin, txn));
+            inner.pending.push((origin, txn, rec.topic.clone()));
         }
         if self.auto_ack {
             self.ack_all();
@@ -307,6 +315,7 @@ impl MemoryView {
                 Step::CommitEnded(t, true) => Some(*t),
                 Step::CommitStarted(t)
                     if uncertain
+                        && !inner.failed_txns.contains(t)
                         && !inner
                             .steps
                             .iter()

@@ -23,8 +23,31 @@ pub(super) fn id(o: &crate::sink::Origin) -> (u64, u64) {
 }
 
 /// The partition the memory sink puts a key on.
-pub(super) fn partition(key: &str) -> i32 {
+fn partition(key: &str) -> i32 {
     relay_core::partition::of_key(key.as_bytes(), super::memory::MEMORY_PARTITIONS)
+}
+
+/// Lanes: the topic-partitions records are batched and ordered in, numbered: the events'
+/// partitions first, then the dead-letter topic's.
+pub(super) const LANES: i32 = 2 * super::memory::MEMORY_PARTITIONS;
+
+/// The lane of a record as `sent` logs it.
+pub(super) fn lane((key, value): &(String, String)) -> i32 {
+    let dead_lettered = super::poison::event(value).1;
+    partition(key) + i32::from(dead_lettered) * super::memory::MEMORY_PARTITIONS
+}
+
+/// Each record handed to the sink in this run, by its identity: (key, value as logged).
+pub(super) fn sent(sink: &MemorySink) -> HashMap<(u64, u64), (String, String)> {
+    sink.sent()
+        .into_iter()
+        .map(|s| {
+            (
+                id(&s.origin),
+                super::poison::stored(&s.topic, &s.key, &s.value),
+            )
+        })
+        .collect()
 }
 
 /// Plays Kafka and the faults while the pipeline runs; returns only for a fault that ends the
@@ -56,17 +79,7 @@ pub(super) async fn drive(
                 pending.len()
             ));
         }
-        let sent: HashMap<(u64, u64), (String, String)> = sink
-            .sent()
-            .into_iter()
-            .map(|s| {
-                let kv = (
-                    String::from_utf8_lossy(&s.key).into_owned(),
-                    String::from_utf8_lossy(&s.value).into_owned(),
-                );
-                (id(&s.origin), kv)
-            })
-            .collect();
+        let sent = sent(sink);
         let (confirmed, tail) = {
             let pg = world.pg.lock().unwrap();
             (pg.confirmed, pg.tail)
@@ -130,13 +143,13 @@ pub(super) async fn drive(
         else {
             continue;
         };
-        let p = partition(&sent[&id(&pick)].0);
+        let p = lane(&sent[&id(&pick)]);
         if broken.contains(&p) {
             continue;
         }
         let oldest: Vec<(u64, u64)> = pending
             .iter()
-            .filter(|o| partition(&sent[&id(o)].0) == p)
+            .filter(|o| lane(&sent[&id(o)]) == p)
             .map(id)
             .collect();
         if may_fault && roll < 0.06 {
@@ -150,45 +163,40 @@ pub(super) async fn drive(
                 "kafka: partition {p} refuses {} (timed out)",
                 sent[&oldest[0]].1
             ));
-            let first = oldest[0];
-            // Exactly-once: the refusal fails the Kafka transaction, and librdkafka purges the
-            // rest of its records; the refused record's own report may come before or after.
-            let purged = world.exactly_once.then(|| {
-                let txn = sink
-                    .sent()
-                    .iter()
-                    .find(|s| id(&s.origin) == first)
-                    .map(|s| s.kafka_txn);
-                let of_txn: HashSet<(u64, u64)> = sink
-                    .sent()
-                    .iter()
-                    .filter(|s| Some(s.kafka_txn) == txn && id(&s.origin) != first)
-                    .map(|s| id(&s.origin))
-                    .collect();
-                (of_txn, rng.random_bool(0.5))
-            });
-            let purge = |of_txn: &HashSet<(u64, u64)>| {
-                if !of_txn.is_empty() {
-                    sink.report(
-                        |_, o| of_txn.contains(&id(o)),
-                        Some(refused_with(RDKafkaErrorCode::PurgeInflight)),
-                    );
-                }
-            };
-            if let Some((of_txn, true)) = &purged {
-                purge(of_txn);
-            }
-            sink.report(
-                |_, o| id(o) == first,
-                Some(refused_with(RDKafkaErrorCode::MessageTimedOut)),
+            refuse(
+                world,
+                sink,
+                rng,
+                &[oldest[0]],
+                refused_with(RDKafkaErrorCode::MessageTimedOut),
             );
-            if let Some((of_txn, false)) = &purged {
-                purge(of_txn);
-            }
             continue;
         }
         heads.insert(p);
         let n = rng.random_range(1..=oldest.len().min(3));
+        // A batch with a poison record is refused whole, for good (not authorised).
+        if oldest[..n]
+            .iter()
+            .any(|r| super::poison::refused(world, &sent[r].1))
+        {
+            broken.insert(p);
+            world.step(format!(
+                "kafka: partition {p} refuses a batch of {n} for good ({})",
+                oldest[..n]
+                    .iter()
+                    .map(|r| sent[r].1.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            refuse(
+                world,
+                sink,
+                rng,
+                &oldest[..n],
+                refused_with(RDKafkaErrorCode::TopicAuthorizationFailed),
+            );
+            continue;
+        }
         let acked: HashSet<(u64, u64)> = oldest[..n].iter().copied().collect();
         // Exactly-once: acknowledged records become visible when their transaction commits.
         if !world.exactly_once {
@@ -202,5 +210,46 @@ pub(super) async fn drive(
             }
         }
         sink.report(|_, o| acked.contains(&id(o)), None);
+    }
+}
+
+/// Reports `refused` with `failure`. Exactly-once, the refusal fails the Kafka transaction and
+/// librdkafka purges the rest of its records; the refused records' reports may come before or
+/// after the purged ones'.
+fn refuse(
+    world: &World,
+    sink: &MemorySink,
+    rng: &mut StdRng,
+    refused: &[(u64, u64)],
+    failure: crate::sink::Failure,
+) {
+    let purged = world.exactly_once.then(|| {
+        let sent = sink.sent();
+        let txns: HashSet<u64> = sent
+            .iter()
+            .filter(|s| refused.contains(&id(&s.origin)))
+            .map(|s| s.kafka_txn)
+            .collect();
+        let of_txn: HashSet<(u64, u64)> = sent
+            .iter()
+            .filter(|s| txns.contains(&s.kafka_txn) && !refused.contains(&id(&s.origin)))
+            .map(|s| id(&s.origin))
+            .collect();
+        (of_txn, rng.random_bool(0.5))
+    });
+    let purge = |of_txn: &HashSet<(u64, u64)>| {
+        if !of_txn.is_empty() {
+            sink.report(
+                |_, o| of_txn.contains(&id(o)),
+                Some(refused_with(RDKafkaErrorCode::PurgeInflight)),
+            );
+        }
+    };
+    if let Some((of_txn, true)) = &purged {
+        purge(of_txn);
+    }
+    sink.report(|_, o| refused.contains(&id(o)), Some(failure));
+    if let Some((of_txn, false)) = &purged {
+        purge(of_txn);
     }
 }

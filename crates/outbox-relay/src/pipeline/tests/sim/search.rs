@@ -6,6 +6,7 @@
 use super::{Bug, schedule};
 use crate::pipeline::deliberate::Bug::{
     CommitBeforeSettled, ConfirmBeforeAck, ResumeFromCheckpoint, SkipOneTooMany,
+    SuspectDeadLettered,
 };
 
 /// Odd seeds run at-least-once, even ones exactly-once.
@@ -48,8 +49,9 @@ async fn simulated_fault_schedules_lose_nothing_and_keep_order() {
         "postgres: logical messages",
         "relay: kafka.max_transaction_records",
         "postgres: the relay's host is cut off",
+        "kafka: refuses",
     ];
-    let mut counts = [0usize; 12];
+    let mut counts = [0usize; 13];
     for seed in seeds {
         if until.is_some_and(|u| std::time::Instant::now() >= u) {
             break;
@@ -107,6 +109,8 @@ async fn each_deliberate_bug_is_caught_within_a_few_hundred_schedules() {
         (Bug::Pipeline(ConfirmBeforeAck), true),
         (Bug::Pipeline(SkipOneTooMany), true),
         (Bug::Pipeline(CommitBeforeSettled), true),
+        (Bug::Pipeline(SuspectDeadLettered), false),
+        (Bug::Pipeline(SuspectDeadLettered), true),
     ] {
         catch(bug, exactly_once).await;
     }
