@@ -11,7 +11,8 @@
 //!
 //! The files: what travels with a record ([`origin`]), the producers' callbacks ([`context`]),
 //! the producer ([`producer`]) and its local queue ([`queue`]), the client settings every Kafka
-//! client shares ([`client`]), the mapping of the client's errors to the seam's
+//! client shares ([`client`]) and those of a consumer reading committed records back
+//! ([`read_back`]), the mapping of the client's errors to the seam's
 //! ([`client_error`]); the seam itself is [`seam::Sink`].
 
 pub(crate) mod budget;
@@ -26,6 +27,7 @@ mod outcome;
 mod poller;
 mod producer;
 mod queue;
+pub(crate) mod read_back;
 mod seam;
 #[cfg(test)]
 mod tests;
