@@ -36,8 +36,9 @@ use std::path::PathBuf;
 
 use relay_core::{
     Lsn,
+    checkpoint::Checkpoint,
     debezium_position::{
-        DebeziumOffset, is_cutover_checkpoint, read_offsets_file, slot_leaves_no_gap,
+        DebeziumOffset, Entry, Proven, is_cutover_checkpoint, read_offsets_file, slot_leaves_no_gap,
     },
 };
 
@@ -77,12 +78,57 @@ fn refused(text: String) -> RelayError {
     Definite::Precondition(text).into()
 }
 
-/// The cutover: see the module docs.
+/// The cutover: see the module docs. The steps, in this order: no one holds either slot, read
+/// Debezium's offset, the slot (taken over or created) leaves no gap, the checkpoint topic is
+/// usable, the cutover's checkpoint is written (unless the relay's own is there), reported.
 pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> {
     let slot_name = &cfg.postgres.slot;
     let debezium_slot = from.debezium_slot.as_ref().unwrap_or(slot_name);
     let take_over = debezium_slot == slot_name;
     let control = control::connect(cfg).await?;
+    let existing = check_slots_not_held(&control, from, debezium_slot, slot_name).await?;
+    let entries = read_offsets(cfg, &from.storage).await?;
+    let offset = DebeziumOffset::select(&entries, &from.connector, from.server.as_deref())
+        .map_err(|e| refused(e.to_string()))?;
+    let proven = offset.proven().map_err(|e| refused(e.to_string()))?;
+    let covered = proven.complete_before;
+    let created = !existing;
+    let slot = preflight(&control, cfg, SlotPolicy::CreateIfMissing).await?;
+    let start = slot.confirmed_flush;
+    let new_slot = created || !take_over;
+    if new_slot && !slot_leaves_no_gap(proven, start) {
+        if created {
+            drop_created_slot(&control, slot_name).await?;
+        }
+        return Err(gap_refused(from, slot_name, created, covered, start));
+    }
+    if !new_slot && start > covered {
+        tracing::info!(
+            slot = %slot_name, confirmed_flush = %start, lsn_commit = %covered,
+            "{CUTOVER_SLOT_AHEAD}: Debezium confirmed the slot past its stored offset (it confirms \
+             the lsn_commit of records Kafka acknowledged, and Connect stores offsets later); \
+             PostgreSQL cannot send the transactions between again, and Debezium had them \
+             acknowledged"
+        );
+    }
+
+    let (system_id, timeline) = identify(cfg).await?;
+    check_checkpoint_topic_usable(cfg).await?;
+    let checkpoint = cutover_checkpoint(&control, cfg, proven, &system_id, timeline).await?;
+    record(cfg, &checkpoint, covered).await?;
+    report(cfg, &offset, created, take_over, start, covered);
+    tracing::info!(slot = %slot_name, publication = %cfg.postgres.publication, confirmed_flush = %start, "{SETUP_OK}");
+    Ok(())
+}
+
+/// Neither Debezium's slot nor the relay's is held by a connection (the connector, or a relay):
+/// whether the relay's slot exists.
+async fn check_slots_not_held(
+    control: &tokio_postgres::Client,
+    from: &FromDebezium,
+    debezium_slot: &str,
+    slot_name: &str,
+) -> Result<bool, RelayError> {
     let mut existing = false;
     for (slot, whose) in [(debezium_slot, "the Debezium connector"), (slot_name, "it")] {
         let Some(row) = control
@@ -91,7 +137,7 @@ pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> 
                    FROM pg_replication_slots s \
                    LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid \
                   WHERE s.slot_name = $1",
-                &[slot],
+                &[&slot],
             )
             .await
             .map_err(query_err("look up the replication slot"))?
@@ -114,7 +160,12 @@ pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> 
             )));
         }
     }
-    let entries = match &from.storage {
+    Ok(existing)
+}
+
+/// Every entry of Debezium's offset storage: the standalone worker's file or Connect's topic.
+async fn read_offsets(cfg: &Config, storage: &OffsetStorage) -> Result<Vec<Entry>, RelayError> {
+    Ok(match storage {
         OffsetStorage::File(path) => {
             let data = std::fs::read(path).map_err(|e| {
                 refused(format!(
@@ -125,48 +176,48 @@ pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> 
             read_offsets_file(&data).map_err(|e| refused(format!("{}: {e}", path.display())))?
         }
         OffsetStorage::Topic(topic) => offsets_topic::read_all(cfg, topic).await?,
-    };
-    let offset = DebeziumOffset::select(&entries, &from.connector, from.server.as_deref())
-        .map_err(|e| refused(e.to_string()))?;
-    let proven = offset.proven().map_err(|e| refused(e.to_string()))?;
-    let covered = proven.complete_before;
-    let created = !existing;
-    let slot = preflight(&control, cfg, SlotPolicy::CreateIfMissing).await?;
-    let start = slot.confirmed_flush;
-    let new_slot = created || !take_over;
-    if new_slot && !slot_leaves_no_gap(proven, start) {
-        if created {
-            control
-                .execute("SELECT pg_drop_replication_slot($1)", &[slot_name])
-                .await
-                .map_err(query_err("drop the slot this setup created"))?;
-        }
-        return Err(refused(format!(
-            "Debezium's connector {:?} committed the transactions before {covered}, and the new \
-             slot {slot_name:?} starts at {start}: events committed between would be lost{}. \
-             Take over Debezium's own slot (postgres.slot = its slot.name); or create the new \
-             slot while Debezium still runs (`outbox-relay setup`), stop Debezium once its \
-             offsets are past the slot's start, and run this again; or, if Debezium's slot is \
-             gone, re-publish the events committed after {covered} from the outbox table",
-            from.connector,
-            if created {
-                ", so the slot was dropped again"
-            } else {
-                ""
-            }
-        )));
-    }
-    if !new_slot && start > covered {
-        tracing::info!(
-            slot = %slot_name, confirmed_flush = %start, lsn_commit = %covered,
-            "{CUTOVER_SLOT_AHEAD}: Debezium confirmed the slot past its stored offset (it confirms \
-             the lsn_commit of records Kafka acknowledged, and Connect stores offsets later); \
-             PostgreSQL cannot send the transactions between again, and Debezium had them \
-             acknowledged"
-        );
-    }
+    })
+}
 
-    let (system_id, timeline) = identify(cfg).await?;
+/// Drops the slot this setup created, before refusing the gap it would leave.
+async fn drop_created_slot(
+    control: &tokio_postgres::Client,
+    slot_name: &str,
+) -> Result<(), RelayError> {
+    control
+        .execute("SELECT pg_drop_replication_slot($1)", &[&slot_name])
+        .await
+        .map_err(query_err("drop the slot this setup created"))?;
+    Ok(())
+}
+
+/// The refusal when the new slot starts after what Debezium proved (`created`: this setup
+/// created it, and dropped it again).
+fn gap_refused(
+    from: &FromDebezium,
+    slot_name: &str,
+    created: bool,
+    covered: Lsn,
+    start: Lsn,
+) -> RelayError {
+    refused(format!(
+        "Debezium's connector {:?} committed the transactions before {covered}, and the new \
+         slot {slot_name:?} starts at {start}: events committed between would be lost{}. \
+         Take over Debezium's own slot (postgres.slot = its slot.name); or create the new \
+         slot while Debezium still runs (`outbox-relay setup`), stop Debezium once its \
+         offsets are past the slot's start, and run this again; or, if Debezium's slot is \
+         gone, re-publish the events committed after {covered} from the outbox table",
+        from.connector,
+        if created {
+            ", so the slot was dropped again"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// `kafka.checkpoint_topic` exists (or was created) and is usable.
+async fn check_checkpoint_topic_usable(cfg: &Config) -> Result<(), RelayError> {
     if !prepare_topic(cfg).await? {
         return Err(refused(format!(
             "the cutover records its start in kafka.checkpoint_topic {:?}, which is unusable \
@@ -174,18 +225,29 @@ pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> 
             cfg.kafka.checkpoint_topic
         )));
     }
+    Ok(())
+}
+
+/// The checkpoint covering what Debezium proved, under the key `run` will read.
+async fn cutover_checkpoint(
+    control: &tokio_postgres::Client,
+    cfg: &Config,
+    proven: Proven,
+    system_id: &str,
+    timeline: u32,
+) -> Result<Checkpoint, RelayError> {
     // A slot on a standby keeps its checkpoints under a key of its own (checkpoint::Scope),
     // and on a promoted standby under that key if it has one there.
     let at = |standby: Option<&str>| {
         proven.checkpoint(
-            &system_id,
+            system_id,
             &cfg.postgres.database,
-            slot_name,
+            &cfg.postgres.slot,
             timeline,
             standby,
         )
     };
-    let checkpoint = match crate::postgres::standby::scope(&control).await? {
+    Ok(match crate::postgres::standby::scope(control).await? {
         Scope::Primary => at(None),
         Scope::Standby(name) => at(Some(&name)),
         Scope::Promoted(name) => {
@@ -195,9 +257,14 @@ pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> 
                 None => at(None),
             }
         }
-    };
+    })
+}
+
+/// Writes `checkpoint` unless it is there already; replaces an earlier cutover's; refuses when
+/// the relay's own checkpoint is there.
+async fn record(cfg: &Config, checkpoint: &Checkpoint, covered: Lsn) -> Result<(), RelayError> {
     match read_latest(cfg, checkpoint.key()).await? {
-        Some(c) if c == checkpoint => {}
+        Some(c) if c == *checkpoint => {}
         // An earlier cutover's, Debezium having run since: its newer offset replaces it.
         Some(c) if is_cutover_checkpoint(&c) => {
             tracing::info!(
@@ -209,14 +276,27 @@ pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> 
         }
         Some(c) => {
             return Err(refused(format!(
-                "kafka.checkpoint_topic {:?} already has a checkpoint for slot {slot_name:?} \
+                "kafka.checkpoint_topic {:?} already has a checkpoint for slot {:?} \
                  (covering up to {}): the relay has run on this slot, and its own position is \
                  newer than Debezium's. Nothing was changed; start `outbox-relay run`",
-                cfg.kafka.checkpoint_topic, c.covered_lsn
+                cfg.kafka.checkpoint_topic, cfg.postgres.slot, c.covered_lsn
             )));
         }
         None => offsets_topic::write(cfg, &checkpoint.key(), &checkpoint.to_json()).await?,
     }
+    Ok(())
+}
+
+/// The cutover's record: the log event, and the summary on stdout for the operator.
+fn report(
+    cfg: &Config,
+    offset: &DebeziumOffset,
+    created: bool,
+    take_over: bool,
+    start: Lsn,
+    covered: Lsn,
+) {
+    let slot_name = &cfg.postgres.slot;
     tracing::info!(
         connector = %offset.connector, server = %offset.server,
         lsn_commit = ?offset.lsn_commit.map(|l| l.to_string()),
@@ -247,8 +327,6 @@ pub async fn setup(cfg: &Config, from: &FromDebezium) -> Result<(), RelayError> 
         },
         cfg.kafka.checkpoint_topic
     );
-    tracing::info!(slot = %slot_name, publication = %cfg.postgres.publication, confirmed_flush = %start, "{SETUP_OK}");
-    Ok(())
 }
 
 fn show(l: Option<Lsn>) -> String {

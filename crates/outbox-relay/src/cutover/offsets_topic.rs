@@ -19,16 +19,12 @@ use relay_core::debezium_position::Entry;
 use crate::{
     config::Config,
     error::{Definite, RelayError, Transient},
-    sink::client_config,
+    sink::{client_config, read_back::read_back_config},
 };
 
 /// Every record of `topic`, partition by partition, up to the end it had when reading began.
 pub(super) async fn read_all(cfg: &Config, topic: &str) -> Result<Vec<Entry>, RelayError> {
-    let mut c = client_config(&cfg.kafka)?;
-    c.set("group.id", "outbox-relay-cutover-reader")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true");
+    let c = read_back_config(&cfg.kafka, "outbox-relay-cutover-reader")?;
     let topic = topic.to_string();
     let timeout = Duration::from_millis(cfg.kafka.connect_timeout_ms);
     tokio::task::spawn_blocking(move || {

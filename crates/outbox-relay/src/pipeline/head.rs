@@ -13,10 +13,6 @@ use crate::{
 };
 
 impl<S: Session, K: Sink> Pipeline<'_, S, K> {
-    fn head_clock_ms(&self) -> u64 {
-        self.born.elapsed().as_millis() as u64
-    }
-
     /// Sets the partition `rec` lands on (its own, else its key's) and returns what the
     /// record's [`Origin::head`] must say.
     ///

@@ -74,7 +74,7 @@ pub(super) struct Pipeline<'a, S, K> {
     /// `kafka.transactional_id` is set: records go out in Kafka transactions (config).
     pub(super) transactional: bool,
     /// `relay.delivery = "exactly-once"`: a contradicted checkpoint stops the relay (config).
-    pub(super) exactly_once: bool,
+    exactly_once: bool,
     /// The skip and checkpoint bookkeeping: the skip, the change index, the checkpoint trail,
     /// the primer and the running Kafka commit ([`super::ledger`]; this connection).
     pub(super) ledger: Ledger,
@@ -85,8 +85,8 @@ pub(super) struct Pipeline<'a, S, K> {
     pub(super) pace: Pace,
     /// Outside Kafka transactions: the producer's partition heads ([`super::head`]).
     pub(super) heads: Option<relay_core::head::Heads>,
-    /// The head rule's clock starts here.
-    pub(super) born: Instant,
+    /// The head rule's clock starts here ([`head_clock_ms`](Self::head_clock_ms)).
+    born: Instant,
 }
 
 /// What one connection starts from: its session, what the checkpoint said, the decoder for
@@ -185,6 +185,11 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
             heads: (!transactional).then(relay_core::head::Heads::new),
             born: Instant::now(),
         }
+    }
+
+    /// Milliseconds since this pipeline was built: the head rule's clock ([`super::head`]).
+    pub(super) fn head_clock_ms(&self) -> u64 {
+        self.born.elapsed().as_millis() as u64
     }
 
     /// The stream contradicts the checkpoint: a definite stop in exactly-once mode; in

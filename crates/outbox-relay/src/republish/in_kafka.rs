@@ -23,7 +23,7 @@ use rdkafka::{
 use crate::{
     config::Config,
     error::{Definite, RelayError, Transient},
-    sink::client_config,
+    sink::read_back::{read_back, read_back_config},
 };
 
 /// Records are stamped by the producer after the commit; this covers clocks that disagree.
@@ -39,17 +39,13 @@ pub(crate) async fn ids(
     if partitions.is_empty() {
         return Ok(HashSet::new());
     }
-    let mut c = client_config(&cfg.kafka)?;
-    c.set("group.id", "outbox-relay-heal")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .set("auto.offset.reset", "earliest");
-    let limit = Duration::from_millis(cfg.kafka.connect_timeout_ms) + Duration::from_secs(70);
+    let mut c = read_back_config(&cfg.kafka, "outbox-relay-heal")?;
+    c.set("auto.offset.reset", "earliest");
     let from = since_ms - CLOCK_SLACK_MS;
-    tokio::task::spawn_blocking(move || read(c, &partitions, from, limit))
-        .await
-        .map_err(Transient::checkpoint_by)?
+    read_back(&cfg.kafka, c, move |c, limit| {
+        read(c, &partitions, from, limit)
+    })
+    .await
 }
 
 fn read(

@@ -55,10 +55,10 @@ async fn transactions_alternate_between_the_two_producers() {
 fn the_refused_topic_is_read_from_librdkafkas_message() {
     let m = "TxnCoordinator/1: Failed to add partition \"t_kacl.secret\" [0] to transaction: \
              Broker: Topic authorization failed";
-    assert_eq!(super::refused_topic_in(m), Some("t_kacl.secret"));
+    assert_eq!(super::context::refused_topic_in(m), Some("t_kacl.secret"));
     let collateral = "TxnCoordinator/1: Failed to add partition \"t_kacl.order\" [0] to \
                       transaction: Broker: Operation not attempted";
-    assert_eq!(super::refused_topic_in(collateral), None);
+    assert_eq!(super::context::refused_topic_in(collateral), None);
 }
 
 fn record(topic: &str, key: &str) -> relay_core::route::Record {

@@ -5,10 +5,12 @@
 //! HTTP endpoint answers, its view (its `/status.json`, the document its console draws) is added: streaming, time lag, heartbeat age and the level
 //! of every alert, including `time_lag`, which needs the monitor's history.
 //!
+//! What is collected is here; the screen it makes is `screen`'s, the `--watch` frames `watch`'s.
+//!
 //! Invariant: the worst level among both views decides the exit code, and a missing or lost
 //! slot is always critical, so `status` never reports healthy for a relay that cannot run.
 
-use std::{fmt::Write, time::Duration};
+use std::time::Duration;
 
 use crate::{
     config::Config,
@@ -16,7 +18,6 @@ use crate::{
     observe::alert::{self, Finding, Observation, Severity, human_bytes, human_duration},
     observe::console::{RelayStatus, SourceStatus},
     observe::outbox_tables::{self, TableHealth},
-    observe::webhook::rfc3339,
     postgres::control::{self, describe_pg},
     postgres::slot::{self, SlotSnapshot},
     telemetry::http_client::{self as http, Target},
@@ -205,195 +206,6 @@ impl StatusReport {
         let slot = slot_critical.then_some(Severity::Critical);
         [local, relay, slot].into_iter().flatten().max()
     }
-
-    /// The one-screen report.
-    pub fn render(&self) -> String {
-        let mut o = String::new();
-        let snap = &self.snapshot;
-        let _ = writeln!(
-            o,
-            "outbox-relay status: {}slot {:?} on {} at {}",
-            self.source
-                .as_ref()
-                .map(|s| format!("source {s}, "))
-                .unwrap_or_default(),
-            self.slot_name,
-            self.server,
-            rfc3339(std::time::SystemTime::now())
-        );
-        let role = if snap.in_recovery {
-            "standby"
-        } else {
-            "primary"
-        };
-        let max = snap
-            .max_slot_wal_keep_size
-            .map_or("unlimited".to_string(), human_bytes);
-        let wal = snap.server_lsn.map_or("unknown".into(), |l| l.to_string());
-        let _ = writeln!(
-            o,
-            "  server           {role}, WAL at {wal}, max_slot_wal_keep_size {max}"
-        );
-        let _ = writeln!(o, "  publishes        {}", self.sources);
-        match &snap.slot {
-            None => {
-                let _ = writeln!(
-                    o,
-                    "  slot             MISSING: run `outbox-relay setup` on a first start; if it \
-                     existed before, events since it was dropped are missing (docs/operations.md#slot-lost)"
-                );
-            }
-            Some(s) => {
-                let holder = match (s.active, s.active_pid) {
-                    (true, Some(pid)) => format!("active (pid {pid})"),
-                    (true, None) => "active".into(),
-                    _ => "inactive (no relay streams from it)".into(),
-                };
-                let status = s
-                    .wal_status
-                    .as_ref()
-                    .map_or("unknown".into(), |w| w.to_string());
-                let safe = match s.safe_wal_size {
-                    Some(b) if b < 0 => format!("-{}", human_bytes(b.unsigned_abs())),
-                    Some(b) => human_bytes(b as u64),
-                    None if s.is_lost() => "none (lost)".into(),
-                    None if snap.max_slot_wal_keep_size.is_none() => "unlimited".into(),
-                    None => match (snap.max_slot_wal_keep_size, snap.retained_wal_bytes()) {
-                        // A managed server that hides it: the same estimate as the forecast's.
-                        (Some(keep), Some(r)) if keep >= r => format!(
-                            "not shown by the server (about {} left under \
-                             max_slot_wal_keep_size)",
-                            human_bytes(keep - r)
-                        ),
-                        _ => "not shown by the server".into(),
-                    },
-                };
-                let _ = writeln!(
-                    o,
-                    "  slot             {holder}, wal_status {status}, safe_wal_size {safe}"
-                );
-                if let Some(why) = s.invalidation() {
-                    let _ = writeln!(
-                        o,
-                        "  invalidated      {why}: {}; {}",
-                        why.what_happened(),
-                        why.prevention()
-                    );
-                }
-                if let Some(since) = s.inactive_since {
-                    let idle = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0.0, |now| (now.as_secs_f64() - since as f64).max(0.0));
-                    let _ = writeln!(o, "  inactive for     {idle:.0} s (inactive_since)");
-                }
-                let lag = snap.lag_bytes().map_or("unknown".into(), human_bytes);
-                let confirmed = s.confirmed_flush.map_or("none".into(), |l| l.to_string());
-                let _ = writeln!(o, "  last confirmed   {confirmed} (lag {lag})");
-                match (s.restart_lsn, snap.retained_wal_bytes()) {
-                    (Some(r), Some(b)) => {
-                        let b = human_bytes(b);
-                        let _ = writeln!(o, "  restart_lsn      {r} (retains {b} of WAL)");
-                    }
-                    (r, _) => {
-                        let r = r.map_or("none".to_string(), |l| l.to_string());
-                        let _ = writeln!(o, "  restart_lsn      {r} (retained WAL unknown)");
-                    }
-                }
-                if let Some(st) = s.stats {
-                    let _ = writeln!(
-                        o,
-                        "  decoding         {} txns decoded, {} spilled to disk ({} writes, {})",
-                        st.total_txns,
-                        st.spill_txns,
-                        st.spill_count,
-                        human_bytes(st.spill_bytes.max(0) as u64)
-                    );
-                }
-            }
-        }
-        for t in &self.outbox {
-            let _ = writeln!(o, "  outbox table     {}", table_line(t));
-        }
-        match &self.relay {
-            Ok(v) => {
-                let yes_no = |b: Option<bool>, y: &str, n: &str| match b {
-                    Some(true) => y.to_string(),
-                    Some(false) => n.to_string(),
-                    None => "unknown".to_string(),
-                };
-                let secs = |s: Option<f64>| {
-                    s.filter(|s| s.is_finite() && *s >= 0.0)
-                        .map_or("n/a".into(), |s| human_duration(Duration::from_secs_f64(s)))
-                };
-                let _ = writeln!(
-                    o,
-                    "  relay            {}, {}, time lag {}, heartbeat age {}",
-                    yes_no(v.streaming, "streaming", "NOT streaming"),
-                    yes_no(v.ready, "ready", "not ready"),
-                    secs(v.time_lag_secs),
-                    secs(v.heartbeat_age_secs)
-                );
-            }
-            Err(e) => {
-                let _ = writeln!(
-                    o,
-                    "  relay            no report ({e}); time lag not evaluated"
-                );
-            }
-        }
-        let mut lines = Vec::new();
-        for f in &self.findings {
-            if let Some(l) = f.level {
-                lines.push(format!(
-                    "  {:<16} {} {}: {}\n  {:<16}   what to do: {}",
-                    "",
-                    l.as_str().to_uppercase(),
-                    f.kind,
-                    f.summary,
-                    "",
-                    f.action
-                ));
-            }
-        }
-        if let Ok(v) = &self.relay {
-            for (alert, level) in &v.alert_levels {
-                let local = self
-                    .findings
-                    .iter()
-                    .any(|f| f.kind.as_str() == alert && f.level.is_some());
-                if *level >= 1.0 && !local {
-                    let l = if *level >= 2.0 { "CRITICAL" } else { "WARNING" };
-                    lines.push(format!(
-                        "  {:<16} {l} {alert} (reported by the relay; see its log for alert_firing)",
-                        ""
-                    ));
-                }
-            }
-        }
-        let worst = self.worst();
-        let _ = writeln!(
-            o,
-            "  alerts           {}",
-            if lines.is_empty() {
-                "none"
-            } else {
-                "see below"
-            }
-        );
-        for l in lines {
-            let _ = writeln!(o, "{l}");
-        }
-        let _ = writeln!(
-            o,
-            "result: {}",
-            match worst {
-                None => "OK",
-                Some(Severity::Warning) => "WARNING",
-                Some(Severity::Critical) => "CRITICAL",
-            }
-        );
-        o
-    }
 }
 
 /// `public.outbox: 12 live, 3 dead tuples, 48.0 KiB, vacuumed 2m 0s ago, oldest row 1.5s`.
@@ -422,6 +234,7 @@ pub fn table_line(t: &Result<TableHealth, String>) -> String {
     )
 }
 
+mod screen;
 pub mod watch;
 
 #[cfg(test)]

@@ -197,3 +197,95 @@ fn a_source_reads_only_its_own_series() {
     assert_eq!((ab.streaming, ab.events_produced), (Some(false), Some(7.0)));
     assert_eq!(relay_view(text, None).events_produced, Some(12.0));
 }
+
+/// The report after its first line, which must start `outbox-relay status: <start>` (the rest
+/// of that line is the time).
+fn after_header<'a>(text: &'a str, start: &str) -> &'a str {
+    let (first, rest) = text.split_once('\n').unwrap();
+    assert!(
+        first.starts_with(&format!("outbox-relay status: {start}")),
+        "{first}"
+    );
+    rest
+}
+
+/// The whole report, line by line but its first (which carries the time), for a slot with every
+/// figure, outbox tables and the relay's view; and for a slot the server hides its safe WAL
+/// size of, with no relay: each section's text is pinned here.
+#[test]
+fn the_whole_report_reads_the_same_section_by_section() {
+    let mut s = slot("extended", 0x3000000 - 8192);
+    s.stats = Some(crate::postgres::slot::SpillStats {
+        spill_txns: 2,
+        spill_count: 3,
+        spill_bytes: 4096,
+        total_txns: 10,
+        total_bytes: 1 << 20,
+    });
+    let view = RelayView {
+        streaming: Some(true),
+        ready: Some(false),
+        time_lag_secs: Some(1.5),
+        heartbeat_age_secs: None,
+        alert_levels: vec![("time_lag".into(), 1.0), ("retained_wal".into(), 0.0)],
+        ..RelayView::default()
+    };
+    let mut r = report(Some(s), Ok(view));
+    r.source = Some("a".into());
+    r.outbox = vec![
+        Ok(TableHealth {
+            table: "public.outbox".into(),
+            partitions: 1,
+            live_tuples: 1,
+            dead_tuples: 2,
+            size_bytes: 8192,
+            last_autovacuum: None,
+            last_vacuum_age: None,
+            last_autoanalyze: None,
+            oldest_row_age: None,
+        }),
+        Err("denied".into()),
+    ];
+    let text = r.render();
+    assert_eq!(
+        after_header(&text, "source a, slot \"s\" on h:1 database d at "),
+        [
+            "  server           primary, WAL at 0/3000000, max_slot_wal_keep_size 64.0 MiB",
+            "  publishes        no outbox table; message prefixes \"outbox\"",
+            "  slot             active (pid 42), wal_status extended, safe_wal_size 40.0 MiB",
+            "  last confirmed   0/2FFFF9C (lag 100 B)",
+            "  restart_lsn      0/2FFE000 (retains 8.0 KiB of WAL)",
+            "  decoding         10 txns decoded, 2 spilled to disk (3 writes, 4.0 KiB)",
+            "  outbox table     public.outbox: 1 live, 2 dead tuples, 8.0 KiB, never vacuumed",
+            "  outbox table     UNREADABLE: denied",
+            "  relay            streaming, not ready, time lag 1.5s, heartbeat age n/a",
+            "  alerts           see below",
+            "                   WARNING wal_status: wal_status = extended",
+            "                     what to do: the slot holds WAL beyond max_wal_size; restore the relay's throughput before PostgreSQL marks it unreserved (docs/operations.md#wal-status)",
+            "                   WARNING time_lag (reported by the relay; see its log for alert_firing)",
+            "result: WARNING",
+        ]
+        .map(|l| format!("{l}\n"))
+        .concat()
+    );
+
+    let mut hidden = slot("reserved", 0x3000000 - 4096);
+    hidden.safe_wal_size = None;
+    hidden.active = false;
+    let text = report(Some(hidden), Err("off".into())).render();
+    assert_eq!(
+        after_header(&text, "slot \"s\" on h:1 database d at "),
+        [
+            "  server           primary, WAL at 0/3000000, max_slot_wal_keep_size 64.0 MiB",
+            "  publishes        no outbox table; message prefixes \"outbox\"",
+            "  slot             inactive (no relay streams from it), wal_status reserved, safe_wal_size not shown by the server (about 64.0 MiB left under max_slot_wal_keep_size)",
+            "  last confirmed   0/2FFFF9C (lag 100 B)",
+            "  restart_lsn      0/2FFF000 (retains 4.0 KiB of WAL)",
+            "  relay            no report (off); time lag not evaluated",
+            "  alerts           none",
+            "result: OK",
+        ]
+        .map(|l| format!("{l}\n"))
+        .concat()
+    );
+}

@@ -25,7 +25,7 @@ pub(crate) use topic::prepare_topic;
 use crate::{
     config::Config,
     error::{Definite, RelayError, Transient},
-    sink::client_config,
+    sink::read_back::{read_back, read_back_config},
     telemetry::events::{CHECKPOINT_READ_END, KAFKA_CLIENT_ERROR},
 };
 
@@ -156,20 +156,14 @@ pub(crate) async fn read_latest(
     key: String,
 ) -> Result<Option<Checkpoint>, RelayError> {
     let topic = cfg.kafka.checkpoint_topic.clone();
-    let mut c = client_config(&cfg.kafka)?;
-    c.set("group.id", "outbox-relay-checkpoint-reader")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        // A failed lookup of the first offset must be an error, never a silent jump to the end
-        // (librdkafka's default), which would read as "no checkpoint".
-        .set("auto.offset.reset", "error");
-    // Read-committed consumers wait for open transactions of other slots' relays; Kafka ends
-    // those within their transaction timeout.
-    let limit = Duration::from_millis(cfg.kafka.connect_timeout_ms) + Duration::from_secs(70);
-    tokio::task::spawn_blocking(move || read_blocking(c, &topic, &key, limit))
-        .await
-        .map_err(Transient::checkpoint_by)?
+    let mut c = read_back_config(&cfg.kafka, "outbox-relay-checkpoint-reader")?;
+    // A failed lookup of the first offset must be an error, never a silent jump to the end
+    // (librdkafka's default), which would read as "no checkpoint".
+    c.set("auto.offset.reset", "error");
+    read_back(&cfg.kafka, c, move |c, limit| {
+        read_blocking(c, &topic, &key, limit)
+    })
+    .await
 }
 
 /// The broker does not know the (new) topic or its partition yet.

@@ -116,7 +116,7 @@ pub const SIGNAL_RECEIVED: &str = "signal_received";
 /// The Prometheus recorder could not be installed; the relay runs without `/metrics` data.
 pub const METRICS_DISABLED: &str = "metrics_disabled";
 
-// Setup and preflight (setup.rs, `outbox-relay setup`).
+// Setup and preflight (postgres/setup/, `outbox-relay setup`).
 /// `outbox-relay setup` checked everything and created what was missing.
 pub const SETUP_OK: &str = "setup_ok";
 /// The publication was created (`postgres.create_publication = true`).
