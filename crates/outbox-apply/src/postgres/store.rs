@@ -14,10 +14,10 @@ use tokio_postgres::{Client, Statement as Prepared, types::Type};
 
 use relay_core::apply::sql::Statement;
 
-use super::{error::ApplyError, handler};
+use super::handler;
 use outbox_service::postgres::quote_ident;
 
-use crate::config::ApplyConfig;
+use crate::{config::ApplyConfig, error::ApplyError};
 
 /// `schema.table` quoted.
 fn qualified(name: &str) -> String {
@@ -335,7 +335,7 @@ impl Conn {
     /// Records `r` in the dead-letter table with `error` (idempotent on its coordinates).
     pub(crate) async fn dead_letter(
         &self,
-        r: &super::record::Record,
+        r: &crate::record::Record,
         error: &str,
         sqlstate: Option<&str>,
     ) -> Result<(), tokio_postgres::Error> {
