@@ -130,7 +130,7 @@ for major in 14 16 17 18 13; do fetch_pg "$major"; done
 # 4b. Headless Chromium for the console's browser tests (tests/e2e/console.rs, driven over the DevTools
 #     protocol) and scripts/screenshots.sh: Debian's own package, no downloaded browser.
 installed chromium || apt_install chromium
-# 5. Debezium plugin jars (infra/debezium/pom.xml) for the side-by-side test (tests/e2e/debezium_compat.rs)
+# 5. Debezium plugin jars (infra/debezium/pom.xml) for the side-by-side test (tests/e2e/debezium_compat/)
 #    and the benchmark peers.
 DBZ_JAR="$INFRA_DIR/debezium/plugins/debezium-connector-postgres/debezium-connector-postgres-3.6.1.Final.jar"
 if [ ! -f "$DBZ_JAR" ] || [ "$DBZ_JAR" -ot "$INFRA_DIR/debezium/pom.xml" ]; then

@@ -6,7 +6,7 @@
 #      (each one is checked by promtool as a recording rule, dashboard variables substituted);
 #   3. every metric name used by the rules, the dashboard and docs/operations.md exists in
 #      crates/outbox-relay/src/telemetry/metrics/mod.rs or (the applier's)
-#      crates/outbox-apply/src/metrics.rs, and every metric there is documented (Rust tests
+#      crates/outbox-apply/src/telemetry/metrics.rs, and every metric there is documented (Rust tests
 #      `metrics::tests` of the outbox-relay crate, which check both lists);
 #   4. the compose stack: docker-compose.yml (`docker-compose config`, no engine needed), the
 #      Prometheus config it mounts (`promtool check config`), Alertmanager's (`amtool

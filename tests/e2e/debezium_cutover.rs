@@ -31,10 +31,9 @@ use relay_core::debezium_position::{DebeziumOffset, read_offsets_file};
 
 use crate::support::{
     TestDb, check, connect,
-    debezium::{Worker, turn},
+    debezium::{Worker, start_command, turn},
     eventually, kafka, kafka_brokers, pg_port,
     relay::Relay,
-    repo_root,
     writer::{Written, insert_event},
 };
 
@@ -289,14 +288,10 @@ async fn a_cutover_from_a_running_debezium_loses_nothing() {
         let f = data.join("connector-in.properties");
         std::fs::write(&f, connector_properties(db)).unwrap();
         starting.push(
-            Command::new(repo_root().join("infra/debezium/start.sh"))
+            start_command(&data, port)
                 .arg(&f)
                 .env("CONNECT_MODE", mode)
                 .env("CONNECT_GROUP", &group)
-                .env("CONNECT_DATA", &data)
-                .env("CONNECT_REST_PORT", port.to_string())
-                .env("KAFKA_BOOTSTRAP", kafka_brokers())
-                .env("CONNECT_HEAP_OPTS", "-Xms128M -Xmx512M")
                 .stdout(std::process::Stdio::null())
                 .spawn()
                 .unwrap(),

@@ -8,7 +8,11 @@ use clap::Subcommand;
 use metrics_exporter_prometheus::{BuildError, PrometheusHandle};
 use tokio::sync::watch;
 
-use crate::{ApplyError, config::ApplyConfig, events::APPLY_FAILED, metrics};
+use crate::{
+    ApplyError,
+    config::ApplyConfig,
+    telemetry::{events::APPLY_FAILED, metrics},
+};
 
 // The subcommands of `outbox-relay apply` (their help is the binary's: no doc comment here).
 #[derive(Subcommand)]
@@ -125,7 +129,7 @@ async fn dispatch(
             }
         }
         Action::Status { config } => {
-            let report = crate::status::collect(&load(&config)?).await?;
+            let report = crate::operate::status::collect(&load(&config)?).await?;
             print!("{}", report.render());
             if report.alarming() {
                 return Ok(ExitCode::from(4));

@@ -16,32 +16,29 @@
 //! use is `outbox_service`'s: the PostgreSQL connection section, the config loader, the HTTP
 //! endpoint and console, `Backoff`).
 //!
-//! Layers, from the bottom: [`events`] and [`metrics`] (every name, in one place) and
-//! [`config`] use nothing of the crate; `record`, `handler`, `store`, `txn`, `contention`,
-//! `pool`, `assignment`, `partition`, `rebalance`, `broker`, `reader` the applier's path;
-//! `retention`, `redrive`, `status`, `document` and `console` beside it; [`cli`] on top.
+//! The map, from the bottom; a folder uses only those above it (`scripts/modcycles.py`):
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`telemetry`] | every log event name and every metric, in one place |
+//! | `config`, `error`, `record` | the config sections, `ApplyError`, a Kafka record as kept |
+//! | `postgres` | the consumer's database: bookkeeping, handlers, the transaction, the pool |
+//! | `partition` | one task per partition, in order; the assignment (what this instance applies) |
+//! | `kafka` | the consumer on its own thread, its rebalance, the brokers' reachability |
+//! | `retention` | the inbox cleanup |
+//! | `operate` | `apply status`, `apply redrive`, the console's view and its document |
+//! | [`cli`] | the `apply …` subcommands, on top |
 
-mod assignment;
-mod broker;
 pub mod cli;
 mod config;
-mod console;
-mod contention;
-mod document;
 mod error;
-pub mod events;
-mod handler;
-pub mod metrics;
+mod kafka;
+mod operate;
 mod partition;
-mod pool;
-mod reader;
-mod rebalance;
+mod postgres;
 mod record;
-mod redrive;
 mod retention;
-mod status;
-mod store;
-mod txn;
+pub mod telemetry;
 
 use std::sync::{Arc, atomic::AtomicBool};
 
@@ -52,9 +49,14 @@ use error::ApplyError;
 
 use crate::{
     config::ApplyConfig,
-    events::{APPLY_INBOX_RETENTION_REFUSED, APPLY_SETUP_DONE, APPLY_STARTED, APPLY_STOPPED},
+    kafka::reader,
+    operate::{console, redrive::redrive},
+    partition::assignment,
+    postgres::{pool, store},
+    telemetry::events::{
+        APPLY_INBOX_RETENTION_REFUSED, APPLY_SETUP_DONE, APPLY_STARTED, APPLY_STOPPED,
+    },
 };
-use redrive::redrive;
 
 /// Runs the applier until `shutdown` flips to true.
 pub(crate) async fn run(

@@ -14,11 +14,14 @@ use outbox_inbox::{Allowed, Refusal, RetentionJob, TopicRetention, decide};
 use tokio::sync::watch;
 use tokio_postgres::Client;
 
-use super::{error::ApplyError, store};
 use crate::{
     config::ApplyConfig,
-    events::{APPLY_INBOX_CLEANED, APPLY_INBOX_RETENTION_REFUSED},
-    metrics as m,
+    error::ApplyError,
+    postgres::store,
+    telemetry::{
+        events::{APPLY_INBOX_CLEANED, APPLY_INBOX_RETENTION_REFUSED},
+        metrics as m,
+    },
 };
 
 /// What the rule says now.
@@ -87,9 +90,10 @@ pub(crate) async fn check(cfg: &ApplyConfig, client: &Client) -> Result<Verdict,
         return Ok(Verdict::Keep("no topic applied yet".into()));
     }
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let settings = outbox_inbox::kafka::topic_retention(&super::reader::client_config(cfg), &refs)
-        .await
-        .map_err(|e| ApplyError::Precondition(format!("reading the topics' retention: {e}")))?;
+    let settings =
+        outbox_inbox::kafka::topic_retention(&crate::kafka::reader::client_config(cfg), &refs)
+            .await
+            .map_err(|e| ApplyError::Precondition(format!("reading the topics' retention: {e}")))?;
     let retention = match wanted(cfg, &settings) {
         Ok(r) => r,
         Err(why) => return Ok(Verdict::Keep(why)),

@@ -1,6 +1,6 @@
 //! The log event names this crate's own lines start with (the HTTP endpoint's), in one place as
 //! each crate's are: the relay's in `outbox_relay::telemetry::events`, the applier's in
-//! `outbox_apply::events`. What a name is and why it is stable: see the relay's module. The
+//! `outbox_apply::telemetry::events`. What a name is and why it is stable: see the relay's module. The
 //! relay's events test reads every crate's sources and checks each against its crate's list.
 
 // The HTTP endpoint (http.rs).

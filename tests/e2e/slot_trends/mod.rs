@@ -40,13 +40,7 @@ const STALL_PROXY_PORT: u16 = 28424;
 const MIB: f64 = (1 << 20) as f64;
 
 async fn webhook(hook: &WebhookReceiver, fields: &[(&str, &str)]) -> serde_json::Value {
-    let what = format!("a webhook with {fields:?}");
-    eventually(&what, Duration::from_secs(40), || async {
-        hook.bodies()
-            .into_iter()
-            .find(|b| fields.iter().all(|(k, v)| b[*k] == *v))
-    })
-    .await
+    hook.wait_for(fields, Duration::from_secs(40)).await
 }
 
 /// Writes WAL (unpublished rows, ~400 KiB a statement, throttled) until `stop` is set.

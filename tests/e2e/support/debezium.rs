@@ -15,13 +15,25 @@ use std::{
 
 use tokio::sync::{Mutex, MutexGuard};
 
-use super::{pg_port, repo_root};
+use super::{kafka_brokers, pg_port, repo_root};
 
 static TURN: Mutex<()> = Mutex::const_new(());
 
 /// This test's turn to run Connect workers (a test that panicked in its turn released it).
 pub async fn turn() -> MutexGuard<'static, ()> {
     TURN.lock().await
+}
+
+/// `infra/debezium/start.sh` for a worker with its files in `data` and its REST API on
+/// `rest_port`, against the tests' broker, with the heap every test's worker gets; the caller
+/// adds its connectors' properties files (and `CONNECT_MODE` and the like).
+pub fn start_command(data: &Path, rest_port: u16) -> Command {
+    let mut c = Command::new(repo_root().join("infra/debezium/start.sh"));
+    c.env("CONNECT_DATA", data)
+        .env("CONNECT_REST_PORT", rest_port.to_string())
+        .env("KAFKA_BOOTSTRAP", kafka_brokers())
+        .env("CONNECT_HEAP_OPTS", "-Xms128M -Xmx512M");
+    c
 }
 
 /// A worker started by `infra/debezium/start.sh` with `CONNECT_DATA = data`, holding `slots`.

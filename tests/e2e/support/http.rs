@@ -213,6 +213,17 @@ impl WebhookReceiver {
     pub fn bodies(&self) -> Vec<serde_json::Value> {
         self.bodies.lock().unwrap().clone()
     }
+
+    /// Waits up to `timeout` for a body with these fields (`body[name] == value` for each).
+    pub async fn wait_for(&self, fields: &[(&str, &str)], timeout: Duration) -> serde_json::Value {
+        let what = format!("a webhook with {fields:?}");
+        super::eventually(&what, timeout, || async {
+            self.bodies()
+                .into_iter()
+                .find(|b| fields.iter().all(|(k, v)| b[*k] == *v))
+        })
+        .await
+    }
 }
 
 impl Drop for WebhookReceiver {

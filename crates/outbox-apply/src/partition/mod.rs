@@ -7,6 +7,11 @@
 //! transient error retries the same records (after a backoff; after a deadlock or serialization
 //! failure at once, fewer at a time: `relay_core::apply::contention`) and never moves past them;
 //! a halted partition applies nothing after the record it stopped on.
+//!
+//! [`assignment`]: the partitions this instance applies, as the consumer's thread, these tasks,
+//! `/readyz` and the metrics share them.
+
+pub(crate) mod assignment;
 
 use std::{sync::Arc, time::Duration};
 
@@ -18,20 +23,22 @@ use relay_core::apply::{
 };
 use tokio::sync::{mpsc, watch};
 
-use super::{
-    assignment::{Assignment, Tp},
-    pool::Pool,
-    record::Record,
-    txn::{self, Broke},
-};
 use crate::{
     config::{ApplyConfig, OnFailure},
-    events::{
-        APPLY_PARTITION_HALTED, APPLY_RECORD_DEAD_LETTERED, APPLY_TRANSACTION_CONFLICT,
-        APPLY_TRANSACTION_RETRY,
+    postgres::{
+        pool::Pool,
+        txn::{self, Broke},
     },
-    metrics as m,
+    record::Record,
+    telemetry::{
+        events::{
+            APPLY_PARTITION_HALTED, APPLY_RECORD_DEAD_LETTERED, APPLY_TRANSACTION_CONFLICT,
+            APPLY_TRANSACTION_RETRY,
+        },
+        metrics as m,
+    },
 };
+use assignment::{Assignment, Tp};
 
 /// The consumer's database as a partition's task sees it: the seam that lets the task's loop be
 /// tested without PostgreSQL (on tokio's paused clock).

@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, watch};
 use super::*;
 use outbox_service::http::Readiness;
 
-use crate::txn::Applied;
+use crate::postgres::txn::Applied;
 
 /// A model of the consumer's database: what was applied (offsets, in order), dead-lettered and
 /// stored, with scripted failures.

@@ -20,7 +20,7 @@
 //! field), the failure to start the async runtime, and two debug lines. The test reads every
 //! source file of the crate and fails on any other log message that does not start with one of
 //! these constants; it checks the shared crate's (`outbox_service::events`) and the applier's
-//! (`outbox_apply::events`) the same way, each against its own list.
+//! (`outbox_apply::telemetry::events`) the same way, each against its own list.
 
 // The pipeline: the replication stream into Kafka, and its stop (pipeline/).
 /// The replication stream is open and events flow (the slot is held from now on).

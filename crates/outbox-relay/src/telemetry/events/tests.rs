@@ -34,9 +34,9 @@ const CRATES: &[Crate] = &[
     },
     Crate {
         dir: "outbox-apply",
-        events_file: "events.rs",
-        declared_in: include_str!("../../../../outbox-apply/src/events.rs"),
-        names: outbox_apply::events::ALL,
+        events_file: "telemetry/events.rs",
+        declared_in: include_str!("../../../../outbox-apply/src/telemetry/events.rs"),
+        names: outbox_apply::telemetry::events::ALL,
     },
 ];
 

@@ -1,5 +1,5 @@
 //! Every metric of the relay and its help text, in one place (the applier's are in
-//! `outbox_apply::metrics`). Prometheus conventions: `outbox_relay_` prefix, base units in the
+//! `outbox_apply::telemetry::metrics`). Prometheus conventions: `outbox_relay_` prefix, base units in the
 //! name, counters end in `_total`, bounded label values.
 //!
 //! Invariant: every name used anywhere (code, docs/operations.md, deploy/prometheus/alerts.yml,

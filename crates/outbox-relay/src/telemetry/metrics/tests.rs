@@ -38,7 +38,7 @@ fn names_in(text: &str) -> BTreeSet<String> {
 /// The relay's names and the applier's (both programs' series are documented together).
 fn known() -> BTreeSet<String> {
     ALL.iter()
-        .chain(outbox_apply::metrics::ALL)
+        .chain(outbox_apply::telemetry::metrics::ALL)
         .map(|s| s.to_string())
         .collect()
 }

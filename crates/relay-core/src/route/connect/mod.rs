@@ -4,7 +4,7 @@
 //! `ByteArrayConverter`, `SimpleHeaderConverter` make of a value.
 //!
 //! Every rule here was read off real Debezium 3.6.1 on Kafka Connect 4.3.1 (the side-by-side
-//! test `tests/e2e/debezium_compat.rs` keeps it so). Invariant: an encoding either reproduces
+//! test `tests/e2e/debezium_compat/` keeps it so). Invariant: an encoding either reproduces
 //! Debezium's bytes or is refused when the plan is compiled ([`ColumnSchema::of`],
 //! [`Converter::check`]); nothing is encoded "approximately".
 

@@ -9,14 +9,14 @@ use outbox_service::Backoff;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
 use super::{contention::Contention, store::Conn};
-use crate::{config::ApplyConfig, events::APPLY_DATABASE_UNREACHABLE};
+use crate::{config::ApplyConfig, telemetry::events::APPLY_DATABASE_UNREACHABLE};
 
 pub(crate) struct Pool {
     cfg: Arc<ApplyConfig>,
     idle: Mutex<Vec<Conn>>,
     permits: Arc<Semaphore>,
     /// Whether multi-record transactions take turns, and the turn.
-    pub(super) contention: Contention,
+    pub(crate) contention: Contention,
 }
 
 /// A connection lent by the pool; returned on drop unless it broke.

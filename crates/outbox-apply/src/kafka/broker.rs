@@ -12,7 +12,7 @@ use rdkafka::{
 };
 use relay_core::apply::outage::{Outage, REMIND_EVERY, Say};
 
-use crate::events::{APPLY_KAFKA_ERROR, APPLY_KAFKA_REACHABLE, APPLY_KAFKA_UNREACHABLE};
+use crate::telemetry::events::{APPLY_KAFKA_ERROR, APPLY_KAFKA_REACHABLE, APPLY_KAFKA_UNREACHABLE};
 
 pub(super) struct BrokerLog {
     epoch: Instant,

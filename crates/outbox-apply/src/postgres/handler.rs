@@ -4,7 +4,7 @@
 use relay_core::apply::sql::{Param, Statement, ValueType, Wire};
 use tokio_postgres::types::{ToSql, Type};
 
-use super::record::Record;
+use crate::record::Record;
 
 /// The wire types of `s`'s parameters, for `prepare_typed`.
 pub(crate) fn types(s: &Statement) -> Vec<Type> {

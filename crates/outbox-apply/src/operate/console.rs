@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use super::{assignment::Assignment, status, store};
+use super::status;
+use crate::{partition::assignment::Assignment, postgres::store};
 use outbox_service::{
     console::{
         View,
@@ -116,8 +117,10 @@ impl View for ApplierView {
             let lag = p.high.zip(p.next).map_or(0, |(hi, n)| (hi - n).max(0));
             (l + lag, h + i64::from(p.halted.is_some()))
         });
-        let applied =
-            outbox_service::console::prom_text::total(metrics, crate::metrics::APPLY_RECORDS);
+        let applied = outbox_service::console::prom_text::total(
+            metrics,
+            crate::telemetry::metrics::APPLY_RECORDS,
+        );
         vec![(
             self.cfg.apply.consumer.clone(),
             Reading {

@@ -7,16 +7,12 @@ use std::{fmt::Write, time::Duration};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use super::{
-    document::{
-        ApplierStatus, DeadLetter, DeadLetterTopic, NEWEST_DEAD_LETTERS, StoreView, redrive_command,
-    },
-    error::ApplyError,
-    store,
+use super::document::{
+    ApplierStatus, DeadLetter, DeadLetterTopic, NEWEST_DEAD_LETTERS, StoreView, redrive_command,
 };
 use outbox_service::http_client::{self as http, Target};
 
-use crate::config::ApplyConfig;
+use crate::{config::ApplyConfig, error::ApplyError, postgres::store};
 
 /// One partition's line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,7 +161,7 @@ pub async fn collect(cfg: &ApplyConfig) -> Result<Report, ApplyError> {
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect();
-    let kafka_cfg = super::reader::client_config(cfg);
+    let kafka_cfg = crate::kafka::reader::client_config(cfg);
     // librdkafka's calls block: off the runtime's only thread.
     let partitions = tokio::task::spawn_blocking(move || {
         let kafka: BaseConsumer = kafka_cfg

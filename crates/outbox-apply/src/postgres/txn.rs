@@ -14,8 +14,8 @@ use relay_core::apply::{
     failure::{Kind, QUERY_CANCELED, classify},
 };
 
-use super::{record::Record, store::Conn};
-use crate::config::ApplyConfig;
+use super::store::Conn;
+use crate::{config::ApplyConfig, record::Record};
 
 /// What one transaction did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -411,7 +411,7 @@ async fn body(
                 other => other,
             });
         }
-        metrics::histogram!(crate::metrics::APPLY_HANDLER_SECONDS, "event_type" => event_type.to_string())
+        metrics::histogram!(crate::telemetry::metrics::APPLY_HANDLER_SECONDS, "event_type" => event_type.to_string())
             .record(at.saturating_duration_since(since).as_secs_f64());
         since = at;
         done.applied += 1;

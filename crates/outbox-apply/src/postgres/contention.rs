@@ -12,16 +12,16 @@ use std::{sync::Mutex, time::Instant};
 
 use relay_core::apply::contention::Turns;
 
-use crate::{events::APPLY_TAKING_TURNS, metrics as m};
+use crate::telemetry::{events::APPLY_TAKING_TURNS, metrics as m};
 
-pub(super) struct Contention {
+pub(crate) struct Contention {
     epoch: Instant,
     turns: Mutex<Turns>,
     turn: tokio::sync::Mutex<()>,
 }
 
 /// A transaction's turn; the next one's when dropped.
-pub(super) type Turn<'c> = Option<tokio::sync::MutexGuard<'c, ()>>;
+pub(crate) type Turn<'c> = Option<tokio::sync::MutexGuard<'c, ()>>;
 
 impl Contention {
     pub(super) fn new() -> Contention {
@@ -37,7 +37,7 @@ impl Contention {
     }
 
     /// Waits for the turn of a transaction of `records` records, if it must take one.
-    pub(super) async fn turn(&self, records: usize) -> Turn<'_> {
+    pub(crate) async fn turn(&self, records: usize) -> Turn<'_> {
         let now = self.epoch.elapsed();
         let (on, needed) = {
             let t = self.turns();
@@ -52,7 +52,7 @@ impl Contention {
     }
 
     /// A transaction was rolled back by a deadlock or a serialization failure.
-    pub(super) fn conflicted(&self) {
+    pub(crate) fn conflicted(&self) {
         let now = self.epoch.elapsed();
         let mut t = self.turns();
         let was_on = t.on(now);

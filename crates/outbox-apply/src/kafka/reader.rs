@@ -26,22 +26,21 @@ use rdkafka::{
 };
 use tokio::{runtime::Handle, sync::mpsc};
 
-use super::{
-    assignment::{Assignment, Tp},
-    broker::BrokerLog,
+use super::{broker::BrokerLog, rebalance::Ctx};
+use crate::{
+    config::ApplyConfig,
     error::ApplyError,
-    pool::Pool,
-    rebalance::Ctx,
+    partition::assignment::{Assignment, Tp},
+    postgres::pool::Pool,
     record::Record,
 };
-use crate::config::ApplyConfig;
 
 /// Records a partition may hold here, beyond its task's queue, before it is paused.
 const PENDING_MAX: usize = 1024;
 
 /// The connection settings every Kafka client of the applier shares: the brokers and
 /// `kafka.properties` (security).
-pub(super) fn client_config(cfg: &ApplyConfig) -> ClientConfig {
+pub(crate) fn client_config(cfg: &ApplyConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     for (key, value) in &cfg.kafka.properties {
         c.set(key, value.expose());

@@ -14,10 +14,10 @@ use tokio_postgres::{Client, Statement as Prepared, types::Type};
 
 use relay_core::apply::sql::Statement;
 
-use super::{error::ApplyError, handler};
+use super::handler;
 use outbox_service::postgres::quote_ident;
 
-use crate::config::ApplyConfig;
+use crate::{config::ApplyConfig, error::ApplyError};
 
 /// `schema.table` quoted.
 fn qualified(name: &str) -> String {
@@ -68,7 +68,6 @@ pub(crate) struct Conn {
     store: Prepared,
     reset: Prepared,
     claim: Prepared,
-    refresh: Prepared,
     claim_new: Prepared,
     refresh_all: Prepared,
     dead: Prepared,
@@ -152,12 +151,6 @@ impl Conn {
             ))
             .await
             .map_err(table_hint(&a.inbox_table))?;
-        let refresh = client
-            .prepare(&format!(
-                "UPDATE {inbox} SET processed_at = now() WHERE consumer = $1 AND event_id = $2"
-            ))
-            .await
-            .map_err(table_hint(&a.inbox_table))?;
         // A transaction's claims in one statement: the ids of the records at or after the
         // stored position (`$4` ids, `$5` their offsets); the new claims are returned.
         let claim_new = client
@@ -178,7 +171,7 @@ impl Conn {
             )
             .await
             .map_err(table_hint(&a.inbox_table))?;
-        // The duplicates' claims, their age refreshed.
+        // The duplicates' claims, their age refreshed (one claim: `claim`'s duplicate).
         let refresh_all = client
             .prepare_typed(
                 &format!(
@@ -236,7 +229,6 @@ impl Conn {
             store,
             reset,
             claim,
-            refresh,
             claim_new,
             refresh_all,
             dead,
@@ -296,9 +288,7 @@ impl Conn {
         {
             return Ok(true);
         }
-        self.client
-            .execute(&self.refresh, &[&self.consumer, &event_id])
-            .await?;
+        self.refresh_all(&[event_id]).await?;
         Ok(false)
     }
 
@@ -335,7 +325,7 @@ impl Conn {
     /// Records `r` in the dead-letter table with `error` (idempotent on its coordinates).
     pub(crate) async fn dead_letter(
         &self,
-        r: &super::record::Record,
+        r: &crate::record::Record,
         error: &str,
         sqlstate: Option<&str>,
     ) -> Result<(), tokio_postgres::Error> {

@@ -30,16 +30,16 @@ use tokio::{
     task::JoinHandle,
 };
 
-use super::{
-    assignment::{Assignment, Tp},
-    broker::BrokerLog,
-    partition::{Exit, PartitionTask, PoolStore},
-    pool::Pool,
-    record::Record,
-};
+use super::broker::BrokerLog;
 use crate::{
     config::ApplyConfig,
-    events::{
+    partition::{
+        Exit, PartitionTask, PoolStore,
+        assignment::{Assignment, Tp},
+    },
+    postgres::pool::Pool,
+    record::Record,
+    telemetry::events::{
         APPLY_DATABASE_UNREACHABLE, APPLY_KAFKA_ERROR, APPLY_PARTITIONS_ASSIGNED,
         APPLY_PARTITIONS_REVOKED, APPLY_POSITION_OUT_OF_LOG,
     },

@@ -12,7 +12,7 @@ use std::{
 
 use outbox_service::http::Readiness;
 
-use crate::metrics as m;
+use crate::telemetry::metrics as m;
 
 pub(crate) type Tp = (String, i32);
 

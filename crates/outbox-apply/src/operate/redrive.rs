@@ -8,8 +8,12 @@
 //! waits on the row's lock and finds it gone). It takes no claim and no position, so it may run
 //! beside running instances.
 
-use super::{error::ApplyError, record::Record, store::Conn};
-use crate::config::ApplyConfig;
+use crate::{
+    config::ApplyConfig,
+    error::ApplyError,
+    postgres::{handler, store::Conn},
+    record::Record,
+};
 
 /// What a re-drive did.
 #[derive(Debug, Default)]
@@ -91,7 +95,7 @@ pub async fn redrive(cfg: &ApplyConfig, topic: Option<&str>) -> Result<Redriven,
             if deleted == 0 {
                 return Ok(Err(None));
             }
-            let params = match super::handler::bind(statement, &r) {
+            let params = match handler::bind(statement, &r) {
                 Ok(p) => p,
                 Err(e) => return Ok(Err(Some(e))),
             };
