@@ -50,6 +50,23 @@ const MOVED: &[(&str, &[&str])] = &[
     ("webhook", &["outbox_relay::observe::webhook"]),
 ];
 
+/// The applier's old modules (`outbox_relay::apply::<module>`) → their place in `outbox_apply`.
+const APPLY_MOVED: &[(&str, &str)] = &[
+    ("assignment", "outbox_apply::partition::assignment"),
+    ("error", "outbox_apply::error"),
+    ("handler", "outbox_apply::postgres::handler"),
+    ("partition", "outbox_apply::partition"),
+    ("pool", "outbox_apply::postgres::pool"),
+    ("reader", "outbox_apply::kafka::reader"),
+    ("rebalance", "outbox_apply::kafka::rebalance"),
+    ("record", "outbox_apply::record"),
+    ("redrive", "outbox_apply::operate::redrive"),
+    ("retention", "outbox_apply::retention"),
+    ("status", "outbox_apply::operate::status"),
+    ("store", "outbox_apply::postgres::store"),
+    ("txn", "outbox_apply::postgres::txn"),
+];
+
 /// Old modules in `MOVED` that are still current top-level modules: their submodules stayed.
 const STILL_HERE: &[&str] = &["sink"];
 
@@ -93,6 +110,19 @@ fn current_paths(target: &str) -> Vec<String> {
     if tail.is_some() && STILL_HERE.contains(&head) {
         // `outbox_relay::sink::kick` is where it was: only the module's own lines moved.
         return Vec::new();
+    }
+    if let (&"apply", Some(tail)) = (&head, tail) {
+        let (module, rest) = match tail.split_once("::") {
+            Some((module, rest)) => (module, Some(rest)),
+            None => (tail, None),
+        };
+        let Some((_, new)) = APPLY_MOVED.iter().find(|(old, _)| *old == module) else {
+            return Vec::new();
+        };
+        return vec![match rest {
+            Some(rest) => format!("{new}::{rest}"),
+            None => (*new).to_string(),
+        }];
     }
     let Some((_, news)) = MOVED.iter().find(|(old, _)| *old == head) else {
         return Vec::new();
@@ -140,6 +170,18 @@ mod tests {
         assert_eq!(
             translate("outbox_relay=debug"),
             "outbox_relay=debug,outbox_apply=debug,outbox_service=debug"
+        );
+        assert_eq!(
+            translate("outbox_relay::apply::reader=debug"),
+            "outbox_relay::apply::reader=debug,outbox_apply::kafka::reader=debug"
+        );
+        assert_eq!(
+            translate("outbox_relay::apply::partition::assignment=trace"),
+            "outbox_relay::apply::partition::assignment=trace,outbox_apply::partition::assignment=trace"
+        );
+        assert_eq!(
+            translate("outbox_relay::apply=info"),
+            "outbox_relay::apply=info,outbox_apply=info"
         );
         assert_eq!(
             translate("outbox_relay::sink=debug"),
