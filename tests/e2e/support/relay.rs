@@ -16,7 +16,8 @@ pub fn binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         // A prebuilt binary (e.g. a release build for a soak run) can be given explicitly.
-        if let Ok(bin) = std::env::var("RELAY_TEST_BIN") {
+        // An empty one counts as unset.
+        if let Some(bin) = std::env::var_os("RELAY_TEST_BIN").filter(|b| !b.is_empty()) {
             return PathBuf::from(bin);
         }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

@@ -253,26 +253,37 @@ impl Conn {
         Ok(row.map(|r| r.get(0)))
     }
 
+    /// Stores the partition's next position; it only ever moves forward (`GREATEST`).
     pub(crate) async fn store_position(
         &self,
         topic: &str,
         partition: i32,
         next: i64,
     ) -> Result<(), tokio_postgres::Error> {
-        self.client
-            .execute(&self.store, &[&self.consumer, &topic, &partition, &next])
+        self.write_position(&self.store, topic, partition, next)
             .await
-            .map(drop)
     }
 
+    /// Sets the partition's next position, backwards too (an operator's reset).
     pub(crate) async fn reset_position(
         &self,
         topic: &str,
         partition: i32,
         next: i64,
     ) -> Result<(), tokio_postgres::Error> {
+        self.write_position(&self.reset, topic, partition, next)
+            .await
+    }
+
+    async fn write_position(
+        &self,
+        statement: &Prepared,
+        topic: &str,
+        partition: i32,
+        next: i64,
+    ) -> Result<(), tokio_postgres::Error> {
         self.client
-            .execute(&self.reset, &[&self.consumer, &topic, &partition, &next])
+            .execute(statement, &[&self.consumer, &topic, &partition, &next])
             .await
             .map(drop)
     }
