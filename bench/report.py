@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 ORDER = ["kafka-floor-linger0", "kafka-floor-linger5", "kafka-floor-txn", "pg_recvlogical", "outbox-relay", "outbox-relay-b",
          "outbox-relay-fenced", "outbox-relay-eos", "outbox-relay-eos-b", "outbox-relay-messages",
-         "debezium-default", "debezium-tuned", "polling"]
+         "debezium-default", "debezium-tuned", "outboxx", "go-pq-cdc-kafka", "polling"]
 COLORS = {
     "pg_recvlogical": "#888888",
     "outbox-relay": "#1f77b4",
@@ -30,6 +30,8 @@ COLORS = {
     "kafka-floor-txn": "#8c564b",
     "debezium-default": "#d62728",
     "debezium-tuned": "#ff7f0e",
+    "outboxx": "#e377c2",
+    "go-pq-cdc-kafka": "#7f7f7f",
     "polling": "#2ca02c",
 }
 

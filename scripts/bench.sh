@@ -11,7 +11,9 @@
 # Options: --quick; --systems a,b (pg_recvlogical,outbox-relay,debezium-default,debezium-tuned,polling;
 #   outbox-relay-fenced = outbox-relay with kafka.transactional_id, outbox-relay-eos = fenced with
 #   relay.delivery = "exactly-once", outbox-relay-messages = writers emitting logical messages to a
-#   [[message]] section (steady only), all three only when named);
+#   [[message]] section (steady only), all three only when named; outboxx and go-pq-cdc-kafka: the
+#   native peers built from source by bench/peers/build.sh into $PEERS_DIR (default /work/peers-src),
+#   catch-up only, only when named);
 #   --workloads catchup,steady,saturation; --events N (backlog size); --shapes 1000x200,1x200,1000x4096
 #   (catch-up: rows per transaction x payload bytes [x events: 1000000x200x1000000 = one transaction
 #   of 1M rows]); --partitions 1,3,12 (catch-up topic's partitions, default 3) and --tables 1,4
@@ -50,7 +52,7 @@ while [ $# -gt 0 ]; do
     --out) OUT="$2"; shift ;;
     --systems|--workloads|--events|--steady-seconds|--shapes|--rates|--repeat|--partitions|--tables) ARGS+=("$1" "$2"); shift ;;
     --relay-extra-toml) ARGS+=("$1" "$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); shift ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -82,9 +84,11 @@ command -v perf >/dev/null || log "note: perf (Debian package linux-perf) is not
 
 # 2. build (release): the harness from the working tree; outbox-relay from the working tree or BENCH_RELAY_REV
 log "building bench and outbox-relay (release)"
-CARGO_TARGET_DIR="$REPO_DIR/target/bench" cargo build --release -q -p bench
+# An exported CARGO_TARGET_DIR is honoured (a worktree sharing a disk-limited machine); default target/.
+TGT="${CARGO_TARGET_DIR:-$REPO_DIR/target}"
+CARGO_TARGET_DIR="$TGT/bench" cargo build --release -q -p bench
 BIN="$STACK_DIR/bin"; mkdir -p "$BIN"
-cp "$REPO_DIR/target/bench/release/bench" "$BIN/bench"
+cp "$TGT/bench/release/bench" "$BIN/bench"
 if [ -n "${BENCH_RELAY_BIN:-}" ]; then
   # A relay binary built earlier (e.g. a copy of target/bench/release/outbox-relay kept before
   # a change), for an A/B without a second release build.
@@ -102,12 +106,12 @@ elif [ -n "${BENCH_RELAY_REV:-}" ]; then
     (cd "$SRC" && git apply -p1 "$REPO_DIR/$p") || { log "patch $p does not apply to $BENCH_RELAY_REV"; exit 1; }
     label="$label + $(basename "$p")"
   done
-  (cd "$SRC" && CARGO_TARGET_DIR="$REPO_DIR/target/bench-rev" cargo build --release -q --locked -p outbox-relay)
-  cp "$REPO_DIR/target/bench-rev/release/outbox-relay" "$BIN/outbox-relay"
+  (cd "$SRC" && CARGO_TARGET_DIR="$TGT/bench-rev" cargo build --release -q --locked -p outbox-relay)
+  cp "$TGT/bench-rev/release/outbox-relay" "$BIN/outbox-relay"
   export BENCH_RELAY_SOURCE="$label"
 else
-  CARGO_TARGET_DIR="$REPO_DIR/target/bench" cargo build --release -q -p outbox-relay
-  cp "$REPO_DIR/target/bench/release/outbox-relay" "$BIN/outbox-relay"
+  CARGO_TARGET_DIR="$TGT/bench" cargo build --release -q -p outbox-relay
+  cp "$TGT/bench/release/outbox-relay" "$BIN/outbox-relay"
   if git diff --quiet HEAD -- crates 2>/dev/null; then
     export BENCH_RELAY_SOURCE="working tree = $(git rev-parse --short HEAD)"
   else

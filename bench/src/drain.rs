@@ -107,6 +107,7 @@ pub async fn run(a: DrainArgs) -> Result<()> {
         relay_publication: format!("{slot}_pub"),
         relay_wrapper: a.wrap.split_whitespace().map(String::from).collect(),
         outbox_tables: 1,
+        peers_dir: crate::systems::peers_dir(),
     };
     env.probe_relay()?;
     pg::prepare_in(a.pg_port, &a.db, &[a.payload]).await?;

@@ -126,6 +126,49 @@ impl EndOffsets {
     }
 }
 
+/// The first record of `topic`'s first non-empty partition, for the record: key, headers and
+/// value (cut at 400 bytes), as text. `None` if nothing arrives within 10 s.
+pub fn first_record(brokers: &str, topic: &str) -> Result<Option<String>> {
+    let c = plain_consumer(brokers)?;
+    let n = partitions(&c, topic).unwrap_or(PARTITIONS);
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..n {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    c.assign(&tpl)?;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        let Some(m) = c.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m?;
+        let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
+        let headers: Vec<String> = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| format!("{}={}", h.key, text(h.value).unwrap_or_default()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut value = text(m.payload()).unwrap_or_else(|| "(null)".into());
+        if value.len() > 400 {
+            let mut cut = 400;
+            while !value.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            value.truncate(cut);
+            value.push('…');
+        }
+        return Ok(Some(format!(
+            "key={} headers=[{}] value={value}",
+            text(m.key()).unwrap_or_else(|| "(null)".into()),
+            headers.join(", ")
+        )));
+    }
+    Ok(None)
+}
+
 /// Latencies collected by the consumer, in microseconds.
 #[derive(Debug, Default)]
 pub struct Collected {

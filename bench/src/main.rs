@@ -352,9 +352,10 @@ fn plan(a: &SuiteArgs) -> Result<Plan> {
         catchup_repeat: a.repeat.unwrap_or(if quick { 3 } else { 2 }),
         steady,
         // pg_recvlogical's steady run is the database's floor (its latency read from its output).
+        // The native peers (bench/peers/) are measured in catch-up runs only.
         steady_systems: ordered
             .into_iter()
-            .filter(|s| s.produces() || *s == System::RecvLogical)
+            .filter(|s| (s.produces() || *s == System::RecvLogical) && !s.is_peer())
             .collect(),
         // saturation_rates is only non-empty when outbox-relay is selected.
         saturation_systems: if saturation_rates.is_empty() {
@@ -393,6 +394,7 @@ async fn suite(a: SuiteArgs) -> Result<()> {
         relay_publication: System::Relay.publication().unwrap(),
         relay_wrapper: Vec::new(),
         outbox_tables: 1,
+        peers_dir: systems::peers_dir(),
     };
     env.probe_relay()?;
     let mut sizes = vec![200, 4096];

@@ -110,6 +110,9 @@ pub struct CatchupResult {
     pub slot_stats: Option<SlotStats>,
     /// (seconds since process start, records in Kafka), every 50 ms.
     pub timeline: Vec<(f64, i64)>,
+    /// The first record of the topic after the drain (key, headers, value, the value cut at
+    /// 400 bytes): what the system writes for an outbox row, to compare peers' records.
+    pub sample_record: Option<String>,
 }
 
 impl CatchupResult {

@@ -49,11 +49,19 @@ pub enum System {
     DbzDefault,
     #[serde(rename = "debezium-tuned")]
     DbzTuned,
+    /// outboxx (lukashes/outboxx, Zig + librdkafka), built by `bench/peers/build.sh`: its own
+    /// JSON envelope per row. Catch-up only, and only when named in `--systems`.
+    #[serde(rename = "outboxx")]
+    Outboxx,
+    /// A minimal main program on Trendyol/go-pq-cdc-kafka (`bench/peers/go-pq-cdc-kafka/`),
+    /// built by `bench/peers/build.sh`. Catch-up only, and only when named in `--systems`.
+    #[serde(rename = "go-pq-cdc-kafka")]
+    GoPqCdc,
 }
 
 impl System {
     /// Every system, in the order a run takes them.
-    pub const CANONICAL: [System; 13] = [
+    pub const CANONICAL: [System; 15] = [
         System::Floor0,
         System::Floor5,
         System::FloorTxn,
@@ -66,6 +74,8 @@ impl System {
         System::RelayMessages,
         System::DbzDefault,
         System::DbzTuned,
+        System::Outboxx,
+        System::GoPqCdc,
         System::Polling,
     ];
 
@@ -97,6 +107,8 @@ impl System {
             System::Polling => "polling",
             System::DbzDefault => "debezium-default",
             System::DbzTuned => "debezium-tuned",
+            System::Outboxx => "outboxx",
+            System::GoPqCdc => "go-pq-cdc-kafka",
         }
     }
 
@@ -115,6 +127,8 @@ impl System {
             "polling" | "poll" => System::Polling,
             "debezium-default" | "dbz-default" | "dbzd" => System::DbzDefault,
             "debezium-tuned" | "dbz-tuned" | "dbzt" => System::DbzTuned,
+            "outboxx" => System::Outboxx,
+            "go-pq-cdc-kafka" | "go-pq-cdc" | "gopqcdc" => System::GoPqCdc,
             _ => bail!("unknown system {s:?}"),
         })
     }
@@ -134,6 +148,8 @@ impl System {
             System::Polling => "poll",
             System::DbzDefault => "dbzd",
             System::DbzTuned => "dbzt",
+            System::Outboxx => "outboxx",
+            System::GoPqCdc => "gopq",
         }
     }
 
@@ -173,6 +189,11 @@ impl System {
                 | System::RelayB
                 | System::RelayEosB
         )
+    }
+
+    /// A native peer built from source by `bench/peers/build.sh` (catch-up only).
+    pub fn is_peer(self) -> bool {
+        matches!(self, System::Outboxx | System::GoPqCdc)
     }
 
     /// The system whose configuration this one runs (the B binary's twins run their A's).
@@ -225,6 +246,16 @@ pub struct Env {
     /// Outbox tables outbox-relay reads (`[[outbox]]` sections: public.outbox, public.outbox_2,
     /// …; every one routed to the same topic).
     pub outbox_tables: usize,
+    /// Where `bench/peers/build.sh` built the native peers (`PEERS_DIR`, default
+    /// /work/peers-src).
+    pub peers_dir: PathBuf,
+}
+
+/// [`Env::peers_dir`] from `PEERS_DIR`.
+pub fn peers_dir() -> PathBuf {
+    std::env::var_os("PEERS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/work/peers-src"))
 }
 
 /// Deep-merges `extra` into `base` (tables merge, everything else replaces).
@@ -307,6 +338,50 @@ impl Env {
             merge(&mut table, extra);
         }
         let toml = toml::to_string(&table)?;
+        std::fs::write(&path, toml)?;
+        Ok(path)
+    }
+
+    /// A peer's binary, as `bench/peers/build.sh` leaves it.
+    fn peer_bin(&self, system: System) -> Result<PathBuf> {
+        let rel = match system {
+            System::Outboxx => "outboxx/zig-out/bin/outboxx",
+            System::GoPqCdc => "gopqcdc-outbox/gopqcdc-outbox",
+            s => bail!("{} is not a peer", s.name()),
+        };
+        let bin = self.peers_dir.join(rel);
+        anyhow::ensure!(
+            bin.is_file(),
+            "{} not found: run bench/peers/build.sh (PEERS_DIR={})",
+            bin.display(),
+            self.peers_dir.display()
+        );
+        Ok(bin)
+    }
+
+    /// outboxx's configuration: the system's own slot and publication (created by the harness),
+    /// one stream per outbox table, INSERTs only, keyed by `aggregateid`, to `<prefix>.order`.
+    /// Its producer settings are built in (acks=all, idempotence, linger 50 ms).
+    fn outboxx_config(&self, prefix: &str, slot: &str) -> Result<PathBuf> {
+        let path = self.work.join(format!("{prefix}-outboxx.toml"));
+        let publ = System::Outboxx.publication().unwrap();
+        let mut toml = format!(
+            "[metadata]\nversion = \"v0\"\n\n[source]\ntype = \"postgres\"\n\n\
+             [source.postgres]\nconnection_env = \"POSTGRES_URL\"\nslot_name = \"{slot}\"\n\
+             publication_name = \"{publ}\"\n\n[sink]\ntype = \"kafka\"\n\n[sink.kafka]\n\
+             brokers = [\"{}\"]\ntls = false\n",
+            self.brokers
+        );
+        for (i, t) in crate::pg::outbox_tables(self.outbox_tables.max(1))
+            .iter()
+            .enumerate()
+        {
+            toml += &format!(
+                "\n[[streams]]\nname = \"outbox-{i}\"\n\n[streams.source]\nresource = \"{t}\"\n\
+                 operations = [\"insert\"]\n\n[streams.flow]\nformat = \"json\"\n\n\
+                 [streams.sink]\ndestination = \"{prefix}.order\"\nrouting_key = \"aggregateid\"\n"
+            );
+        }
         std::fs::write(&path, toml)?;
         Ok(path)
     }
@@ -424,6 +499,56 @@ impl Env {
                     .stderr(log("polling")?)
                     .spawn()
                     .context("starting the polling relay")?;
+                let pid = c.id() as i32;
+                (Some(c), pid, None)
+            }
+            System::Outboxx => {
+                let cfg = self.outboxx_config(prefix, slot)?;
+                let c = Command::new(self.peer_bin(system)?)
+                    .arg("--config")
+                    .arg(&cfg)
+                    // outboxx confirms its LSN every 10 s (a flush, then feedback) and does not
+                    // answer the walsender's keepalives in between: under the bench stack's
+                    // wal_sender_timeout = 10s a drain longer than that is cut ("terminating
+                    // walsender process due to replication timeout"). Its connection gets
+                    // PostgreSQL's default, 60 s (wal_sender_timeout is settable per session).
+                    .env(
+                        "POSTGRES_URL",
+                        format!(
+                            "postgres://postgres@127.0.0.1:{}/{}?sslmode=disable\
+                             &options=-c%20wal_sender_timeout%3D60s",
+                            self.pg_port, self.database
+                        ),
+                    )
+                    .stdout(log("outboxx-stdout")?)
+                    .stderr(log("outboxx")?)
+                    .spawn()
+                    .context("starting outboxx")?;
+                let pid = c.id() as i32;
+                (Some(c), pid, None)
+            }
+            System::GoPqCdc => {
+                let tables: Vec<String> = crate::pg::outbox_tables(self.outbox_tables.max(1))
+                    .iter()
+                    .map(|t| t.trim_start_matches("public.").to_string())
+                    .collect();
+                // go-pq-cdc serves Prometheus metrics on a port of its own: a free one.
+                let metric_port = std::net::TcpListener::bind("127.0.0.1:0")?
+                    .local_addr()?
+                    .port();
+                let c = Command::new(self.peer_bin(system)?)
+                    .args(["-port", &self.pg_port.to_string()])
+                    .args(["-db", &self.database])
+                    .args(["-table", &tables.join(",")])
+                    .args(["-slot", slot])
+                    .args(["-publication", &system.publication().unwrap()])
+                    .args(["-topic", &format!("{prefix}.order")])
+                    .args(["-brokers", &self.brokers])
+                    .args(["-metric-port", &metric_port.to_string()])
+                    .stdout(Stdio::null())
+                    .stderr(log("go-pq-cdc-kafka")?)
+                    .spawn()
+                    .context("starting go-pq-cdc-kafka")?;
                 let pid = c.id() as i32;
                 (Some(c), pid, None)
             }

@@ -49,7 +49,7 @@ impl Suite {
             | System::RelayMessages
             | System::RelayB
             | System::RelayEosB => (0, *rep),
-            System::DbzDefault | System::DbzTuned => (1, 0),
+            System::DbzDefault | System::DbzTuned | System::Outboxx | System::GoPqCdc => (1, 0),
             System::Polling => (2, 0),
             // Not in catch-up runs (plan() leaves them out): no slot, nothing to drain.
             System::Floor0 | System::Floor5 | System::FloorTxn => (3, 0),
@@ -60,7 +60,9 @@ impl Suite {
                 kafka::create_topics_with(&self.env.brokers, &[topic], spec.partitions).await?;
             }
             match s {
-                System::RecvLogical => {
+                // pg_recvlogical and the native peers read a publication and slot the harness
+                // creates (INSERTs of the outbox tables, pgoutput), like every other system's.
+                System::RecvLogical | System::Outboxx | System::GoPqCdc => {
                     let publ = s.publication().unwrap();
                     if !pg::publication_exists(&self.ctl, &publ).await? {
                         pg::create_publication(&self.ctl, &publ, self.env.outbox_tables).await?;
@@ -96,6 +98,11 @@ impl Suite {
             {
                 Ok(mut r) => {
                     r.repetition = rep;
+                    if s.produces() && rep == 1 {
+                        r.sample_record =
+                            kafka::first_record(&self.env.brokers, &format!("{prefix}.order"))
+                                .unwrap_or_else(|e| Some(format!("(not read: {e:#})")));
+                    }
                     if let Some(slot) = &slot {
                         r.slot_stats = slot_stats::read(&self.ctl, slot).await?;
                     }
@@ -302,6 +309,7 @@ impl Suite {
             note,
             slot_stats: None,
             timeline,
+            sample_record: None,
         })
     }
 }
