@@ -82,6 +82,9 @@ impl ApplierView {
                 log_end: p.high,
                 lag: p.high.zip(p.next).map(|(h, n)| (h - n).max(0)),
                 halted: p.halted.clone(),
+                retrying: p.retrying,
+                last_error: p.last_error.as_ref().map(|(e, _)| e.clone()),
+                last_error_at: p.last_error.as_ref().map(|(_, at)| unix(*at)),
             })
             .collect();
         let (store, store_error) = self.store.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -150,7 +153,8 @@ mod tests {
         a.log_end(&t0, 9);
         a.assigned(&t1, Some(2), None);
         a.halt(&t1, "handler of \"E\" failed: <b>boom</b>".into());
-        let view = ApplierView::new(Arc::new(cfg), a);
+        a.retrying(&t0, "connection refused");
+        let view = ApplierView::new(Arc::new(cfg), a.clone());
         *view.store.lock().unwrap() = (None, Some("cannot connect".into()));
         let d = view.document(&History::default());
         assert_eq!((d.consumer.as_str(), d.group.as_str()), ("c", "g"));
@@ -159,6 +163,9 @@ mod tests {
             (Some(4), None)
         );
         assert_eq!(d.partitions[1].lag, None, "no log end seen yet");
+        let p0 = &d.partitions[0];
+        assert!(p0.retrying && p0.last_error.as_deref() == Some("connection refused"));
+        assert!(p0.last_error_at.is_some_and(|t| t > 1.7e9));
         assert_eq!(
             d.partitions[1].halted.as_deref(),
             Some("handler of \"E\" failed: <b>boom</b>"),
@@ -170,5 +177,10 @@ mod tests {
             1.0,
         );
         assert_eq!((r[0].1.a, r[0].1.b, r[0].1.counter), (4.0, 1.0, 7.0));
+        // Past the failed records: no longer retrying, the last error still shown.
+        a.advanced(&t0, 6);
+        let d = view.document(&History::default());
+        let p0 = &d.partitions[0];
+        assert!(!p0.retrying && p0.last_error.as_deref() == Some("connection refused"));
     }
 }

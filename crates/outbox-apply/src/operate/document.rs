@@ -37,6 +37,15 @@ pub struct PartitionView {
     pub lag: Option<i64>,
     /// Why the partition stopped (it stays stopped until revoked or restarted).
     pub halted: Option<String>,
+    /// Rolled back and trying the same records again (a transient error, a lock conflict).
+    #[serde(default)]
+    pub retrying: bool,
+    /// The last error a transaction of the partition was rolled back on, even after it moved
+    /// on, and when (seconds since the Unix epoch).
+    #[serde(default)]
+    pub last_error: Option<String>,
+    #[serde(default)]
+    pub last_error_at: Option<f64>,
 }
 
 /// The consumer's dead letters and claims, from its database.

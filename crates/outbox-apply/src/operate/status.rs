@@ -125,6 +125,14 @@ impl Report {
                 for h in halted {
                     let _ = writeln!(s, "  {h}");
                 }
+                for p in r
+                    .partitions
+                    .iter()
+                    .filter(|p| p.retrying && p.halted.is_none())
+                {
+                    let why = p.last_error.as_deref().unwrap_or("?");
+                    let _ = writeln!(s, "  {}[{}] retrying: {why}", p.topic, p.partition);
+                }
             }
             Err(e) => {
                 let _ = writeln!(s, "running applier: no report ({e})");
@@ -325,6 +333,55 @@ mod tests {
         assert!(
             text.contains("running applier: no report (not reachable)"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn the_running_appliers_halted_and_retrying_partitions_are_listed() {
+        let view = |partition, halted: Option<&str>, retrying, last_error: Option<&str>| {
+            crate::operate::document::PartitionView {
+                topic: "t".into(),
+                partition,
+                position: Some(1),
+                log_end: Some(2),
+                lag: Some(1),
+                halted: halted.map(str::to_string),
+                retrying,
+                last_error: last_error.map(str::to_string),
+                last_error_at: last_error.map(|_| 1.8e9),
+            }
+        };
+        let running = ApplierStatus {
+            kind: "applier".into(),
+            at: 1.8e9,
+            version: "0".into(),
+            consumer: "c".into(),
+            group: "g".into(),
+            joined: true,
+            partitions: vec![
+                view(0, Some("handler failed"), false, None),
+                view(1, None, true, Some("connection refused")),
+                view(2, None, false, Some("deadlock detected")),
+            ],
+            records_per_sec: Some(0.0),
+            store: None,
+            store_error: None,
+        };
+        let r = Report {
+            consumer: "c".into(),
+            partitions: vec![],
+            dead_letters: vec![],
+            claims: 0,
+            oldest_claim_s: None,
+            running: Ok(running),
+        };
+        let text = r.render();
+        assert!(text.contains("3 partitions assigned, 1 halted"), "{text}");
+        assert!(text.contains("t[0] HALTED: handler failed"), "{text}");
+        assert!(text.contains("t[1] retrying: connection refused"), "{text}");
+        assert!(
+            !text.contains("t[2]"),
+            "moved on since its last error: {text}"
         );
     }
 }

@@ -23,6 +23,11 @@ pub(crate) struct PartitionState {
     /// The log end (high watermark) as last fetched.
     pub(crate) high: Option<i64>,
     pub(crate) halted: Option<String>,
+    /// The last error a transaction of the partition was rolled back on, and when (kept after
+    /// the partition moved on, so that an operator sees what it last ran into).
+    pub(crate) last_error: Option<(String, std::time::SystemTime)>,
+    /// Rolled back and not past the failed records yet.
+    pub(crate) retrying: bool,
     /// `next` moved since the last advisory offset commit.
     pub(crate) unreported: bool,
 }
@@ -77,6 +82,15 @@ impl Assignment {
         {
             p.next = Some(next);
             p.unreported = true;
+            p.retrying = false;
+        }
+    }
+
+    /// A transaction of `tp` was rolled back on `why`; the same records are tried again.
+    pub(crate) fn retrying(&self, tp: &Tp, why: &str) {
+        if let Some(p) = self.lock().get_mut(tp) {
+            p.last_error = Some((why.to_string(), std::time::SystemTime::now()));
+            p.retrying = true;
         }
     }
 

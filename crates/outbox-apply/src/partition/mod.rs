@@ -287,6 +287,7 @@ impl<S: Store> PartitionTask<S> {
 
     async fn retry(&mut self, why: &str, wait: Duration) -> Result<(), Exit> {
         metrics::counter!(m::APPLY_TRANSACTIONS, "result" => "retried").increment(1);
+        self.assignment.retrying(&self.tp, why);
         tracing::warn!(topic = %self.tp.0, partition = self.tp.1, error = %why, retry_in_ms = wait.as_millis() as u64, "{APPLY_TRANSACTION_RETRY}: rolled back; the same records are tried again");
         self.pause(wait).await
     }
@@ -301,6 +302,7 @@ impl<S: Store> PartitionTask<S> {
         wait: Duration,
     ) -> Result<(), Exit> {
         metrics::counter!(m::APPLY_TRANSACTIONS, "result" => "conflicted").increment(1);
+        self.assignment.retrying(&self.tp, why);
         tracing::warn!(topic = %self.tp.0, partition = self.tp.1, error = %why, records, width, retry_in_ms = wait.as_millis() as u64, "{APPLY_TRANSACTION_CONFLICT}: rolled back by another transaction's locks; retried at once with fewer records");
         self.pause(wait).await
     }

@@ -164,14 +164,17 @@ function renderApplier(doc) {
     `consumer ${doc.consumer}, group ${doc.group}, version ${doc.version}`;
   const halted = doc.partitions.filter(p => p.halted).length;
   const parts = el("table", { class: "grid" },
-    el("tr", {}, ...["Partition", "Position", "Log end", "Lag", "State"].map(h => el("th", {}, h))),
+    el("tr", {}, ...["Partition", "Position", "Log end", "Lag", "State", "Last error"].map(h => el("th", {}, h))),
     ...doc.partitions.map(p => el("tr", { class: "partition" },
       el("td", {}, `${p.topic}[${p.partition}]`),
       el("td", {}, p.position ?? "none"),
       el("td", {}, p.log_end ?? "?"),
       el("td", {}, p.lag ?? "?"),
-      el("td", {}, p.halted ? badge("halted", "halted") : badge("applying", "applying"),
-        p.halted ? " " + p.halted : ""))));
+      el("td", {}, p.halted ? badge("halted", "halted")
+        : p.retrying ? badge("retrying", "retrying") : badge("applying", "applying"),
+        p.halted ? " " + p.halted : ""),
+      el("td", { class: "last-error" }, p.last_error
+        ? `${p.last_error} (${secs(doc.at - p.last_error_at)} ago)` : "none"))));
   const partitions = el("section", { id: "partitions" },
     el("h2", {}, "Partitions", halted ? badge(`${halted} halted`, "halted") : null),
     doc.joined ? null : el("p", { class: "why" }, "not in the consumer group yet"),
