@@ -318,7 +318,7 @@ async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<
     let messages = !(seed / 4).is_multiple_of(2);
     let max_transaction_records = [10_000, 1, 2, 3][((seed / 2) % 4) as usize];
     let pg = wal(&mut rng);
-    let refused = if poison::plays_in(seed) {
+    let refused = if poison::plays_in(seed, exactly_once, bug) {
         poison::draw(&pg)
     } else {
         HashSet::new()
