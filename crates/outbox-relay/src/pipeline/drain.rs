@@ -23,7 +23,10 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             "{SHUTDOWN_DRAINING}"
         );
         while self.progress.outstanding_records() > 0 {
+            // Biased, like every select of the pipeline: a report and the deadline ready at
+            // once take the report, and the simulation replays from its seed alone.
             tokio::select! {
+                biased;
                 Some(d) = self.reports.next(self.sink) => self.on_report(d).await?,
                 _ = tokio::time::sleep_until(deadline) => {
                     tracing::warn!(

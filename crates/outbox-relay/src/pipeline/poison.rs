@@ -8,7 +8,7 @@ use relay_core::{
     route::{Position, Record},
 };
 
-use super::{delivery::producer_gone, state::Pipeline};
+use super::{delivery::producer_gone, publish::Change, state::Pipeline};
 use crate::{
     config::PoisonPolicy,
     error::{Definite, RefusedChange, RelayError, Transient},
@@ -53,12 +53,18 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
     /// Sends a record Kafka refused in a batch on its own: waits until nothing else is in
     /// flight, sends it, and waits for its report. Accepted: it was innocent. Refused again: it
     /// goes to the dead-letter topic in its place (same position, same transaction).
+    ///
+    /// A stop may cut the wait for the report short (`stop::unless_stopped`), and the drain
+    /// then commits the open Kafka transaction, this record in it: so the ledger names the
+    /// change as soon as the record is handed over, before that wait. Named only after it, the
+    /// closing checkpoint left it out and the next start sent it again, visible twice
+    /// (exactly-once; the simulation's seed 5480).
     pub(super) async fn send_alone(
         &mut self,
         mut rec: Record,
-        pos: Position,
-        routed: &str,
+        change: &Change<'_>,
     ) -> Result<(), RelayError> {
+        let (pos, routed) = (change.pos, change.routed);
         while self.progress.outstanding_records() > 0 {
             self.on_next_report().await?;
         }
@@ -69,6 +75,8 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
             .map_err(|e| e.refusing(refused_at(routed, pos)))?;
         self.head_sent(&rec.topic, origin.head);
         self.progress.handed(rec.bytes());
+        self.ledger
+            .published(pos.commit_lsn, change.index, change.fingerprint.clone());
         let d = self
             .reports
             .next(self.sink)

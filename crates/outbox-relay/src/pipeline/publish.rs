@@ -81,7 +81,7 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 let dlq = self.dead_letter_for(&rec, routed, &reason, pos);
                 self.send(dlq, pos, routed).await?;
             }
-            Some(Refusal::Suspect(_)) => self.send_alone(rec, pos, routed).await?,
+            Some(Refusal::Suspect(_)) => self.send_alone(rec, &change).await?,
             Some(Refusal::Confirmed(reason)) => {
                 let dlq = self.dead_letter_for(&rec, routed, &reason, pos);
                 self.send(dlq, pos, routed).await?;

@@ -315,7 +315,10 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
     ) -> Result<Turn, RelayError> {
         let since = self.pace.paused.map_or_else(Instant::now, |(t, _)| t);
         let (release_after, health) = (self.release_after(), self.health);
+        // Biased: a commit that ended as the stop came counts (its outcome is known), and the
+        // simulation replays from its seed alone.
         tokio::select! {
+            biased;
             r = self.commit() => r.map(|()| Turn::Next),
             _ = shutdown.changed() => Ok(Turn::Stop),
             e = release_when_due(since, release_after, health) => Err(e),

@@ -17,7 +17,8 @@
 //!
 //! Run: `cargo test -p outbox-relay --lib sim`; `SIM_SEEDS=<n>` schedules (default 200),
 //! `SIM_SEED=<seed>` replays one and prints its schedule. A failing seed prints itself and its
-//! schedule as a list of steps.
+//! schedule as a list of steps; `SIM_TRACE=1` adds to them, exactly-once, what each run made
+//! visible (the committed records and checkpoints).
 //!
 //! Both delivery modes: odd seeds at-least-once, even seeds exactly-once, where Kafka
 //! transactions commit (or fail, or are left to the coordinator by a kill -9 mid-commit), only
@@ -210,6 +211,7 @@ async fn run_once(
         };
         let driver = drive(world, &sink, rng, faults, &stop, &mut broken);
         tokio::select! {
+            biased;
             r = pipeline => match r {
                 Ok(()) if *stop.borrow() => {
                     let pg = world.pg.lock().unwrap();
@@ -276,6 +278,19 @@ async fn run_once(
 /// also one whose commit had started) become visible.
 fn make_visible(world: &World, view: &MemoryView, uncertain: bool) {
     let (records, checkpoints) = view.committed(uncertain);
+    if std::env::var_os("SIM_TRACE").is_some() {
+        world.step(format!(
+            "trace: visible (uncertain={uncertain}): {:?} checkpoints {:?}",
+            records
+                .iter()
+                .map(|r| format!("{}:{}", r.topic, String::from_utf8_lossy(&r.value)))
+                .collect::<Vec<_>>(),
+            checkpoints
+                .iter()
+                .map(|c| String::from_utf8_lossy(c).into_owned())
+                .collect::<Vec<_>>()
+        ));
+    }
     world.log.lock().unwrap().extend(
         records
             .iter()
@@ -318,7 +333,7 @@ async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<
     let messages = !(seed / 4).is_multiple_of(2);
     let max_transaction_records = [10_000, 1, 2, 3][((seed / 2) % 4) as usize];
     let pg = wal(&mut rng);
-    let refused = if poison::plays_in(seed, exactly_once, bug) {
+    let refused = if poison::plays_in(seed) {
         poison::draw(&pg)
     } else {
         HashSet::new()

@@ -18,17 +18,9 @@ const DEAD_LETTERED: &str = "dlq:";
 /// `relay.dead_letter_topic` in these schedules.
 pub(super) const TOPIC: &str = "dlq";
 
-/// Poison plays in seeds 32-47 of every 64: at-least-once always; exactly-once only when
-/// `SIM_POISON` is set or for the deliberate bug that needs it. Exactly-once poison schedules
-/// showed an event visible twice in 7 of 20,000 seeds (5480, 8812, 9760, 12782, 15014, 18208,
-/// 18536) in one batch, and do not replay alone (`SIM_FIRST=5479 SIM_SEEDS=2` fails 1 run in 3):
-/// a source of randomness outside the seed, and a violation not explained yet
-/// (docs/reliability.md). Off by default so that the test command stays deterministic.
-pub(super) fn plays_in(seed: u64, exactly_once: bool, bug: super::Bug) -> bool {
-    let wanted = !exactly_once
-        || bug == super::Bug::Pipeline(crate::pipeline::deliberate::Bug::SuspectDeadLettered)
-        || std::env::var_os("SIM_POISON").is_some();
-    wanted && (seed / 16) % 4 == 2
+/// Poison plays in seeds 32-47 of every 64, in both delivery modes.
+pub(super) fn plays_in(seed: u64) -> bool {
+    (seed / 16) % 4 == 2
 }
 
 /// The events refused for good: every seventh row of the WAL, from the third.
