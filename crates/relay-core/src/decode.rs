@@ -131,7 +131,8 @@ pub struct Decoder {
     tables: HashMap<(String, String), OutboxTable>,
     oids: HashMap<u32, (String, String)>,
     relay_headers: bool,
-    relations: HashMap<u32, Cached>,
+    /// Looked up once per change: foldhash, not SipHash (oids are the server's).
+    relations: HashMap<u32, Cached, foldhash::fast::FixedState>,
     /// OID → NOT NULL columns of each outbox table (Connect's `optional` for `[outbox.debezium]`).
     not_null: HashMap<u32, Vec<String>>,
     /// OID → generated columns of each outbox table (left out of row fingerprints).
@@ -150,7 +151,7 @@ impl Decoder {
                 .collect(),
             oids: HashMap::new(),
             relay_headers,
-            relations: HashMap::new(),
+            relations: HashMap::default(),
             not_null: HashMap::new(),
             generated: HashMap::new(),
             run_id: Arc::from(""),

@@ -18,6 +18,10 @@
 
 use std::collections::HashMap;
 
+/// Looked up twice per record (sent, reported): foldhash, not SipHash (topics are few and come
+/// from the relay's routing, so a fixed seed costs nothing and keeps runs reproducible).
+type Map<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+
 /// A partition silent for longer than this is treated as a head again.
 pub const HEAD_TTL_MS: u64 = 3_600_000;
 
@@ -42,7 +46,7 @@ impl Partition {
 /// which one is known only once it is read.
 #[derive(Debug, Default)]
 pub struct Heads {
-    topics: HashMap<String, HashMap<i32, Partition>>,
+    topics: Map<String, Map<i32, Partition>>,
     /// Head records in flight, over every partition.
     heads_in_flight: u64,
 }
@@ -54,7 +58,7 @@ impl Heads {
 
     fn entry(&mut self, topic: &str, partition: i32) -> &mut Partition {
         if !self.topics.contains_key(topic) {
-            self.topics.insert(topic.to_string(), HashMap::new());
+            self.topics.insert(topic.to_string(), Map::default());
         }
         self.topics
             .get_mut(topic)

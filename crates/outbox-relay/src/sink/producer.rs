@@ -46,7 +46,8 @@ pub(crate) struct KafkaSink {
     brokers: String,
     pub(super) transactional_id: Option<String>,
     /// Partition counts of the topics records went to ([`KafkaSink::partition_of`]).
-    partitions: Mutex<std::collections::HashMap<String, i32>>,
+    /// Looked up once per record: foldhash, not SipHash.
+    partitions: Mutex<std::collections::HashMap<String, i32, foldhash::fast::FixedState>>,
 }
 
 impl KafkaSink {
