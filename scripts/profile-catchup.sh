@@ -17,7 +17,9 @@
 #   PAYLOAD (200); TIMED (1): timed drains without valgrind (0: none); CALLGRIND (1): 0 skips
 #   the callgrind drain; OUT (target/profile-catchup/<time>): callgrind.out, annotations, JSON;
 #   RELAY_EXTRA_TOML: a file merged into the relay's config; RELAY: another outbox-relay binary
-#   (comparing builds); CARGO_TARGET_DIR as for cargo.
+#   (comparing builds); SYSTEM (outbox-relay): `outboxx` drains with the native peer instead
+#   (built by bench/peers/build.sh into PEERS_DIR), profiled the same way; CARGO_TARGET_DIR as
+#   for cargo.
 # Needs valgrind (Debian package valgrind) for the callgrind drain.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -31,6 +33,7 @@ EVENTS="${EVENTS:-200000}"
 TXN_ROWS="${TXN_ROWS:-1000}"
 PAYLOAD="${PAYLOAD:-200}"
 TIMED="${TIMED:-1}"
+SYSTEM="${SYSTEM:-outbox-relay}"
 CALLGRIND="${CALLGRIND:-1}"
 OUT="${OUT:-target/profile-catchup/$(date -u +%Y%m%dT%H%M%SZ)}"
 TARGET="${CARGO_TARGET_DIR:-target}"
@@ -49,7 +52,7 @@ drain() { # $1 = name of the JSON output, then extra args of `bench drain`
   local name="$1"; shift
   "$BENCH" drain --pg-port "$PGPORT" --brokers "$KAFKA" --db "$DB" --relay-bin "$RELAY" \
     --work "$OUT/work" --events "$EVENTS" --txn-rows "$TXN_ROWS" --payload "$PAYLOAD" \
-    ${RELAY_EXTRA_TOML:+--relay-extra-toml "$RELAY_EXTRA_TOML"} "$@" >"$OUT/$name.json"
+    ${RELAY_EXTRA_TOML:+--relay-extra-toml "$RELAY_EXTRA_TOML"} --system "$SYSTEM" "$@" >"$OUT/$name.json"
 }
 
 for i in $(seq 1 "$TIMED"); do

@@ -48,6 +48,11 @@ pub struct DrainArgs {
     /// Extra TOML merged into the relay's config (experiments).
     #[arg(long)]
     relay_extra_toml: Option<std::path::PathBuf>,
+    /// The system to drain: `outbox-relay`, or `outboxx` (a native peer built by
+    /// bench/peers/build.sh) to profile it the same way, on its own publication of the same
+    /// table and the same slot.
+    #[arg(long, default_value = "outbox-relay")]
+    system: String,
 }
 
 /// What one drain measured. CPU is user + system from `/proc/<pid>/stat`, from the process's
@@ -120,6 +125,11 @@ pub async fn run(a: DrainArgs) -> Result<()> {
     let _ = ctl
         .batch_execute(&format!("DROP PUBLICATION IF EXISTS {slot}_pub"))
         .await;
+    if let Some(publication) = System::Outboxx.publication() {
+        let _ = ctl
+            .batch_execute(&format!("DROP PUBLICATION IF EXISTS {publication}"))
+            .await;
+    }
     drop(ctl);
     let _ = kafka::delete_topics(&a.brokers, std::slice::from_ref(&topic)).await;
     let admin = pg::connect(a.pg_port, "postgres").await?;
@@ -166,7 +176,18 @@ async fn drain(
     prefix: &str,
     topic: &str,
 ) -> Result<Drained> {
+    let system = System::parse(&a.system)?;
+    anyhow::ensure!(
+        matches!(system, System::Relay | System::Outboxx),
+        "--system {}: outbox-relay or outboxx",
+        a.system
+    );
+    // The slot (and outbox-relay's publication) as `outbox-relay setup` makes them, before the
+    // backlog; a peer reads the same slot through a publication of its own.
     env.relay_setup(prefix, slot)?;
+    if let Some(publication) = system.publication().filter(|_| system != System::Relay) {
+        pg::create_publication(ctl, &publication, 1).await?;
+    }
     let write_s = pg::backlog(ctl, a.events, a.txn_rows, a.payload, "order").await?;
     let endpos = pg::current_lsn(ctl).await?;
     eprintln!(
@@ -177,14 +198,14 @@ async fn drain(
     let loadavg_before = loadavg();
     let machine0 = procstat::machine_cpu_seconds();
     let t0 = Instant::now();
-    let running = env.start(System::Relay, prefix, Some(slot), None)?;
+    let running = env.start(system, prefix, Some(slot), None)?;
     let res = async {
         let walsender = wait_walsender(ctl, slot, Duration::from_secs(120)).await?;
         let deadline = t0 + Duration::from_secs(a.timeout_s);
         let n = i64::from(a.events);
         // Until the last record is in Kafka: the window the CPU figures cover.
         while eo.total()? < n {
-            anyhow::ensure!(running.alive(), "outbox-relay exited early");
+            anyhow::ensure!(running.alive(), "{} exited early", a.system);
             anyhow::ensure!(
                 Instant::now() < deadline,
                 "{} of {n} records after {} s",

@@ -29,7 +29,8 @@ pub struct Env {
     pub database: String,
     /// The publication every outbox-relay run uses (created by `outbox-relay setup`).
     pub relay_publication: String,
-    /// A command outbox-relay runs under (e.g. `valgrind --tool=callgrind …`); empty: none.
+    /// A command outbox-relay (and outboxx) runs under (e.g. `valgrind --tool=callgrind …`);
+    /// empty: none.
     pub relay_wrapper: Vec<String>,
     /// Outbox tables outbox-relay reads (`[[outbox]]` sections: public.outbox, public.outbox_2,
     /// …; every one routed to the same topic).
@@ -166,6 +167,19 @@ impl Env {
         Ok(path)
     }
 
+    /// `bin` run under [`Env::relay_wrapper`] (a profiler), if any: outbox-relay's and, in
+    /// `bench drain`, outboxx's.
+    fn wrapped(&self, bin: &std::path::Path) -> Command {
+        match self.relay_wrapper.split_first() {
+            Some((wrapper, args)) => {
+                let mut c = Command::new(wrapper);
+                c.args(args).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        }
+    }
+
     fn connect_data(&self, system: System, prefix: &str) -> PathBuf {
         self.work
             .join(format!("connect-{prefix}-{}", system.name()))
@@ -245,14 +259,7 @@ impl Env {
                         .context("outbox-relay-b needs BENCH_RELAY_B_BIN (a relay binary)")?,
                     _ => &self.relay_bin,
                 };
-                let mut cmd = match self.relay_wrapper.split_first() {
-                    Some((wrapper, args)) => {
-                        let mut c = Command::new(wrapper);
-                        c.args(args).arg(bin);
-                        c
-                    }
-                    None => Command::new(bin),
-                };
+                let mut cmd = self.wrapped(bin);
                 let c = cmd
                     .args(["run", "-c"])
                     .arg(&cfg)
@@ -284,7 +291,8 @@ impl Env {
             }
             System::Outboxx => {
                 let cfg = self.outboxx_config(prefix, slot)?;
-                let c = Command::new(self.peer_bin(system)?)
+                let c = self
+                    .wrapped(&self.peer_bin(system)?)
                     .arg("--config")
                     .arg(&cfg)
                     // outboxx confirms its LSN every 10 s (a flush, then feedback) and does not
