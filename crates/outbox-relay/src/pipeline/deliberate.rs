@@ -18,6 +18,9 @@ pub(crate) enum Bug {
     ResumeFromCheckpoint,
     /// A record Kafka refused in a batch is dead-lettered at once, without being sent alone.
     SuspectDeadLettered,
+    /// A checkpoint names whole source transactions only: where a Kafka transaction ends in
+    /// the middle of one (`kafka.max_transaction_records`), the split point is forgotten.
+    ForgetSplitPoint,
 }
 
 #[cfg(test)]

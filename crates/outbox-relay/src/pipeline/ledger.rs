@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::deliberate::Bug::ForgetSplitPoint;
 use crate::sink::{RunningCommit, checkpoint_topic::Identity};
 
 /// The skip and checkpoint bookkeeping of one connection (module comment).
@@ -156,7 +157,10 @@ impl Ledger {
     /// last of the transactions it covers. `None`: no checkpoints on this connection.
     pub(super) fn checkpoint(&mut self, covered: Lsn, transactional: bool) -> Option<Checkpoint> {
         let id = self.checkpoints.as_ref()?;
-        let last = if transactional {
+        let last = if transactional && super::deliberate::on(ForgetSplitPoint) {
+            // The open transaction left out: the last whole transaction read.
+            self.trail.within(Lsn(u64::MAX))
+        } else if transactional {
             self.trail.latest()
         } else {
             self.trail.within(covered)

@@ -5,7 +5,7 @@
 
 use super::{Bug, schedule};
 use crate::pipeline::deliberate::Bug::{
-    CommitBeforeSettled, ConfirmBeforeAck, ResumeFromCheckpoint, SkipOneTooMany,
+    CommitBeforeSettled, ConfirmBeforeAck, ForgetSplitPoint, ResumeFromCheckpoint, SkipOneTooMany,
     SuspectDeadLettered,
 };
 
@@ -141,6 +141,7 @@ async fn each_deliberate_bug_is_caught_within_a_few_hundred_schedules() {
         (Bug::Pipeline(CommitBeforeSettled), true),
         (Bug::Pipeline(SuspectDeadLettered), false),
         (Bug::Pipeline(SuspectDeadLettered), true),
+        (Bug::Pipeline(ForgetSplitPoint), true),
     ] {
         catch(bug, exactly_once).await;
     }
