@@ -60,6 +60,9 @@ struct Inner {
     /// first record goes alone ([`MemorySink::at_heads`]). By default the loop tests start
     /// mid-stream, as they were written: every partition acknowledged records before.
     at_heads: bool,
+    /// Values the producer refuses at once (larger than `message.max.bytes`), unless sent to
+    /// this dead-letter topic ([`MemorySink::refusing_at_once`]).
+    refused_at_once: Option<(std::collections::HashSet<Vec<u8>>, String)>,
 }
 
 pub(super) struct MemorySink {
@@ -93,6 +96,17 @@ impl MemorySink {
     /// loop starts mid-stream, every partition having acknowledged records of it before.
     pub(super) fn at_heads(self) -> Self {
         self.inner.lock().unwrap().at_heads = true;
+        self
+    }
+
+    /// The producer refuses the records with these values at once, as librdkafka refuses one
+    /// larger than `message.max.bytes` (`MSG_SIZE_TOO_LARGE`), except on `dead_letter_topic`.
+    pub(super) fn refusing_at_once(
+        self,
+        values: std::collections::HashSet<Vec<u8>>,
+        dead_letter_topic: &str,
+    ) -> Self {
+        self.inner.lock().unwrap().refused_at_once = Some((values, dead_letter_topic.to_string()));
         self
     }
 
@@ -197,6 +211,17 @@ impl Sink for MemorySink {
     async fn send(&self, rec: &Record, origin: Origin) -> Result<(), RelayError> {
         {
             let mut inner = self.inner.lock().unwrap();
+            if let Some((values, dead_letter_topic)) = &inner.refused_at_once
+                && *rec.topic != **dead_letter_topic
+                && values.contains(rec.value.as_deref().unwrap_or_default())
+            {
+                return Err(crate::sink::delivery_error(
+                    &rdkafka::error::KafkaError::MessageProduction(
+                        rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge,
+                    ),
+                    &rec.topic,
+                ));
+            }
             let txn = inner.kafka_txn;
             inner.sent.push(Sent {
                 topic: rec.topic.clone(),

@@ -37,8 +37,9 @@
 //!
 //! Seeds 32-47 of every 64 dead-letter events Kafka refuses for good (`poison`).
 //!
-//! Not modelled yet (the real-stack chaos tests cover them): standbys and timelines; records
-//! the producer refuses at once.
+//! Seeds 40-47 of every 64 have the producer refuse those events at once (too large).
+//!
+//! Not modelled yet (the real-stack tests cover them): standbys and timelines.
 
 use std::collections::HashSet;
 
@@ -113,6 +114,8 @@ struct World {
     cut_off: Mutex<bool>,
     /// Events Kafka refuses for good on their own topic (`poison`).
     poison: HashSet<String>,
+    /// The producer refuses those at once (too large) rather than the broker in a batch.
+    poison_at_once: bool,
 }
 
 impl World {
@@ -170,6 +173,7 @@ async fn run_once(
     let (sink, mut reports, begun) = if world.exactly_once {
         let latency = Duration::from_millis(rng.random_range(0..50));
         let (sink, reports) = MemorySink::new(false, rng.random_bool(0.5), latency);
+        let sink = poison::at_once(world, sink);
         // As `pipeline::stream`: fence the earlier holders, then read what Kafka holds.
         let begun = if world.bug == Bug::ReadBeforeFence {
             let begun = start_of(world, cfg, start);
@@ -184,7 +188,8 @@ async fn run_once(
         (sink, reports, begun)
     } else {
         let (sink, reports) = MemorySink::new(false, false, Duration::ZERO);
-        (sink.at_heads(), reports, start_of(world, cfg, start))
+        let sink = poison::at_once(world, sink.at_heads());
+        (sink, reports, start_of(world, cfg, start))
     };
     // A process's own health (a static shared with the other loop tests would make a schedule
     // depend on them).
@@ -353,6 +358,7 @@ async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<
         ),
         zombie: Mutex::default(),
         cut_off: Mutex::default(),
+        poison_at_once: !refused.is_empty() && poison::refused_at_once_in(seed),
         poison: refused,
     });
     // Exactly-once: a source transaction larger than `kafka.max_transaction_records` is split
@@ -379,8 +385,13 @@ async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<
         String::new()
     } else {
         world.step(format!(
-            "kafka: refuses {} events for good on their topic (on_poison = dead-letter)",
-            world.poison.len()
+            "kafka: refuses {} events {} (on_poison = dead-letter)",
+            world.poison.len(),
+            if world.poison_at_once {
+                "at once, in the producer (too large)"
+            } else {
+                "for good on their topic"
+            }
         ));
         format!(
             "on_poison = \"dead-letter\"\ndead_letter_topic = \"{}\"\n",

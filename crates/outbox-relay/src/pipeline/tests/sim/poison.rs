@@ -5,6 +5,9 @@
 //! first refused one, sends it alone after a restart and dead-letters it only if it is refused
 //! again (`pipeline::poison`).
 //!
+//! In half of those schedules (seeds 40-47 of every 64) the producer refuses the poison events
+//! at once instead (too large): they are dead-lettered as they are handed over.
+//!
 //! Invariants added: every poison event reaches the dead-letter topic in its place (nothing
 //! lost, its key's order kept), and no other event ever does (an innocent event dead-lettered is
 //! missing from its topic for every consumer).
@@ -21,6 +24,25 @@ pub(super) const TOPIC: &str = "dlq";
 /// Poison plays in seeds 32-47 of every 64, in both delivery modes.
 pub(super) fn plays_in(seed: u64) -> bool {
     (seed / 16) % 4 == 2
+}
+
+/// Of those, seeds 40-47 have the producer refuse the poison events at once (larger than
+/// `message.max.bytes`): the relay dead-letters them in their place as it hands them over
+/// (`pipeline::poison::dead_letter_at_once`), with nothing to suspect.
+pub(super) fn refused_at_once_in(seed: u64) -> bool {
+    (seed / 8) % 2 == 1
+}
+
+/// `sink`, refusing the poison events at once when the schedule says so.
+pub(super) fn at_once(
+    world: &World,
+    sink: crate::pipeline::tests::memory::MemorySink,
+) -> crate::pipeline::tests::memory::MemorySink {
+    if !world.poison_at_once {
+        return sink;
+    }
+    let values = world.poison.iter().map(|v| v.as_bytes().to_vec()).collect();
+    sink.refusing_at_once(values, TOPIC)
 }
 
 /// The events refused for good: every seventh row of the WAL, from the third.
@@ -53,7 +75,8 @@ pub(super) fn event(value: &str) -> (&str, bool) {
     }
 }
 
-/// Whether the broker refuses this logged value for good (a poison event on its own topic).
+/// Whether the broker refuses this logged value for good (a poison event on its own topic;
+/// one the producer refuses at once never reaches it).
 pub(super) fn refused(world: &World, value: &str) -> bool {
-    world.poison.contains(value)
+    !world.poison_at_once && world.poison.contains(value)
 }
