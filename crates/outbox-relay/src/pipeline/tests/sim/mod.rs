@@ -39,7 +39,10 @@
 //!
 //! Seeds 40-47 of every 64 have the producer refuse those events at once (too large).
 //!
-//! Not modelled yet (the real-stack tests cover them): standbys and timelines.
+//! Seeds 48-63 of every 64 read from a standby that replays each transaction up to 300 ms
+//! late: the stream goes quiet between transactions and keepalives report what it replayed.
+//!
+//! Not modelled yet (the real-stack tests cover them): promotions and timelines.
 
 use std::collections::HashSet;
 
@@ -116,6 +119,8 @@ struct World {
     poison: HashSet<String>,
     /// The producer refuses those at once (too large) rather than the broker in a batch.
     poison_at_once: bool,
+    /// The relay reads from a standby that replays each transaction late (`postgres`).
+    standby: bool,
 }
 
 impl World {
@@ -359,6 +364,7 @@ async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<
         zombie: Mutex::default(),
         cut_off: Mutex::default(),
         poison_at_once: !refused.is_empty() && poison::refused_at_once_in(seed),
+        standby: (seed / 16) % 4 == 3,
         poison: refused,
     });
     // Exactly-once: a source transaction larger than `kafka.max_transaction_records` is split
@@ -406,6 +412,9 @@ async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<
         world.step(format!(
             "relay: kafka.max_transaction_records = {max_transaction_records}"
         ));
+    }
+    if world.standby {
+        world.step("postgres: the relay reads a standby that replays each transaction late".into());
     }
     let mut carry = Carry::default();
     let mut faults = 0;

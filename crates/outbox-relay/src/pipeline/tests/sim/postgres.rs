@@ -63,6 +63,9 @@ pub(super) fn wal(rng: &mut StdRng) -> Pg {
 pub(super) struct SimSession {
     pub(super) world: Arc<World>,
     pub(super) events: VecDeque<ReplicationEvent>,
+    /// On a lagging standby: how long each event waits for the standby to replay it (a
+    /// transaction's wait comes before its `Begin`); empty on the primary.
+    pub(super) replay: VecDeque<Duration>,
     pub(super) drop_at: Option<usize>,
     pub(super) played: usize,
     pub(super) applied: Mutex<Lsn>,
@@ -71,10 +74,18 @@ pub(super) struct SimSession {
 impl SimSession {
     pub(super) fn new(world: Arc<World>, start: u64, rng: &mut StdRng, may_drop: bool) -> Self {
         let mut events = VecDeque::new();
+        let mut replay = VecDeque::new();
         {
             let pg = world.pg.lock().unwrap();
             let mut first = true;
             for t in pg.txns.iter().filter(|t| t.end > start) {
+                if world.standby {
+                    // Replayed later than committed, a transaction at a time: the stream
+                    // goes quiet between them, and each keepalive reports what the standby
+                    // replayed, not the primary's end.
+                    replay.resize(events.len(), Duration::ZERO);
+                    replay.push_back(Duration::from_millis(rng.random_range(0..300)));
+                }
                 events.push_back(begin(t.commit));
                 if first {
                     events.push_back(xlog(relation(100, "public", "outbox", &outbox_columns())));
@@ -110,6 +121,7 @@ impl SimSession {
         SimSession {
             world,
             events,
+            replay,
             drop_at,
             played: 0,
             applied: Mutex::new(Lsn(start)),
@@ -158,6 +170,9 @@ impl Session for SimSession {
             return Err(PgWireError::Io(Arc::new(e)));
         }
         self.played += 1;
+        if let Some(wait) = self.replay.pop_front().filter(|w| !w.is_zero()) {
+            tokio::time::sleep(wait).await;
+        }
         match self.events.pop_front() {
             Some(e) => Ok(Some(e.into())),
             None => std::future::pending().await,
