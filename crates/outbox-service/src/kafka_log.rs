@@ -13,6 +13,17 @@ fn is_benign(log_message: &str) -> bool {
         // The checkpoint reader and the admin client get the producer's extra properties.
         || log_message.contains("is a producer property and will be ignored")
         || log_message.contains("enable.gapless.guarantee is experimental")
+        || from_own_purge(log_message)
+}
+
+/// librdkafka's "Fatal error: … Gap-less ordering would not be guaranteed …: Purged in flight":
+/// what a producer says as it is dropped with requests in flight (the client library purges
+/// them, and the gapless guarantee calls that fatal). Only the application purges, and the
+/// relay and the applier do so only by dropping a producer they are done with (a restart,
+/// whose unconfirmed records are sent again; a stop): an error of a producer that is going away
+/// anyway, which a PostgreSQL connection drop used to turn into an ERROR line and two warnings.
+pub fn from_own_purge(message: &str) -> bool {
+    message.contains("Purged in flight")
 }
 
 /// librdkafka's log lines, for every client of the relay and the applier: the benign ones at debug.
@@ -35,6 +46,21 @@ pub fn log_librdkafka(level: RDKafkaLogLevel, fac: &str, log_message: &str) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_dropped_producers_purge_is_not_an_error() {
+        assert!(super::is_benign(
+            "[thrd:127.0.0.1:19092/1]: Fatal error: Local: Gap-less ordering would not be \
+             guaranteed if proceeding: ProduceRequest for t.order [1] with 1 message(s) failed: \
+             Local: Purged in flight (broker 1 PID{Id:2,Epoch:0}, base seq 1): unable to \
+             satisfy gap-less guarantee"
+        ));
+        assert!(!super::is_benign(
+            "[thrd:127.0.0.1:19092/1]: Fatal error: Local: Gap-less ordering would not be \
+             guaranteed if proceeding: ProduceRequest for t.order [1] with 1 message(s) failed: \
+             Broker: Message size too large: unable to satisfy gap-less guarantee"
+        ));
+    }
+
     #[test]
     fn startup_notices_are_not_warnings() {
         assert!(super::is_benign(

@@ -3,11 +3,14 @@
 //! - `reload`: SIGHUP changes sources one by one; `setup` and `status` per source;
 //! - `share`: three instances share the sources of one config, exactly once through kills and
 //!   a rolling restart;
-//! - `slow_start`: three instances start together on a slow broker and stop no source.
+//! - `slow_start`: three instances start together on a slow broker and stop no source;
+//! - `network`: sources cut off or black-holed from their database recover alone, and a
+//!   SIGTERM restart of the process in the middle loses nothing.
 //!
 //! The counts come from the environment so that `scripts/sources-heavy.sh` runs the long forms.
 
 mod failures;
+mod network;
 mod reload;
 mod share;
 mod slow_start;

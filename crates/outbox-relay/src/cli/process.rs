@@ -14,12 +14,9 @@ use outbox_relay::{
 use tokio::sync::watch;
 
 pub(crate) fn init_logging(format: &str) {
-    // Old module paths in RUST_LOG keep selecting the code that moved (telemetry::log_targets).
-    let directives = std::env::var("RUST_LOG").map(|d| log_targets::translate(&d));
-    let filter = directives
-        .ok()
-        .and_then(|d| tracing_subscriber::EnvFilter::try_new(d).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let filter = tracing_subscriber::EnvFilter::try_new(directives(rust_log.as_deref()))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(directives(None)));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -28,6 +25,23 @@ pub(crate) fn init_logging(format: &str) {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+/// pgwire-replication's one ERROR line, "replication worker terminated with error: …", comes
+/// with every dropped PostgreSQL connection, and the relay reports the same failure itself as
+/// a restart (`pipeline_restart`, a warning, with the error's text): silenced unless RUST_LOG
+/// names the crate.
+const QUIETED: &str = "pgwire_replication::client::tokio_client=off";
+
+/// The log filter's directives: RUST_LOG (old module paths translated, telemetry::log_targets)
+/// or `info`, with [`QUIETED`] unless RUST_LOG names pgwire_replication itself.
+fn directives(rust_log: Option<&str>) -> String {
+    let d = rust_log.map_or_else(|| "info".to_string(), log_targets::translate);
+    if d.contains("pgwire_replication") {
+        d
+    } else {
+        format!("{d},{QUIETED}")
     }
 }
 
@@ -105,4 +119,21 @@ pub(crate) async fn wait_for_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_replication_clients_duplicate_error_is_off_unless_asked_for() {
+        assert_eq!(directives(None), format!("info,{QUIETED}"));
+        assert_eq!(directives(Some("debug")), format!("debug,{QUIETED}"));
+        assert_eq!(
+            directives(Some("info,pgwire_replication=debug")),
+            "info,pgwire_replication=debug"
+        );
+        // The directives parse as a filter.
+        assert!(tracing_subscriber::EnvFilter::try_new(directives(None)).is_ok());
+    }
 }

@@ -84,6 +84,12 @@ impl ClientContext for SinkContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        // A producer dropped with requests in flight (a restart): not worth a warning, nor the
+        // cause of anything (`outbox_service::kafka_log::from_own_purge`).
+        if outbox_service::kafka_log::from_own_purge(reason) {
+            tracing::debug!(error = %error, reason, "{KAFKA_CLIENT_ERROR}");
+            return;
+        }
         // Broker-down and similar are retried by librdkafka; deliveries report what matters.
         tracing::warn!(error = %error, reason, "{KAFKA_CLIENT_ERROR}");
         // "n/m brokers are down" follows every failed connection: keep the cause before it.
