@@ -62,9 +62,11 @@ mod poison;
 mod postgres;
 mod search;
 mod takeover;
+mod world;
 
 use kafka::{drive, id};
-use postgres::{Pg, SimSession, wal};
+use postgres::{SimSession, wal};
+use world::World;
 
 /// In-flight bound the schedules run with (small, so that back-pressure is exercised).
 const MAX_IN_FLIGHT: usize = 6;
@@ -92,63 +94,6 @@ enum Bug {
     /// A rule of the pipeline itself broken behind its test-only switch
     /// (`pipeline::deliberate`).
     Pipeline(crate::pipeline::deliberate::Bug),
-}
-
-/// Everything a schedule shares: PostgreSQL, Kafka's stored records, the findings.
-struct World {
-    bug: Bug,
-    exactly_once: bool,
-    /// Some rows are written as logical messages (`[[message]]`) instead of outbox rows.
-    messages: bool,
-    pg: Mutex<Pg>,
-    /// Exactly-once: the checkpoints of committed Kafka transactions, in order.
-    checkpoints: Mutex<Vec<Vec<u8>>>,
-    /// Exactly-once: the running producer's transactions (those that commit become visible).
-    view: Mutex<Option<MemoryView>>,
-    /// Stored records as (key, value), in each partition's order (one key, one partition).
-    log: Mutex<Vec<(String, String)>>,
-    violations: Mutex<Vec<String>>,
-    steps: Mutex<Vec<String>>,
-    /// The draws of the takeovers, when the schedule plays them (`takeover`).
-    second: Mutex<Option<StdRng>>,
-    /// A cut-off instance's Kafka state, until the next instance's fence settles it.
-    zombie: Mutex<Option<MemoryView>>,
-    /// The running instance was cut off (set by the driver).
-    cut_off: Mutex<bool>,
-    /// Events Kafka refuses for good on their own topic (`poison`).
-    poison: HashSet<String>,
-    /// The producer refuses those at once (too large) rather than the broker in a batch.
-    poison_at_once: bool,
-    /// The relay reads from a standby that replays each transaction late (`postgres`).
-    standby: bool,
-}
-
-impl World {
-    fn step(&self, s: String) {
-        self.steps.lock().unwrap().push(s);
-    }
-    fn violation(&self, s: String) {
-        self.violations.lock().unwrap().push(s);
-    }
-    /// What a reader sees: at-least-once, every stored record; exactly-once, the committed ones
-    /// (a read-committed reader).
-    fn stored(&self) -> HashSet<String> {
-        let mut stored: HashSet<String> = self
-            .log
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, v)| poison::event(v).0.to_string())
-            .collect();
-        if let Some(view) = self.view.lock().unwrap().as_ref() {
-            stored.extend(view.committed(false).0.iter().map(|r| {
-                poison::event(&poison::stored(&r.topic, &r.key, &r.value).1)
-                    .0
-                    .to_string()
-            }));
-        }
-        stored
-    }
 }
 
 /// How one run of the pipeline ended.
