@@ -5,6 +5,7 @@ mod support;
 
 mod applier;
 mod applier_edges;
+mod applier_network;
 mod applier_ops;
 mod applier_outage;
 mod applier_pause;
