@@ -42,7 +42,7 @@ async fn a_slot_dropped_by_hand_is_healed_and_what_cannot_be_healed_exits_5() {
     let db = TestDb::new_on(&cluster.base(), cluster.port, "healdrop").await;
     let cfg = db.relay_config(&db.outbox_section());
     let mut written = streamed_then_stopped(&db, &cfg).await;
-    db.drop_slot(&db.name).await;
+    db.drop_released_slot(&db.name).await;
     written.extend(writer::insert_orders(&db.client, 100, aggregate).await);
     let (exit, log) = Relay::once(&db.name, &cfg, &["setup", "--recreate-slot", "--heal"], &[]);
     assert_eq!(exit.code(), Some(0), "{log}");
@@ -76,7 +76,7 @@ async fn a_slot_dropped_by_hand_is_healed_and_what_cannot_be_healed_exits_5() {
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     relay.terminate(Duration::from_secs(30));
-    db.drop_slot(&db.name).await;
+    db.drop_released_slot(&db.name).await;
     let (exit, log) = Relay::once(&db.name, &cfg, &["setup", "--recreate-slot", "--heal"], &[]);
     assert_eq!(exit.code(), Some(5), "{log}");
     assert!(
@@ -93,7 +93,7 @@ async fn a_slot_dropped_by_hand_is_healed_and_what_cannot_be_healed_exits_5() {
         "{cfg}\n[[message]]\nprefix = \"outbox\"\ntopic = \"{}.messages\"\n",
         db.name
     );
-    db.drop_slot(&db.name).await;
+    db.drop_released_slot(&db.name).await;
     let (exit, log) = Relay::once(
         &db.name,
         &with_messages,

@@ -381,6 +381,37 @@ impl TestDb {
             .await;
     }
 
+    /// Drops `slot` once its holder let it go, and makes sure it is gone. A relay's process
+    /// ends before the server's walsender does: dropped at once, the slot can still be active,
+    /// and the drop fails ([`drop_slot`](Self::drop_slot) ignores that; a fenced CI pass of
+    /// 6085305 then healed a slot that was never dropped: "the slot was not lost").
+    pub async fn drop_released_slot(&self, slot: &str) {
+        eventually(
+            &format!("slot {slot} released and dropped"),
+            Duration::from_secs(30),
+            || async {
+                let _ = self
+                    .client
+                    .execute(
+                        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+                         WHERE slot_name = $1 AND NOT active",
+                        &[&slot],
+                    )
+                    .await;
+                let left = self
+                    .client
+                    .query_opt(
+                        "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+                        &[&slot],
+                    )
+                    .await
+                    .unwrap();
+                left.is_none().then_some(())
+            },
+        )
+        .await;
+    }
+
     /// Drops the slot (after the relay stopped) and the database.
     pub async fn cleanup(self) {
         let admin = connect(&format!("{} dbname=postgres", self.base)).await;
