@@ -390,23 +390,9 @@ impl TestDb {
             &format!("slot {slot} released and dropped"),
             Duration::from_secs(30),
             || async {
-                let _ = self
-                    .client
-                    .execute(
-                        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
-                         WHERE slot_name = $1 AND NOT active",
-                        &[&slot],
-                    )
-                    .await;
-                let left = self
-                    .client
-                    .query_opt(
-                        "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
-                        &[&slot],
-                    )
+                drop_slot_if_released(&self.client, slot)
                     .await
-                    .unwrap();
-                left.is_none().then_some(())
+                    .then_some(())
             },
         )
         .await;
@@ -421,22 +407,7 @@ impl TestDb {
 
 async fn drop_slot_and_db(admin: &Client, name: &str) {
     for _ in 0..50 {
-        let r = admin
-            .execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
-                 WHERE slot_name = $1 AND NOT active",
-                &[&name],
-            )
-            .await;
-        let left = admin
-            .query_opt(
-                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
-                &[&name],
-            )
-            .await
-            .map(|r| r.is_some())
-            .unwrap_or(false);
-        if r.is_ok() && !left {
+        if drop_slot_if_released(admin, name).await {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -444,6 +415,27 @@ async fn drop_slot_and_db(admin: &Client, name: &str) {
     let _ = admin
         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         .await;
+}
+
+/// One try: drops the slot if no walsender holds it; true once it is gone. Best effort (an
+/// error counts as "still there"): a walsender may let the slot go after its client exited.
+async fn drop_slot_if_released(client: &Client, slot: &str) -> bool {
+    let dropped = client
+        .execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+             WHERE slot_name = $1 AND NOT active",
+            &[&slot],
+        )
+        .await;
+    let left = client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map(|r| r.is_some())
+        .unwrap_or(true);
+    dropped.is_ok() && !left
 }
 
 /// Polls `f` until it returns `Some`, or panics with `what` after `timeout`.
