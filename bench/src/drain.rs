@@ -48,9 +48,10 @@ pub struct DrainArgs {
     /// Extra TOML merged into the relay's config (experiments).
     #[arg(long)]
     relay_extra_toml: Option<std::path::PathBuf>,
-    /// The system to drain: `outbox-relay`, or `outboxx` (a native peer built by
+    /// The system to drain: `outbox-relay`, `outboxx` (a native peer built by
     /// bench/peers/build.sh) to profile it the same way, on its own publication of the same
-    /// table and the same slot.
+    /// table and the same slot, or `pg_recvlogical` (the database's floor: the stream into
+    /// /dev/null, up to the backlog's end LSN).
     #[arg(long, default_value = "outbox-relay")]
     system: String,
 }
@@ -79,6 +80,8 @@ struct Drained {
     other_cores: f64,
     loadavg_before: String,
     loadavg_after: String,
+    /// (ms since the start, records in Kafka) at every 50 ms poll: where a drain waited.
+    timeline: Vec<(u64, i64)>,
 }
 
 pub async fn run(a: DrainArgs) -> Result<()> {
@@ -125,10 +128,12 @@ pub async fn run(a: DrainArgs) -> Result<()> {
     let _ = ctl
         .batch_execute(&format!("DROP PUBLICATION IF EXISTS {slot}_pub"))
         .await;
-    if let Some(publication) = System::Outboxx.publication() {
-        let _ = ctl
-            .batch_execute(&format!("DROP PUBLICATION IF EXISTS {publication}"))
-            .await;
+    for peer in [System::Outboxx, System::RecvLogical] {
+        if let Some(publication) = peer.publication() {
+            let _ = ctl
+                .batch_execute(&format!("DROP PUBLICATION IF EXISTS {publication}"))
+                .await;
+        }
     }
     drop(ctl);
     let _ = kafka::delete_topics(&a.brokers, std::slice::from_ref(&topic)).await;
@@ -178,8 +183,11 @@ async fn drain(
 ) -> Result<Drained> {
     let system = System::parse(&a.system)?;
     anyhow::ensure!(
-        matches!(system, System::Relay | System::Outboxx),
-        "--system {}: outbox-relay or outboxx",
+        matches!(
+            system,
+            System::Relay | System::Outboxx | System::RecvLogical
+        ),
+        "--system {}: outbox-relay, outboxx or pg_recvlogical",
         a.system
     );
     // The slot (and outbox-relay's publication) as `outbox-relay setup` makes them, before the
@@ -198,13 +206,28 @@ async fn drain(
     let loadavg_before = loadavg();
     let machine0 = procstat::machine_cpu_seconds();
     let t0 = Instant::now();
-    let running = env.start(system, prefix, Some(slot), None)?;
+    let floor = system == System::RecvLogical;
+    let running = env.start(system, prefix, Some(slot), floor.then_some(endpos.as_str()))?;
     let res = async {
         let walsender = wait_walsender(ctl, slot, Duration::from_secs(120)).await?;
         let deadline = t0 + Duration::from_secs(a.timeout_s);
         let n = i64::from(a.events);
+        // pg_recvlogical exits at the end LSN and its walsender with it: its CPU is the last
+        // reading before that (up to 10 ms short); the exited client stays readable.
+        let mut walsender_last = 0.0;
+        while floor && running.alive() {
+            walsender_last = procstat::cpu_seconds(walsender).unwrap_or(walsender_last);
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "pg_recvlogical still running after {} s",
+                a.timeout_s
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         // Until the last record is in Kafka: the window the CPU figures cover.
-        while eo.total()? < n {
+        let mut timeline = Vec::new();
+        while !floor && eo.total()? < n {
+            timeline.push((t0.elapsed().as_millis() as u64, eo.total()?));
             anyhow::ensure!(running.alive(), "{} exited early", a.system);
             anyhow::ensure!(
                 Instant::now() < deadline,
@@ -218,11 +241,13 @@ async fn drain(
         let (user, system) = procstat::user_system_seconds(running.pid).unwrap_or_default();
         let relay_cpu_s = user + system;
         let relay_threads = procstat::threads(running.pid);
-        let walsender_cpu_s = procstat::cpu_seconds(walsender).unwrap_or(0.0);
+        let walsender_cpu_s = procstat::cpu_seconds(walsender).unwrap_or(walsender_last);
         let machine = procstat::machine_cpu_seconds() - machine0;
-        // Then until PostgreSQL has the backlog's end confirmed.
-        loop {
-            let done: bool = ctl
+        // Then until PostgreSQL has the backlog's end confirmed (pg_recvlogical confirmed it
+        // before it exited).
+        let mut confirmed = floor;
+        while !confirmed {
+            confirmed = ctl
                 .query_one(
                     "SELECT coalesce(confirmed_flush_lsn >= $1::text::pg_lsn, false) \
                        FROM pg_replication_slots WHERE slot_name = $2",
@@ -230,15 +255,14 @@ async fn drain(
                 )
                 .await?
                 .get(0);
-            if done {
-                break;
-            }
             anyhow::ensure!(
-                Instant::now() < deadline,
+                confirmed || Instant::now() < deadline,
                 "end LSN not confirmed after {} s",
                 a.timeout_s
             );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            if !confirmed {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
         let per_event = |s: f64| s * 1e6 / n as f64;
         Ok(Drained {
@@ -257,6 +281,7 @@ async fn drain(
             other_cores: (machine - relay_cpu_s - walsender_cpu_s).max(0.0) / seconds,
             loadavg_before,
             loadavg_after: loadavg(),
+            timeline,
         })
     }
     .await;

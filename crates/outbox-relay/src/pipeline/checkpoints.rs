@@ -37,6 +37,7 @@ use crate::{
 };
 
 /// After the slot is won and the producer fenced: reads the newest checkpoint of this slot.
+/// `prepared`: what [`prepare_topic`] answered while the session opened, if it ran.
 pub(super) async fn start(
     cfg: &Config,
     preflight_start: Lsn,
@@ -44,6 +45,7 @@ pub(super) async fn start(
     history: &History,
     scope: &Scope,
     carry: &mut Carry,
+    prepared: Option<Result<bool, RelayError>>,
 ) -> Result<Start, RelayError> {
     let exactly_once = cfg.relay.delivery == Delivery::ExactlyOnce;
     let without = |start| Start {
@@ -53,7 +55,11 @@ pub(super) async fn start(
         checkpoints: None,
     };
     if !carry.checkpoint_topic_ready {
-        if !prepare_topic(cfg).await? {
+        let ready = match prepared {
+            Some(answered) => answered?,
+            None => prepare_topic(cfg).await?,
+        };
+        if !ready {
             return Ok(without(preflight_start));
         }
         carry.checkpoint_topic_ready = true;

@@ -54,7 +54,7 @@ use crate::{
     postgres::carry::Carry,
     postgres::session::{close, open, replication_config, status_interval},
     postgres::setup::SlotInfo,
-    sink::{Delivered, Sink},
+    sink::{Delivered, Sink, checkpoint_topic::prepare_topic},
     telemetry::events::{KAFKA_PRODUCER_FENCED_OTHERS, SHUTDOWN_COMPLETE, STREAMING_STARTED},
 };
 
@@ -72,9 +72,16 @@ pub(crate) async fn stream(
     let pg = &cfg.postgres;
     let rcfg = replication_config(cfg, interval)?;
 
+    // The checkpoint topic is created or checked while the replication session opens: the
+    // two need nothing of each other, and each costs a few round trips at a start.
+    let topic_ready = carry.checkpoint_topic_ready;
+    let prepared = async move { (!topic_ready).then_some(prepare_topic(cfg).await) };
     // A server that accepts the connection and never answers must not delay a stop.
-    let opened = unless_stopped(shutdown, open(cfg, rcfg, carry, slot.platform)).await;
-    let Some(opened) = opened else {
+    let opened = unless_stopped(shutdown, async {
+        tokio::join!(open(cfg, rcfg, carry, slot.platform), prepared)
+    })
+    .await;
+    let Some((opened, prepared)) = opened else {
         tracing::info!("{SHUTDOWN_COMPLETE}: stopped before streaming (PostgreSQL did not answer)");
         return Ok(());
     };
@@ -102,6 +109,7 @@ pub(crate) async fn stream(
         &opened.history,
         &slot.checkpoint_scope,
         carry,
+        prepared,
     );
     let Some(begun) = unless_stopped(shutdown, begun).await else {
         client.abort();

@@ -39,3 +39,61 @@ fn security_properties(cfg: &KafkaConfig, c: &mut ClientConfig) -> Result<(), Re
     }
     Ok(())
 }
+
+/// A short-lived librdkafka client (the checkpoint topic's admin client and reader) destroyed
+/// on a thread of its own when dropped. Destroying one takes ~100 ms whatever it did (rdkafka's
+/// admin polling thread wakes every 100 ms to see it should stop; a consumer's broker threads
+/// wind down on a similar turn), and a start would wait for each in turn before it streams.
+pub(crate) struct Aside<T: Send + 'static>(Option<T>);
+
+impl<T: Send + 'static> Aside<T> {
+    pub(crate) fn new(client: T) -> Self {
+        Self(Some(client))
+    }
+}
+
+impl<T: Send + 'static> std::ops::Deref for Aside<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        self.0.as_ref().expect("present until dropped")
+    }
+}
+
+impl<T: Send + 'static> Drop for Aside<T> {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            // If no thread can be started, the closure, and the client with it, is dropped
+            // here: destroyed as any client is.
+            let _ = std::thread::Builder::new()
+                .name("kafka-client-close".into())
+                .spawn(move || drop(client));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Aside;
+
+    /// Tells on which thread it was dropped.
+    struct Tells(std::sync::mpsc::Sender<Option<String>>);
+
+    impl Drop for Tells {
+        fn drop(&mut self) {
+            let _ = self
+                .0
+                .send(std::thread::current().name().map(str::to_string));
+        }
+    }
+
+    #[test]
+    fn an_aside_client_is_destroyed_on_a_thread_of_its_own() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let here = std::thread::current().name().map(str::to_string);
+        drop(Aside::new(Tells(tx)));
+        let there = rx.recv().expect("dropped once");
+        assert_eq!(there.as_deref(), Some("kafka-client-close"));
+        assert_ne!(there, here);
+    }
+}

@@ -17,7 +17,7 @@
 
 pub(crate) mod budget;
 pub(crate) mod checkpoint_topic;
-mod client;
+pub(crate) mod client;
 mod client_error;
 mod context;
 mod kick;

@@ -25,6 +25,7 @@ pub(crate) use topic::prepare_topic;
 use crate::{
     config::Config,
     error::{Definite, RelayError, Transient},
+    sink::client::Aside,
     sink::read_back::{read_back, read_back_config},
     telemetry::events::{CHECKPOINT_READ_END, KAFKA_CLIENT_ERROR},
 };
@@ -191,9 +192,10 @@ fn read_blocking(
             e,
         ))
     };
-    let consumer: BaseConsumer<Quiet> = c
-        .create_with_context(Quiet)
-        .map_err(Definite::kafka_setup_by)?;
+    let consumer: Aside<BaseConsumer<Quiet>> = Aside::new(
+        c.create_with_context(Quiet)
+            .map_err(Definite::kafka_setup_by)?,
+    );
     // Right after the relay created the topic its partition may not be in the broker's metadata
     // yet (seen in CI under load: UnknownPartition): wait for it, briefly.
     let started = Instant::now();

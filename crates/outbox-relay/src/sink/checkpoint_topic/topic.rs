@@ -18,7 +18,7 @@ use super::Quiet;
 use crate::{
     config::{Config, Delivery},
     error::{Definite, RelayError, Transient},
-    sink::client_config,
+    sink::{client::Aside, client_config},
     telemetry::events::{CHECKPOINT_TOPIC_CREATED, CHECKPOINT_TOPIC_UNUSABLE},
 };
 
@@ -46,9 +46,12 @@ pub(crate) async fn prepare_topic(cfg: &Config) -> Result<bool, RelayError> {
 async fn ensure_topic(cfg: &Config) -> Result<(), RelayError> {
     let topic = &cfg.kafka.checkpoint_topic;
     let timeout = Duration::from_millis(cfg.kafka.connect_timeout_ms);
-    let admin: AdminClient<Quiet> = client_config(&cfg.kafka)?
-        .create_with_context(Quiet)
-        .map_err(Definite::kafka_setup_by)?;
+    let admin: Aside<std::sync::Arc<AdminClient<Quiet>>> = Aside::new(
+        client_config(&cfg.kafka)?
+            .create_with_context::<Quiet, AdminClient<Quiet>>(Quiet)
+            .map_err(Definite::kafka_setup_by)?
+            .into(),
+    );
     let opts = AdminOptions::new().request_timeout(Some(timeout));
     let new = NewTopic::new(topic, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
     let created = admin
@@ -74,10 +77,15 @@ async fn ensure_topic(cfg: &Config) -> Result<(), RelayError> {
         }
         None => return Err(not_ready(topic, "no answer to CreateTopics".into())),
     }
-    let meta = admin
-        .inner()
-        .fetch_metadata(Some(topic), timeout)
-        .map_err(|e| failed(topic, "cannot describe it", &e))?;
+    // A blocking call: off the runtime's one thread, which opens the replication session
+    // meanwhile (pipeline::stream).
+    let meta = {
+        let (admin, name) = (std::sync::Arc::clone(&admin), topic.clone());
+        tokio::task::spawn_blocking(move || admin.inner().fetch_metadata(Some(&name), timeout))
+            .await
+            .map_err(|e| not_ready(topic, format!("describing it did not finish: {e}")))?
+            .map_err(|e| failed(topic, "cannot describe it", &e))?
+    };
     let partitions = match meta.topics().first() {
         None => return Err(not_ready(topic, "the broker does not list it yet".into())),
         Some(t) => match t.error().map(RDKafkaErrorCode::from) {
