@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use outbox_apply::telemetry::events;
+
 use crate::support::{
     TestDb,
     applier::{config, count, effect_schema, producer, send, setup},
@@ -60,6 +62,23 @@ async fn the_applier_applies_every_record_once_through_a_cut_a_black_hole_and_a_
         a.terminate(Duration::from_secs(60)).success(),
         "{}",
         a.log_text()
+    );
+    // The outages are told once each, not at every retry of every partition: one warning when
+    // the database goes (then a reminder a minute, longer than these), one line when it is
+    // back. Retrying every 100-800 ms, the 3 s cut alone used to log five warnings.
+    let log = a.log_text();
+    let said = |event: &str, level: &str| {
+        log.lines()
+            .filter(|l| l.contains(event) && l.contains(level))
+            .count()
+    };
+    let (gone, back) = (
+        said(events::APPLY_DATABASE_UNREACHABLE, "WARN"),
+        said(events::APPLY_DATABASE_REACHABLE, "INFO"),
+    );
+    assert!(
+        back >= 1 && gone <= back + 1,
+        "{gone} unreachable warnings for {back} reachable lines:\n{log}"
     );
     let mut a = Relay::start_with(&name, &cfg, &["apply", "run"], &[]);
     eventually("every record applied", Duration::from_secs(120), || async {

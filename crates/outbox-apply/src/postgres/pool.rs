@@ -3,13 +3,20 @@
 //! is not returned; the next `get` opens a new one, retrying with backoff while the database is
 //! away (a restart, a failover) instead of failing the partition.
 
-use std::sync::{Arc, atomic::Ordering};
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Instant,
+};
 
 use outbox_service::Backoff;
+use relay_core::apply::outage::{Outage, Say};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 
 use super::{contention::Contention, store::Conn};
-use crate::{config::ApplyConfig, telemetry::events::APPLY_DATABASE_UNREACHABLE};
+use crate::{
+    config::ApplyConfig,
+    telemetry::events::{APPLY_DATABASE_REACHABLE, APPLY_DATABASE_UNREACHABLE},
+};
 
 pub(crate) struct Pool {
     cfg: Arc<ApplyConfig>,
@@ -17,6 +24,10 @@ pub(crate) struct Pool {
     permits: Arc<Semaphore>,
     /// Whether multi-record transactions take turns, and the turn.
     pub(crate) contention: Contention,
+    /// The database's outage as the log tells it: one line when it goes, a reminder a minute,
+    /// one when it is back, however many partitions retry meanwhile.
+    outage: std::sync::Mutex<Outage>,
+    epoch: Instant,
 }
 
 /// A connection lent by the pool; returned on drop unless it broke.
@@ -61,6 +72,8 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(size)),
             contention: Contention::new(),
+            outage: Default::default(),
+            epoch: Instant::now(),
         }
     }
 
@@ -84,6 +97,7 @@ impl Pool {
         loop {
             match Conn::open(&self.cfg, "apply").await {
                 Ok(c) => {
+                    self.reachable();
                     return Lent {
                         pool: self,
                         conn: Some(c),
@@ -92,10 +106,39 @@ impl Pool {
                 }
                 Err(e) => {
                     let wait = backoff.next_wait();
-                    tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "{APPLY_DATABASE_UNREACHABLE}: retrying");
+                    self.unreachable(&e, wait);
                     tokio::time::sleep(wait).await;
                 }
             }
+        }
+    }
+
+    fn outage(&self) -> std::sync::MutexGuard<'_, Outage> {
+        self.outage.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A connection attempt failed; the next one in `wait`.
+    fn unreachable(&self, e: &impl std::fmt::Display, wait: std::time::Duration) {
+        let retry_in_ms = wait.as_millis() as u64;
+        match self.outage().error(self.epoch.elapsed()) {
+            Some(Say::Down) => {
+                tracing::warn!(error = %e, retry_in_ms, "{APPLY_DATABASE_UNREACHABLE}: cannot connect to the consumer's database; retrying with backoff (said again every minute while it lasts)")
+            }
+            Some(Say::Still { for_, errors }) => {
+                tracing::warn!(error = %e, for_s = for_.as_secs(), errors, "{APPLY_DATABASE_UNREACHABLE}: the consumer's database is still unreachable")
+            }
+            _ => tracing::debug!(error = %e, retry_in_ms, "{APPLY_DATABASE_UNREACHABLE}: retrying"),
+        }
+    }
+
+    /// A connection opened.
+    fn reachable(&self) {
+        if let Some(Say::Back { after, errors }) = self.outage().up(self.epoch.elapsed()) {
+            tracing::info!(
+                after_s = after.as_secs(),
+                errors,
+                "{APPLY_DATABASE_REACHABLE}: the consumer's database is reachable again"
+            );
         }
     }
 }

@@ -39,8 +39,11 @@ pub const APPLY_TAKING_TURNS: &str = "apply_taking_turns";
 pub const APPLY_INBOX_CLEANED: &str = "apply_inbox_cleaned";
 /// The inbox retention is refused by the rule (or could not be checked): no cleanup.
 pub const APPLY_INBOX_RETENTION_REFUSED: &str = "apply_inbox_retention_refused";
-/// The consumer's database cannot be reached; retrying with backoff.
+/// The consumer's database cannot be reached; retrying with backoff. Said when it goes and
+/// every minute while it stays away, not at every retry.
 pub const APPLY_DATABASE_UNREACHABLE: &str = "apply_database_unreachable";
+/// The consumer's database is reachable again after an outage.
+pub const APPLY_DATABASE_REACHABLE: &str = "apply_database_reachable";
 
 /// Every event name of the applier.
 pub const ALL: &[&str] = &[
@@ -62,4 +65,5 @@ pub const ALL: &[&str] = &[
     APPLY_INBOX_CLEANED,
     APPLY_INBOX_RETENTION_REFUSED,
     APPLY_DATABASE_UNREACHABLE,
+    APPLY_DATABASE_REACHABLE,
 ];

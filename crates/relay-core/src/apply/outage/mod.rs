@@ -1,6 +1,7 @@
-//! What the applier says while its broker is away: librdkafka reports every failed reconnect
-//! (several a second for a whole outage), and a line per report buries the log. The rule: one
-//! line when the broker goes, a reminder every [`REMIND_EVERY`] while it stays away, one line
+//! What the applier says while its broker (or its database) is away: librdkafka reports every
+//! failed reconnect (several a second for a whole outage), every partition retries its own
+//! connection to the database, and a line per report buries the log. The rule: one line when
+//! the server goes, a reminder every [`REMIND_EVERY`] while it stays away, one line
 //! when it is back; the errors in between are counted, not logged.
 //!
 //! ```text
