@@ -68,7 +68,7 @@ pub(super) async fn start(
     let plain = Identity::new(cfg, system_id, history.timeline);
     let (id, prefetched) = match identity(cfg, plain, scope).await {
         Ok(found) => found,
-        Err(e) if !exactly_once => {
+        Err(e) if goes_on_without(exactly_once, &e) => {
             tracing::warn!(error = %e, "{CHECKPOINT_TOPIC_UNUSABLE}: going on without checkpoints");
             return Ok(without(start));
         }
@@ -93,7 +93,7 @@ pub(super) async fn start(
     };
     let found = match read {
         Ok(found) => found,
-        Err(e) if !exactly_once => {
+        Err(e) if goes_on_without(exactly_once, &e) => {
             tracing::warn!(error = %e, "{CHECKPOINT_TOPIC_UNUSABLE}: going on without checkpoints");
             return Ok(without(start));
         }
@@ -138,6 +138,15 @@ pub(super) async fn start(
         "{CHECKPOINT_FOUND}"
     );
     Ok(resume(Some(c), start, id))
+}
+
+/// Whether a start goes on without checkpoints after reading them failed with `e`: only in
+/// at-least-once mode, and only for what the operator must change (the principal's rights, a
+/// checkpoint that does not parse). A slow or unreachable broker is waited for as the events'
+/// topics are: going on without would cost a heal its starting point if the slot is lost
+/// later (issue 40, the CI of a13719d).
+fn goes_on_without(exactly_once: bool, e: &RelayError) -> bool {
+    !exactly_once && !e.is_transient()
 }
 
 /// Where a start resumes: from the slot's position `start`, skipping what the newest checkpoint
@@ -252,5 +261,29 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::goes_on_without;
+    use crate::error::{Definite, RelayError, Transient};
+
+    #[test]
+    fn only_an_operator_s_problem_lets_at_least_once_go_on_without_checkpoints() {
+        let slow = || RelayError::from(Transient::checkpoint(String::from("offsets timed out")));
+        let denied = || {
+            RelayError::from(Definite::CheckpointTopic {
+                topic: "t".into(),
+                detail: "TopicAuthorizationFailed".into(),
+            })
+        };
+        assert!(
+            !goes_on_without(false, &slow()),
+            "a slow broker is waited for"
+        );
+        assert!(goes_on_without(false, &denied()));
+        assert!(!goes_on_without(true, &slow()));
+        assert!(!goes_on_without(true, &denied()), "exactly-once stops");
     }
 }

@@ -190,11 +190,18 @@ fn read_blocking(
     key: &str,
     limit: Duration,
 ) -> Result<Option<Checkpoint>, RelayError> {
-    let failed = |what: &str, e: KafkaError| {
-        RelayError::from(Transient::checkpoint_with(
+    // The principal's rights are the operator's to change: definite, so that an at-least-once
+    // relay goes on without checkpoints and an exactly-once one stops (exit 3). Anything else
+    // is retried.
+    let failed = |what: &str, e: KafkaError| match e.rdkafka_error_code() {
+        Some(code) if topic::is_definite(code) => RelayError::from(Definite::CheckpointTopic {
+            topic: topic.to_string(),
+            detail: format!("{what} it: {e}; grant READ and DESCRIBE on it (docs/security.md)"),
+        }),
+        _ => RelayError::from(Transient::checkpoint_with(
             format!("{what} {topic}: {e}"),
             e,
-        ))
+        )),
     };
     let consumer: Aside<BaseConsumer<Quiet>> = Aside::new(
         c.create_with_context(Quiet)

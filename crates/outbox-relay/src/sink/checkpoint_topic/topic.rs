@@ -23,15 +23,17 @@ use crate::{
 };
 
 /// Creates the checkpoint topic if it is missing and checks its settings (one partition,
-/// compacted). `Ok(false)`: unusable in at-least-once mode (warned; the relay goes on without
-/// checkpoints and looks again at the pipeline's next start). In exactly-once mode every
-/// problem is an error: transient when the broker may yet answer, definite when the topic is
-/// wrong or the principal may not use it.
+/// compacted). `Ok(false)`: unusable in at-least-once mode, for a reason the operator must
+/// change (warned; the relay goes on without checkpoints and looks again at the pipeline's next
+/// start). Otherwise every problem is an error: transient when the broker may yet answer (the
+/// pipeline restarts after its backoff, in either mode: an at-least-once relay that went on
+/// without checkpoints for a slow broker could not heal a slot lost later), definite when the
+/// topic is wrong or the principal may not use it.
 pub(crate) async fn prepare_topic(cfg: &Config) -> Result<bool, RelayError> {
     let exactly_once = cfg.relay.delivery == Delivery::ExactlyOnce;
     match ensure_topic(cfg).await {
         Ok(()) => Ok(true),
-        Err(e) if exactly_once => Err(e),
+        Err(e) if exactly_once || e.is_transient() => Err(e),
         Err(e) => {
             tracing::warn!(
                 topic = %cfg.kafka.checkpoint_topic, error = %e,
@@ -96,25 +98,45 @@ async fn ensure_topic(cfg: &Config) -> Result<(), RelayError> {
             None => t.partitions().len(),
         },
     };
-    let configs = admin
-        .describe_configs([&ResourceSpecifier::Topic(topic)], &opts)
-        .await
-        .map_err(|e| failed(topic, "cannot describe its configuration", &e))?;
-    let policy = match configs.first() {
-        None => return Err(not_ready(topic, "no answer to DescribeConfigs".into())),
-        Some(Err(code)) if is_definite(*code) => {
-            return Err(unusable(
-                topic,
-                format!("cannot describe its configuration ({code:?}); grant DESCRIBE_CONFIGS"),
-            ));
+    // rust-rdkafka drops DescribeConfigs' per-resource error: a principal without
+    // DESCRIBE_CONFIGS gets an empty answer, as a broker whose metadata lags behind the one that
+    // listed the partitions may. Asked again briefly, then taken as the operator's to fix.
+    let mut asked = 0;
+    let policy = loop {
+        let configs = admin
+            .describe_configs([&ResourceSpecifier::Topic(topic)], &opts)
+            .await
+            .map_err(|e| failed(topic, "cannot describe its configuration", &e))?;
+        asked += 1;
+        match configs.first() {
+            None => return Err(not_ready(topic, "no answer to DescribeConfigs".into())),
+            Some(Err(code)) if is_definite(*code) => {
+                return Err(unusable(
+                    topic,
+                    format!("cannot describe its configuration ({code:?}); grant DESCRIBE_CONFIGS"),
+                ));
+            }
+            Some(Err(code)) => {
+                return Err(not_ready(
+                    topic,
+                    format!("describing its configuration answered {code:?}"),
+                ));
+            }
+            Some(Ok(r)) if r.entries.is_empty() && partitions > 0 => {
+                if asked >= HIDDEN_ASKS {
+                    return Err(unusable(
+                        topic,
+                        format!(
+                            "the broker lists its {partitions} partition(s) but describes no \
+                             configuration of it ({asked} times): the principal may lack \
+                             DESCRIBE_CONFIGS on it; grant it (docs/security.md)"
+                        ),
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Some(Ok(r)) => break r.get("cleanup.policy").and_then(|e| e.value.clone()),
         }
-        Some(Err(code)) => {
-            return Err(not_ready(
-                topic,
-                format!("describing its configuration answered {code:?}"),
-            ));
-        }
-        Some(Ok(r)) => r.get("cleanup.policy").and_then(|e| e.value.clone()),
     };
     match check_settings(partitions, policy.as_deref()) {
         Settings::Usable => Ok(()),
@@ -137,6 +159,9 @@ async fn ensure_topic(cfg: &Config) -> Result<(), RelayError> {
     }
 }
 
+/// How many times an empty DescribeConfigs answer for a listed topic is asked again.
+const HIDDEN_ASKS: u32 = 5;
+
 /// What the broker shows of an existing checkpoint topic.
 #[derive(Debug, PartialEq, Eq)]
 enum Settings {
@@ -157,7 +182,7 @@ fn check_settings(partitions: usize, policy: Option<&str>) -> Settings {
 }
 
 /// A broker's answer that retrying cannot change: the principal's rights or the request itself.
-fn is_definite(code: RDKafkaErrorCode) -> bool {
+pub(super) fn is_definite(code: RDKafkaErrorCode) -> bool {
     use RDKafkaErrorCode as C;
     matches!(
         code,
