@@ -10,7 +10,7 @@ pub(crate) async fn main(
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> ExitCode {
     outbox_apply::cli::main(action, super::process::recorder, |then| {
-        super::process::stop_flag(signal, then)
+        super::process::stop_flag(signal, then, None)
     })
     .await
 }

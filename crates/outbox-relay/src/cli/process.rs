@@ -1,13 +1,13 @@
 //! The process around a subcommand: logging, the stop signal, the Prometheus recorder and the
 //! config re-read on SIGHUP.
 
-use std::path::PathBuf;
+use std::{path::PathBuf, time::Duration};
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use outbox_relay::{
     config::Config,
     telemetry::{
-        events::{CONFIG_RELOAD_FAILED, METRICS_DISABLED, SIGNAL_RECEIVED},
+        events::{CONFIG_RELOAD_FAILED, METRICS_DISABLED, SHUTDOWN_OVERRUN, SIGNAL_RECEIVED},
         log_targets,
     },
 };
@@ -57,18 +57,64 @@ pub(crate) fn recorder(
         .ok()
 }
 
-/// A stop flag raised once `signal` fires, logging `then` (what stopping does).
+/// A stop flag raised once `signal` fires, logging `then` (what stopping does). With `within`,
+/// the process ends that long after the signal even if a part of it never returns
+/// ([`overrun_guard`]).
 pub(crate) fn stop_flag(
     signal: impl Future<Output = ()> + Send + 'static,
     then: &'static str,
+    within: Option<Duration>,
 ) -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         signal.await;
         tracing::info!("{SIGNAL_RECEIVED}: {then}");
+        if let Some(within) = within {
+            overrun_guard(within, move || {
+                tracing::error!(
+                    within_s = within.as_secs(),
+                    "{SHUTDOWN_OVERRUN}: the relay did not stop in time after the signal and \
+                     exits now; nothing Kafka has not acknowledged was confirmed, and what is \
+                     not confirmed is sent again on the next start"
+                );
+                std::process::exit(EXIT_SHUTDOWN_OVERRUN);
+            });
+        }
         let _ = tx.send(true);
     });
     rx
+}
+
+/// The exit code of a stop that overran its bound.
+const EXIT_SHUTDOWN_OVERRUN: i32 = 1;
+
+/// How long after the stop signal `run` may take: the drain's bound (`shutdown_timeout_ms`),
+/// then an open Kafka transaction's abort (at most 10 s), the replication session's close
+/// (2 s), the alert webhook's last flush (10 s) and the producer's destruction (0.5 s), with
+/// room to spare. Taken from the config at the start (a SIGHUP does not change it).
+pub(crate) fn stop_bound(cfg: &Config) -> Duration {
+    cfg.shutdown_timeout() + Duration::from_secs(30)
+}
+
+/// Calls `overrun` from a thread of its own once `within` has passed, unless the process has
+/// ended by then.
+///
+/// Invariant: a stop signal ends the process in bounded time whatever its parts do. The
+/// pipeline's waits race the stop (`pipeline::stop`), but the destruction of a Kafka client
+/// after it does not: librdkafka joins its threads, and a chaos run of a variant build (issue
+/// 40) saw a relay with records never acknowledged that did not exit after SIGTERM. Exiting
+/// here loses nothing: positions are confirmed only for what Kafka acknowledged, during the
+/// drain, which its own bound ended before this fires.
+fn overrun_guard(within: Duration, overrun: impl FnOnce() + Send + 'static) {
+    let spawned = std::thread::Builder::new()
+        .name("stop-guard".into())
+        .spawn(move || {
+            std::thread::sleep(within);
+            overrun();
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "{SHUTDOWN_OVERRUN}: cannot start the stop guard; the stop is not bounded");
+    }
 }
 
 /// Configs re-read on SIGHUP (a multi-source relay applies them source by source). A config
@@ -124,6 +170,26 @@ pub(crate) async fn wait_for_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stop_guard_fires_after_its_bound_and_not_before() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let armed = std::time::Instant::now();
+        overrun_guard(Duration::from_millis(200), move || {
+            let _ = tx.send(armed.elapsed());
+        });
+        let fired = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the guard fired");
+        assert!(fired >= Duration::from_millis(200), "{fired:?}");
+    }
+
+    #[test]
+    fn the_stop_bound_leaves_the_drain_its_whole_timeout() {
+        let env = [("OUTBOX_RELAY__RELAY__SHUTDOWN_TIMEOUT_MS", "5000")];
+        let cfg = Config::load(None, env.map(|(k, v)| (k.to_string(), v.to_string()))).unwrap();
+        assert_eq!(stop_bound(&cfg), Duration::from_secs(35));
+    }
 
     #[test]
     fn the_replication_clients_duplicate_error_is_off_unless_asked_for() {

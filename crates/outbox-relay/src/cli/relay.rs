@@ -13,7 +13,7 @@ use outbox_relay::{
 
 use super::{
     Command, FailOn,
-    process::{recorder, reloads, stop_flag, wait_for_signal},
+    process::{recorder, reloads, stop_bound, stop_flag, wait_for_signal},
 };
 
 /// `status` found an alert at or above `--fail-on`.
@@ -126,9 +126,11 @@ async fn run(config: Option<PathBuf>) -> Result<ExitCode, RelayError> {
     } else {
         recorder(outbox_relay::supervise::fleet::install_labelled())
     };
+    let bound = cfg.streams().into_iter().map(stop_bound).max();
     let stop = stop_flag(
         wait_for_signal(),
         "stopping intake, waiting for in-flight acks",
+        bound,
     );
     if cfg.sources.is_empty() {
         outbox_relay::supervise::run::run(&cfg, stop, prom).await

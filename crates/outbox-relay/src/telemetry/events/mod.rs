@@ -33,6 +33,9 @@ pub const SHUTDOWN_TIMEOUT: &str = "shutdown_timeout";
 pub const SHUTDOWN_COMMIT_FAILED: &str = "shutdown_commit_failed";
 /// The relay stopped as asked (after draining, or before streaming began).
 pub const SHUTDOWN_COMPLETE: &str = "shutdown_complete";
+/// The process had not ended within its bound after the stop signal and exited anyway (a Kafka
+/// client that never finished closing).
+pub const SHUTDOWN_OVERRUN: &str = "shutdown_overrun";
 /// A logical decoding message (a heartbeat or another prefix) was read and skipped (trace).
 pub const LOGICAL_MESSAGE_IGNORED: &str = "logical_message_ignored";
 /// An outbox table was renamed while in the publication; its rows are still relayed.
@@ -207,6 +210,7 @@ pub const ALL: &[&str] = &[
     SHUTDOWN_TIMEOUT,
     SHUTDOWN_COMMIT_FAILED,
     SHUTDOWN_COMPLETE,
+    SHUTDOWN_OVERRUN,
     LOGICAL_MESSAGE_IGNORED,
     OUTBOX_TABLE_RENAMED,
     OUTBOX_UPDATE_IGNORED,
