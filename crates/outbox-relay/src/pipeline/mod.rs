@@ -85,6 +85,11 @@ pub(crate) async fn stream(
         tracing::info!("{SHUTDOWN_COMPLETE}: stopped before streaming (PostgreSQL did not answer)");
         return Ok(());
     };
+    // A topic found usable stays so across restarts, even when this open failed: the next
+    // attempt does not create or check it again.
+    if matches!(prepared, Some(Ok(true))) {
+        carry.checkpoint_topic_ready = true;
+    }
     let opened = opened?;
     let (mut client, memory) = (opened.client, opened.memory);
     // The slot is ours: only now fence the producers of earlier holders (never the active
