@@ -372,15 +372,35 @@ impl LatencyConsumer {
     }
 }
 
-/// The `"ts": <digits>` field of a payload (jsonb text output puts the shortest key first).
+/// The `"ts": <digits>` field of a payload, as each system writes it: jsonb's text (`"ts": 1`,
+/// the shortest key first), re-marshalled by Go (`"ts":1`), or inside an envelope that carries
+/// the payload as an escaped JSON string (outboxx: `\"ts\": 1`).
 pub fn payload_ts(v: &[u8]) -> Option<i64> {
-    let key = b"\"ts\": ";
-    let pos = v.windows(key.len()).position(|w| w == key)? + key.len();
-    let digits = v[pos..].iter().take_while(|b| b.is_ascii_digit()).count();
-    std::str::from_utf8(&v[pos..pos + digits])
-        .ok()?
-        .parse()
-        .ok()
+    let mut from = 0;
+    while let Some(p) = v[from..].windows(2).position(|w| w == b"ts") {
+        let at = from + p;
+        from = at + 2;
+        if at == 0 || v[at - 1] != b'"' {
+            continue;
+        }
+        let mut i = at + 2;
+        if v.get(i) == Some(&b'\\') {
+            i += 1;
+        }
+        if v.get(i) != Some(&b'"') || v.get(i + 1) != Some(&b':') {
+            continue;
+        }
+        i += 2;
+        while v.get(i) == Some(&b' ') {
+            i += 1;
+        }
+        let digits = v[i..].iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0 {
+            continue;
+        }
+        return std::str::from_utf8(&v[i..i + digits]).ok()?.parse().ok();
+    }
+    None
 }
 
 #[cfg(test)]
@@ -392,5 +412,11 @@ mod tests {
         let v = br#"{"ts": 1796043566512618, "items": [{"qty": 8}], "currency": "EUR"}"#;
         assert_eq!(payload_ts(v), Some(1796043566512618));
         assert_eq!(payload_ts(br#"{"n": 1}"#), None);
+        // go-pq-cdc-kafka's re-marshalled payload; outboxx's envelope (the payload escaped).
+        assert_eq!(payload_ts(br#"{"currency":"EUR","ts":17960}"#), Some(17960));
+        let envelope =
+            br#"{"op":"INSERT","data":{"payload":"{\"ts\": 17961, \"n\": 1}","tsx":"a"}}"#;
+        assert_eq!(payload_ts(envelope), Some(17961));
+        assert_eq!(payload_ts(br#"{"posts": 3, "ts": "x"}"#), None);
     }
 }

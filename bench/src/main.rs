@@ -352,10 +352,11 @@ fn plan(a: &SuiteArgs) -> Result<Plan> {
         catchup_repeat: a.repeat.unwrap_or(if quick { 3 } else { 2 }),
         steady,
         // pg_recvlogical's steady run is the database's floor (its latency read from its output).
-        // The native peers (bench/peers/) are measured in catch-up runs only.
+        // The native peers' latency is read from their records as every producer's is (the
+        // writer's `ts` inside their envelope: kafka::payload_ts).
         steady_systems: ordered
             .into_iter()
-            .filter(|s| (s.produces() || *s == System::RecvLogical) && !s.is_peer())
+            .filter(|s| s.produces() || *s == System::RecvLogical)
             .collect(),
         // saturation_rates is only non-empty when outbox-relay is selected.
         saturation_systems: if saturation_rates.is_empty() {

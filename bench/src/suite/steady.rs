@@ -61,7 +61,9 @@ impl Suite {
         if s.is_relay() {
             self.env.relay_setup(&prefix, &s.slot().unwrap())?;
         }
-        if database_floor {
+        // pg_recvlogical and the native peers read a publication and slot the harness creates,
+        // as in the catch-up.
+        if database_floor || s.is_peer() {
             let publ = s.publication().unwrap();
             if !pg::publication_exists(&self.ctl, &publ).await? {
                 pg::create_publication(&self.ctl, &publ, 1).await?;
