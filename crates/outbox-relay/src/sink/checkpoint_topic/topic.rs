@@ -213,8 +213,7 @@ fn failed(topic: &str, what: &str, e: &KafkaError) -> RelayError {
     }
 }
 
-/// A definite problem with the checkpoint topic: the operator's to fix.
-pub(super) fn unusable(topic: &str, detail: String) -> RelayError {
+fn unusable(topic: &str, detail: String) -> RelayError {
     Definite::CheckpointTopic {
         topic: topic.to_string(),
         detail,
