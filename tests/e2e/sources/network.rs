@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::{all_streaming, top_level};
 use crate::support::{
-    TestDb, check, eventually, kafka, pg_port, proxy::Proxy, relay::Relay, writer,
+    TestDb, check, eventually, kafka, pg_port, proxy::Proxy, relay::Relay, stored, writer,
 };
 
 /// A source whose connections go to `port` (a proxy, or the server itself).
@@ -149,7 +149,20 @@ async fn sources_cut_off_or_black_holed_recover_alone_and_a_sigterm_restart_lose
             &written,
             &got,
         );
-        f.assert_nothing_lost_or_reordered(&format!("source {}", names[i]));
+        // On a failure: where each lost event lies, and what the broker stored (a gap in a
+        // producer's sequence places a loss at a partition's head), to be read against the
+        // relay logs this test keeps.
+        let context = if f.lost + f.order_violations > 0 {
+            format!(
+                "source {}\n{}{}",
+                names[i],
+                check::explain_lost(&written, &got),
+                stored::sequence_report(&db.topic("order"))
+            )
+        } else {
+            format!("source {}", names[i])
+        };
+        f.assert_nothing_lost_or_reordered(&context);
         check::assert_absent(&round1[i].discarded, &got);
         totals.written += f.written;
         totals.delivered += f.delivered;

@@ -23,6 +23,7 @@ pub mod kafka;
 pub mod proxy;
 pub mod recipe;
 pub mod relay;
+pub mod stored;
 pub mod writer;
 
 use std::time::{Duration, Instant};
