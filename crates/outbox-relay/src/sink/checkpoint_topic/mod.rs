@@ -194,10 +194,10 @@ fn read_blocking(
     // relay goes on without checkpoints and an exactly-once one stops (exit 3). Anything else
     // is retried.
     let failed = |what: &str, e: KafkaError| match e.rdkafka_error_code() {
-        Some(code) if topic::is_definite(code) => RelayError::from(Definite::CheckpointTopic {
-            topic: topic.to_string(),
-            detail: format!("{what} it: {e}; grant READ and DESCRIBE on it (docs/security.md)"),
-        }),
+        Some(code) if topic::is_definite(code) => topic::unusable(
+            topic,
+            format!("{what} it: {e}; grant READ and DESCRIBE on it (docs/security.md)"),
+        ),
         _ => RelayError::from(Transient::checkpoint_with(
             format!("{what} {topic}: {e}"),
             e,
@@ -258,13 +258,9 @@ fn read_blocking(
     }
     match latest.flatten() {
         None => Ok(None),
-        Some(bytes) => Checkpoint::from_json(&bytes).map(Some).map_err(|e| {
-            Definite::CheckpointTopic {
-                topic: topic.to_string(),
-                detail: e.to_string(),
-            }
-            .into()
-        }),
+        Some(bytes) => Checkpoint::from_json(&bytes)
+            .map(Some)
+            .map_err(|e| topic::unusable(topic, e.to_string())),
     }
 }
 

@@ -213,7 +213,8 @@ fn failed(topic: &str, what: &str, e: &KafkaError) -> RelayError {
     }
 }
 
-fn unusable(topic: &str, detail: String) -> RelayError {
+/// A definite problem with the checkpoint topic: the operator's to fix.
+pub(super) fn unusable(topic: &str, detail: String) -> RelayError {
     Definite::CheckpointTopic {
         topic: topic.to_string(),
         detail,
