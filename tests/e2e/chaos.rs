@@ -25,7 +25,7 @@ use outbox_relay::telemetry::events;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use crate::support::{
-    TestDb, check, connect, kafka, proxy::Proxy, relay::Relay, repo_root, writer,
+    TestDb, check, connect, kafka, proxy::Proxy, relay::Relay, repo_root, stored, writer,
 };
 
 /// The servers of one chaos run: PostgreSQL, the broker, and the proxy clients reach it by.
@@ -121,9 +121,7 @@ fn start_relay(name: &str, cfg: &str) -> Relay {
 /// After a failure, before [`Stack`]'s drop deletes them: PostgreSQL's log, the broker's log
 /// and the topic's partition files (for `kafka-dump-log.sh`) go next to the relay's logs.
 fn keep_server_logs(p: Ports, topic: &str, dest: &std::path::Path) {
-    let stack = std::env::var("STACK_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| repo_root().join(".stack"));
+    let stack = stored::stack_dir();
     let kafka = stack.join(format!("kafka-{}", p.kafka));
     let copies = [
         (
@@ -417,8 +415,9 @@ async fn chaos(
         let kept = relay.log.parent().unwrap_or(&relay.log);
         keep_server_logs(p, &db.topic("order"), kept);
         format!(
-            "{}\nrelay logs: {}",
+            "{}{}\nrelay logs: {}",
             check::explain_lost(&written, &got),
+            stored::sequence_report_in(&stored::broker_data(p.kafka), &db.topic("order")),
             relay.log.parent().unwrap_or(&relay.log).display()
         )
     } else {

@@ -15,14 +15,22 @@ use std::{
 
 use super::{kafka_brokers, repo_root};
 
-/// The shared broker's data directory (`infra/stack.sh`: `$STACK_DIR/kafka-<port>/data`).
-fn data_dir() -> PathBuf {
-    let stack = std::env::var("STACK_DIR")
+/// Where `infra/stack.sh` keeps its servers (`$STACK_DIR`, else `.stack` in the repository).
+pub fn stack_dir() -> PathBuf {
+    std::env::var("STACK_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| repo_root().join(".stack"));
+        .unwrap_or_else(|_| repo_root().join(".stack"))
+}
+
+/// The data directory of the broker listening on `port` (`$STACK_DIR/kafka-<port>/data`).
+pub fn broker_data(port: impl std::fmt::Display) -> PathBuf {
+    stack_dir().join(format!("kafka-{port}")).join("data")
+}
+
+/// The shared broker's data directory.
+fn data_dir() -> PathBuf {
     let brokers = kafka_brokers();
-    let port = brokers.rsplit(':').next().unwrap_or("19092");
-    stack.join(format!("kafka-{port}")).join("data")
+    broker_data(brokers.rsplit(':').next().unwrap_or("19092"))
 }
 
 /// One stored batch, as `DumpLogSegments` prints its header.
@@ -90,10 +98,9 @@ fn gaps(p: &Partition) -> Vec<String> {
     out
 }
 
-/// The partition directories under the data directory whose topic `keep` accepts.
-fn partition_dirs(keep: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>, String> {
-    let dir = data_dir();
-    let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+/// The partition directories under the broker data directory `dir` whose topic `keep` accepts.
+fn partition_dirs(dir: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<PathBuf>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut out: Vec<PathBuf> = entries
         .flatten()
         .map(|e| e.path())
@@ -156,10 +163,15 @@ fn dump(dirs: &[PathBuf]) -> Result<BTreeMap<PathBuf, Partition>, String> {
     Ok(out)
 }
 
-/// For a failure's message: per partition of `topic`, its batch count and every sequence gap
-/// ([`gaps`]); or why the files could not be read.
+/// For a failure's message: per partition of `topic` on the shared broker, its batch count and
+/// every sequence gap ([`gaps`]); or why the files could not be read.
 pub fn sequence_report(topic: &str) -> String {
-    let dumped = partition_dirs(|t| t == topic).and_then(|dirs| dump(&dirs));
+    sequence_report_in(&data_dir(), topic)
+}
+
+/// [`sequence_report`] for the broker whose data directory is `dir` (a test's own broker).
+pub fn sequence_report_in(dir: &Path, topic: &str) -> String {
+    let dumped = partition_dirs(dir, |t| t == topic).and_then(|dirs| dump(&dirs));
     let partitions = match dumped {
         Ok(p) => p,
         Err(e) => return format!("stored batches of {topic}: {e}\n"),
@@ -186,8 +198,10 @@ pub fn sequence_report(topic: &str) -> String {
 #[test]
 #[ignore = "a sweep of the shared broker's files, run by scripts/test.sh after the suite"]
 fn every_idempotent_producer_s_stored_sequence_on_the_shared_broker_is_gapless() {
-    let dirs = partition_dirs(|t| !t.starts_with("__") && !t.contains("checkpoint"))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let dirs = partition_dirs(&data_dir(), |t| {
+        !t.starts_with("__") && !t.contains("checkpoint")
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
     let partitions = dump(&dirs).unwrap_or_else(|e| panic!("{e}"));
     let batches: usize = partitions.values().map(|p| p.batches.len()).sum();
     let found: Vec<String> = partitions
