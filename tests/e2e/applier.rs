@@ -84,7 +84,7 @@ async fn applier_keeps_balances_exactly_once_through_kills_rebalances_and_a_cras
     kafka::create_topic_on(&brokers, &topic, 3).await;
     // The fenced pass (RELAY_TEST_FENCED=1) runs the relay exactly-once, the plain one
     // at-least-once.
-    let eos = std::env::var("RELAY_TEST_FENCED").is_ok_and(|v| v == "1");
+    let eos = crate::support::fenced_pass();
     let relay_cfg = accounts_db
         .relay_config(&format!(
             "{}\n[relay]\n{}restart_backoff_initial_ms = 100\nrestart_backoff_max_ms = 1000\n",

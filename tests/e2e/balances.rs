@@ -319,7 +319,7 @@ async fn two_services_converge_through_relay_broker_and_consumer_faults() {
          holds {} records of {} distinct events; consumer runs applied {applied}, absorbed {absorbed} \
          redeliveries ({}); replay of the topic: {} records, {} applied, {} absorbed; \
          converged {:.1} s after the start; client totals equal: {}",
-        if std::env::var("RELAY_TEST_FENCED").is_ok_and(|v| v == "1") {
+        if crate::support::fenced_pass() {
             "fenced/"
         } else {
             ""

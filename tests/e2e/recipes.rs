@@ -154,7 +154,7 @@ async fn apply_once(r: &'static Recipe) {
     assert_eq!(inbox, EVENTS as i64, "{} recipe: inbox rows", r.name);
     check::note(&format!(
         "{}{test}: events={EVENTS} applied={n} redelivered={} absorbed={} totals_equal=true",
-        if std::env::var("RELAY_TEST_FENCED").is_ok_and(|v| v == "1") {
+        if crate::support::fenced_pass() {
             "fenced/"
         } else {
             ""

@@ -37,6 +37,23 @@ fn source_section(name: &str, db: &TestDb, extra: &str) -> String {
     )
 }
 
+/// `cfg` as the pass runs it: in the fenced pass with a transactional id, as
+/// [`TestDb::relay_config`] gives single-database tests one; a config that names its own (the
+/// exactly-once tests `share` and `slow_start`) is left as it is.
+fn as_the_pass_runs(cfg: String, first: &TestDb) -> String {
+    if !crate::support::fenced_pass() || cfg.contains("transactional_id") {
+        return cfg;
+    }
+    cfg.replacen(
+        "[kafka]\n",
+        &format!(
+            "[kafka]\ntransactional_id = \"outbox-relay-{}\"\n",
+            first.name
+        ),
+        1,
+    )
+}
+
 /// The top level of a multi-source config on the shared test cluster.
 fn top_level(first: &TestDb, port: u16) -> String {
     format!(

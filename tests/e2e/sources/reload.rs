@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{all_streaming, source_section, top_level};
+use super::{all_streaming, as_the_pass_runs, source_section, top_level};
 use crate::support::{
     TestDb, check, connect, eventually, http, kafka, pg_port, relay::Relay, writer,
 };
@@ -18,10 +18,13 @@ async fn a_reload_adds_and_removes_sources_without_touching_the_others() {
     // A fixed port: `status` reads the relay's /metrics at http.listen.
     let top = top_level(&a, pg_port())
         .replace("127.0.0.1:0", &format!("127.0.0.1:{}", http::free_port()));
-    let cfg = format!(
-        "{top}{}{}",
-        source_section("a", &a, ""),
-        source_section("b", &b, "")
+    let cfg = as_the_pass_runs(
+        format!(
+            "{top}{}{}",
+            source_section("a", &a, ""),
+            source_section("b", &b, "")
+        ),
+        &a,
     );
     let mut relay = Relay::start("sources_reload", &cfg);
     all_streaming(&[&a, &b], Duration::from_secs(60)).await;
@@ -63,10 +66,13 @@ async fn a_reload_adds_and_removes_sources_without_touching_the_others() {
     // b removed, c added, a unchanged.
     std::fs::write(
         &relay.config,
-        format!(
-            "{top}{}{}",
-            source_section("a", &a, ""),
-            source_section("c", &c, "")
+        as_the_pass_runs(
+            format!(
+                "{top}{}{}",
+                source_section("a", &a, ""),
+                source_section("c", &c, "")
+            ),
+            &a,
         ),
     )
     .unwrap();

@@ -131,7 +131,7 @@ pub fn explain_lost(written: &[Written], got: &[Rec]) -> String {
 
 /// Appends the figures of a test to `target/test-figures.log` (printed by scripts/test.sh).
 pub fn record(test: &str, f: &Figures) {
-    let mut pass = if std::env::var("RELAY_TEST_FENCED").is_ok_and(|v| v == "1") {
+    let mut pass = if super::fenced_pass() {
         "fenced/".to_string()
     } else {
         String::new()

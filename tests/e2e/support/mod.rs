@@ -48,6 +48,12 @@ pub fn pg_port() -> u16 {
         .unwrap_or(5432)
 }
 
+/// The fenced pass of scripts/test.sh (`RELAY_TEST_FENCED=1`): relays run with
+/// `kafka.transactional_id` and consumers read committed.
+pub fn fenced_pass() -> bool {
+    std::env::var("RELAY_TEST_FENCED").is_ok_and(|v| v == "1")
+}
+
 pub fn repo_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -127,8 +133,7 @@ impl TestDb {
     /// With `RELAY_TEST_FENCED=1` in the environment every relay runs with
     /// `kafka.transactional_id` (unless the test sets one itself): the whole suite in fenced mode.
     pub fn relay_config(&self, extra: &str) -> String {
-        let fenced = std::env::var("RELAY_TEST_FENCED").is_ok_and(|v| v == "1")
-            && !extra.contains("transactional_id");
+        let fenced = fenced_pass() && !extra.contains("transactional_id");
         format!(
             "[postgres]\nport = {port}\ndatabase = \"{db}\"\nslot = \"{db}\"\npublication = \"{db}\"\n\
              create_slot = true\n\n[kafka]\nbrokers = \"{brokers}\"\n{txn}{checkpoints}\n{extra}\n",
