@@ -7,7 +7,9 @@
 # failing run keeps its full output and the logs it wrote under target/e2e/ (relay logs, configs,
 # the chaos test's PostgreSQL/Kafka logs) in target/stress/<test>/<run>/. Ends with one line per test:
 #   test=<filter> runs=<n> failures=<k> seeds_failed=<seeds|none> median_s=<x> max_s=<y>
-# and exits non-zero if any run failed. target/stress/runs.tsv has every run (test, run, seed,
+# then a sweep of the shared broker's partition files for a gap in any producer's stored sequence
+# (support::stored: a loss at a partition's head, counted by a test or not), and exits non-zero if
+# any run failed or the sweep found a gap. target/stress/runs.tsv has every run (test, run, seed,
 # seconds, result); target/stress/summary.txt the summary lines.
 # The relay is built once at the start and its copy in target/stress/ is what the tests run
 # (RELAY_TEST_BIN), so a build by someone else in the same tree cannot swap it mid-loop.
@@ -209,6 +211,17 @@ for i in "${!tests[@]}"; do
   fi
   summary+=("test=$t runs=$RUNS failures=$failures seeds_failed=$sf median_s=$median max_s=$max")
 done
+
+# What the shared broker stored during the loop (and before it): a gap in an idempotent
+# producer's sequence is a loss at a partition's head, whether or not a test counted it.
+if run_e2e --ignored --exact --nocapture \
+  support::stored::every_idempotent_producer_s_stored_sequence_on_the_shared_broker_is_gapless \
+  >"$OUT/stored.log" 2>&1; then
+  summary+=("stored: $(grep -m1 '^stored sequences' "$OUT/stored.log")")
+else
+  any_failed=1
+  summary+=("stored: FAILED, see $OUT/stored.log: $(grep -m1 -E '^stored sequences|panicked' "$OUT/stored.log")")
+fi
 
 printf '%s\n' "${summary[@]}" >"$OUT/summary.txt"
 echo "== stress: $seq_no runs; CPU hog: $hog; relay: $RELAY_TEST_BIN; every run: $OUT/runs.tsv"
