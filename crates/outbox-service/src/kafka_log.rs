@@ -20,10 +20,13 @@ fn is_benign(log_message: &str) -> bool {
 /// what a producer says as it is dropped with requests in flight (the client library purges
 /// them, and the gapless guarantee calls that fatal). Only the application purges, and the
 /// relay and the applier do so only by dropping a producer they are done with (a restart,
-/// whose unconfirmed records are sent again; a stop): an error of a producer that is going away
-/// anyway, which a PostgreSQL connection drop used to turn into an ERROR line and two warnings.
+/// whose unconfirmed records are sent again; a stop) or by aborting the open Kafka transaction
+/// after the pipeline failed ("Current transaction failed in state BeginAbort: … Purged in
+/// queue": the abort purges what was still queued, seen as an ERROR line in the exactly-once
+/// run of `sources::network` on 2026-12-07): an error of records the relay itself gave up on,
+/// which a PostgreSQL connection drop used to turn into an ERROR line and two warnings.
 pub fn from_own_purge(message: &str) -> bool {
-    message.contains("Purged in flight")
+    message.contains("Purged in flight") || message.contains("Purged in queue")
 }
 
 /// librdkafka's log lines, for every client of the relay and the applier: the benign ones at debug.
@@ -58,6 +61,21 @@ mod tests {
             "[thrd:127.0.0.1:19092/1]: Fatal error: Local: Gap-less ordering would not be \
              guaranteed if proceeding: ProduceRequest for t.order [1] with 1 message(s) failed: \
              Broker: Message size too large: unable to satisfy gap-less guarantee"
+        ));
+    }
+
+    #[test]
+    fn the_purge_of_the_relay_s_own_abort_is_not_an_error() {
+        assert!(super::is_benign(
+            "[thrd:127.0.0.1:19092/1]: Current transaction failed in state BeginAbort: \
+             ProduceRequest for t.order [0] with 30 message(s) failed: Local: Purged in queue \
+             (broker 1 PID{Id:690,Epoch:0}, base seq 14): current transaction must be aborted \
+             (_PURGE_QUEUE)"
+        ));
+        assert!(!super::is_benign(
+            "[thrd:127.0.0.1:19092/1]: Current transaction failed in state InTransaction: \
+             ProduceRequest for t.order [0] with 30 message(s) failed: Broker: Topic \
+             authorization failed: current transaction must be aborted"
         ));
     }
 
