@@ -121,7 +121,7 @@ fn start_relay(name: &str, cfg: &str) -> Relay {
 /// After a failure, before [`Stack`]'s drop deletes them: PostgreSQL's log, the broker's log
 /// and the topic's partition files (for `kafka-dump-log.sh`) go next to the relay's logs.
 fn keep_server_logs(p: Ports, topic: &str, dest: &std::path::Path) {
-    let stack = stored::stack_dir();
+    let stack = crate::support::stack_dir();
     let kafka = stack.join(format!("kafka-{}", p.kafka));
     let copies = [
         (

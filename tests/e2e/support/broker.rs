@@ -66,10 +66,7 @@ impl OwnBroker {
     /// `run + frozen` (SIGSTOP / SIGCONT), as a broker on a loaded machine, slow to create topics
     /// and answer admin requests, would. Dropping the guard lets it run again.
     pub fn throttle(&self, run: Duration, frozen: Duration) -> Throttle {
-        let stack = std::env::var("STACK_DIR")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|_| repo_root().join(".stack"));
-        let pidfile = stack.join(format!("kafka-{}/kafka.pid", self.port));
+        let pidfile = super::stack_dir().join(format!("kafka-{}/kafka.pid", self.port));
         let pid = std::fs::read_to_string(&pidfile)
             .unwrap_or_else(|e| panic!("read {}: {e}", pidfile.display()))
             .trim()

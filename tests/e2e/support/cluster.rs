@@ -115,10 +115,7 @@ impl PgCluster {
 
     /// The data directory (infra/pg/start.sh's layout).
     fn data_dir(&self) -> PathBuf {
-        std::env::var("STACK_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| repo_root().join(".stack"))
-            .join(format!("pg-{}", self.port))
+        super::stack_dir().join(format!("pg-{}", self.port))
     }
 
     /// Copies the data directory of the stopped server aside (a file-level backup).

@@ -54,6 +54,14 @@ pub fn fenced_pass() -> bool {
     std::env::var("RELAY_TEST_FENCED").is_ok_and(|v| v == "1")
 }
 
+/// Where `infra/stack.sh` and the tests' own servers keep their data (`$STACK_DIR`, else
+/// `.stack` in the repository).
+pub fn stack_dir() -> std::path::PathBuf {
+    std::env::var("STACK_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| repo_root().join(".stack"))
+}
+
 pub fn repo_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

@@ -13,14 +13,7 @@ use std::{
     process::Command,
 };
 
-use super::{kafka_brokers, repo_root};
-
-/// Where `infra/stack.sh` keeps its servers (`$STACK_DIR`, else `.stack` in the repository).
-pub fn stack_dir() -> PathBuf {
-    std::env::var("STACK_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| repo_root().join(".stack"))
-}
+use super::{kafka_brokers, repo_root, stack_dir};
 
 /// The data directory of the broker listening on `port` (`$STACK_DIR/kafka-<port>/data`).
 pub fn broker_data(port: impl std::fmt::Display) -> PathBuf {
