@@ -14,7 +14,8 @@
 #   [[message]] section (steady only), all three only when named; outboxx and go-pq-cdc-kafka: the
 #   native peers built from source by bench/peers/build.sh into $PEERS_DIR (default /work/peers-src),
 #   catch-up only, only when named);
-#   --workloads catchup,steady,saturation; --events N (backlog size); --shapes 1000x200,1x200,1000x4096
+#   --workloads catchup,steady,saturation (the default), burst and crash (only when named: a 100k-event
+#   burst into a caught-up system; a SIGKILL and restart under a steady writer with a gap check); --events N (backlog size); --shapes 1000x200,1x200,1000x4096
 #   (catch-up: rows per transaction x payload bytes [x events: 1000000x200x1000000 = one transaction
 #   of 1M rows]); --partitions 1,3,12 (catch-up topic's partitions, default 3) and --tables 1,4
 #   (outbox tables the backlog is spread over, one [[outbox]] each): every shape with each;

@@ -169,6 +169,65 @@ pub fn first_record(brokers: &str, topic: &str) -> Result<Option<String>> {
     Ok(None)
 }
 
+/// Every record of `topic` (read committed, from the beginning, until nothing more arrives for
+/// 3 s), as its event id ([`event_id`]; `None` where none could be read).
+pub fn event_ids(brokers: &str, topic: &str) -> Result<Vec<Option<String>>> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "bench-event-ids")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()?;
+    let n = partitions(&c, topic).unwrap_or(PARTITIONS);
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..n {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    c.assign(&tpl)?;
+    let mut ids = Vec::new();
+    let (start, mut last) = (Instant::now(), Instant::now());
+    while last.elapsed() < Duration::from_secs(3) && start.elapsed() < Duration::from_secs(300) {
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                ids.push(event_id(m.headers(), m.payload()));
+                last = Instant::now();
+            }
+            Some(Err(e)) => eprintln!("[bench] consumer error: {e}"),
+            None => {}
+        }
+    }
+    Ok(ids)
+}
+
+/// A record's event id, as each system writes it: the `id` header (outbox-relay, Debezium's
+/// router, go-pq-cdc-kafka, the polling relay; a JSON-quoted string is unquoted), else the first
+/// `"id":"…"` of the value (outboxx's envelope carries the row's columns in `data`).
+pub fn event_id(
+    headers: Option<&rdkafka::message::BorrowedHeaders>,
+    value: Option<&[u8]>,
+) -> Option<String> {
+    if let Some(v) = headers.and_then(|h| h.iter().find(|h| h.key == "id").and_then(|h| h.value)) {
+        let v = std::str::from_utf8(v).ok()?;
+        return Some(v.trim_matches('"').to_string());
+    }
+    id_in_json(value?)
+}
+
+/// The string value of the first `"id"` key in JSON text (`"id":"x"` or `"id": "x"`).
+fn id_in_json(v: &[u8]) -> Option<String> {
+    let at = v.windows(4).position(|w| w == b"\"id\"")?;
+    let mut i = at + 4;
+    while matches!(v.get(i), Some(b' ' | b':')) {
+        i += 1;
+    }
+    if v.get(i) != Some(&b'"') {
+        return None;
+    }
+    let rest = &v[i + 1..];
+    let end = rest.iter().position(|&b| b == b'"')?;
+    std::str::from_utf8(&rest[..end]).ok().map(str::to_string)
+}
+
 /// Latencies collected by the consumer, in microseconds.
 #[derive(Debug, Default)]
 pub struct Collected {
@@ -405,7 +464,20 @@ pub fn payload_ts(v: &[u8]) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
-    use super::payload_ts;
+    use super::{id_in_json, payload_ts};
+
+    #[test]
+    fn finds_the_event_id_in_an_envelope() {
+        let outboxx = br#"{"op":"INSERT","data":{"id":"0b6f2c2e-1f6e-4c36-9d0e-2a9c3b7a1d11","aggregateid":"o-1"}}"#;
+        assert_eq!(
+            id_in_json(outboxx).as_deref(),
+            Some("0b6f2c2e-1f6e-4c36-9d0e-2a9c3b7a1d11")
+        );
+        assert_eq!(id_in_json(br#"{"id": "a"}"#).as_deref(), Some("a"));
+        // An aggregate id or a number is not the event id.
+        assert_eq!(id_in_json(br#"{"aggregateid":"x"}"#), None);
+        assert_eq!(id_in_json(br#"{"id": 7}"#), None);
+    }
 
     #[test]
     fn finds_the_writer_timestamp_in_jsonb_text() {

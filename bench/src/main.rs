@@ -23,7 +23,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 use crate::{
-    suite::{CatchupSpec, Plan, SteadySpec, Suite},
+    suite::{CatchupSpec, CrashSpec, Plan, SteadySpec, Suite},
     systems::{Env, System},
 };
 
@@ -121,7 +121,10 @@ struct SuiteArgs {
     /// harness writing the same records at the same rate (steady runs only).
     #[arg(long, value_delimiter = ',')]
     systems: Option<Vec<String>>,
-    /// Workloads, comma-separated: catchup,steady,saturation.
+    /// Workloads, comma-separated: catchup,steady,saturation,crash,burst (crash: a steady writer,
+    /// the system killed with SIGKILL and started again, every committed event looked for in
+    /// Kafka; burst: 100,000 events written at 25,000/s (quick 50,000) into a caught-up system,
+    /// latency and drain measured like a steady run; both only when named).
     #[arg(long, value_delimiter = ',')]
     workloads: Option<Vec<String>>,
     /// Events per catch-up backlog (default 1,000,000; quick 100,000).
@@ -340,6 +343,37 @@ fn plan(a: &SuiteArgs) -> Result<Plan> {
     } else {
         vec![]
     };
+    // Crash recovery (issue 46 item 4): every system that produces, except Kafka's floors
+    // (no process to kill) and the messages variant.
+    let crash = if has("crash") {
+        vec![CrashSpec {
+            rate: if quick { 1_000.0 } else { 2_000.0 },
+            payload: 200,
+            seconds: if quick { 15.0 } else { 30.0 },
+            kill_at_s: if quick { 5.0 } else { 10.0 },
+            down_s: 3.0,
+        }]
+    } else {
+        vec![]
+    };
+    // A burst: as many events as a full run's 1k/s steady window holds (quick: half), offered
+    // at 25k/s, above what the writer sustains on two cores; the writer's achieved rate is
+    // reported beside it. No warm-up: the system is idle and caught up when it starts.
+    let burst = if has("burst") {
+        vec![SteadySpec {
+            rate: 25_000.0,
+            payload: 200,
+            warmup_s: 0.0,
+            seconds: if quick { 2.0 } else { 4.0 },
+        }]
+    } else {
+        vec![]
+    };
+    let crash_systems: Vec<System> = ordered
+        .iter()
+        .copied()
+        .filter(|s| s.produces() && s.floor_linger_ms().is_none() && !s.emits_messages())
+        .collect();
     Ok(Plan {
         quick,
         catchup,
@@ -366,6 +400,9 @@ fn plan(a: &SuiteArgs) -> Result<Plan> {
         },
         saturation_rates,
         saturation_step_s: if quick { 5.0 } else { 8.0 },
+        crash,
+        crash_systems,
+        burst,
     })
 }
 

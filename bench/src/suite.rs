@@ -20,6 +20,7 @@ use crate::{
 
 /// A catch-up workload: `events` rows in transactions of `txn_rows`, payload ~`payload` bytes.
 mod catchup;
+mod crash;
 mod saturation;
 mod stages;
 mod steady;
@@ -46,6 +47,17 @@ pub struct SteadySpec {
     pub seconds: f64,
 }
 
+/// A crash-recovery workload: a steady writer at `rate` for `seconds`; the system is killed
+/// (SIGKILL) `kill_at_s` into it and started again `down_s` later.
+#[derive(Debug, Clone, Serialize)]
+pub struct CrashSpec {
+    pub rate: f64,
+    pub payload: i32,
+    pub seconds: f64,
+    pub kill_at_s: f64,
+    pub down_s: f64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
     pub quick: bool,
@@ -59,6 +71,11 @@ pub struct Plan {
     pub saturation_rates: Vec<f64>,
     pub saturation_systems: Vec<System>,
     pub saturation_step_s: f64,
+    pub crash: Vec<CrashSpec>,
+    pub crash_systems: Vec<System>,
+    /// Bursts: a short steady run far above the sustained rates, from a caught-up system (its
+    /// results in `Results::burst`, measured like a steady run with no warm-up).
+    pub burst: Vec<SteadySpec>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -206,6 +223,40 @@ pub struct SaturationResult {
     pub steps: Vec<SaturationStep>,
 }
 
+/// One crash-recovery run: what the database committed against what Kafka holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct CrashResult {
+    pub workload: &'static str,
+    pub system: System,
+    pub rate: f64,
+    pub seconds: f64,
+    /// Seconds from the writer's start to the SIGKILL, and to the new process's start.
+    pub killed_at_s: f64,
+    pub restarted_at_s: f64,
+    /// Rows in the outbox table after the run (the truth).
+    pub committed: u64,
+    /// Records in the topic, and distinct event ids among them.
+    pub records: u64,
+    pub distinct: u64,
+    /// Committed events with no record in the topic.
+    pub lost: u64,
+    /// Records beyond the first of their event id (a replay after the restart).
+    pub duplicated: u64,
+    /// Event ids in the topic that the table does not hold.
+    pub foreign: u64,
+    /// Records whose event id could not be read.
+    pub unreadable: u64,
+    /// Events written while the system was down, and their writer-to-consumer latency.
+    pub outage_events: u64,
+    pub outage_p50_ms: f64,
+    pub outage_max_ms: f64,
+    /// Seconds from the restart until no record arrived more than 1 s after it was written.
+    pub fresh_after_restart_s: f64,
+    pub peak_rss_kb_after_restart: u64,
+    pub load: LoadStats,
+    pub note: Option<String>,
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Results {
     pub meta: serde_json::Value,
@@ -213,6 +264,8 @@ pub struct Results {
     pub catchup: Vec<CatchupResult>,
     pub steady: Vec<SteadyResult>,
     pub saturation: Vec<SaturationResult>,
+    pub crash: Vec<CrashResult>,
+    pub burst: Vec<SteadyResult>,
     pub failures: Vec<String>,
 }
 
@@ -316,6 +369,38 @@ impl Suite {
                 }
             }
             self.save()?;
+        }
+        for spec in &plan.burst {
+            for &s in &plan.steady_systems {
+                if s == System::RecvLogical {
+                    continue;
+                }
+                match self.steady_run(s, spec).await {
+                    Ok(mut r) => {
+                        r.workload = "burst";
+                        self.results.burst.push(r);
+                    }
+                    Err(e) => {
+                        let msg = format!("burst {} {spec:?}: {e:#}", s.name());
+                        log(&msg);
+                        self.results.failures.push(msg);
+                    }
+                }
+                self.save()?;
+            }
+        }
+        for spec in &plan.crash {
+            for &s in &plan.crash_systems {
+                match self.crash_run(s, spec).await {
+                    Ok(r) => self.results.crash.push(r),
+                    Err(e) => {
+                        let msg = format!("crash {} {spec:?}: {e:#}", s.name());
+                        log(&msg);
+                        self.results.failures.push(msg);
+                    }
+                }
+                self.save()?;
+            }
         }
         pg::reset(&self.ctl).await?;
         Ok(())

@@ -217,6 +217,23 @@ impl Env {
         Ok(())
     }
 
+    /// [`Env::start`] again after a crash, on the same config, slot, topics and (Debezium) data
+    /// directory. The first process's logs are kept beside as `<name>.before-restart.log`.
+    pub fn start_again(&self, system: System, prefix: &str) -> Result<Running> {
+        let head = format!("{prefix}-");
+        for entry in std::fs::read_dir(&self.work)? {
+            let path = entry?.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            if name.starts_with(&head) && name.ends_with(".log") && !name.contains(".before-") {
+                let kept = path.with_extension("before-restart.log");
+                std::fs::rename(&path, kept)?;
+            }
+        }
+        self.start(system, prefix, None, None)
+    }
+
     /// Starts `system`. `endpos`: where pg_recvlogical stops.
     /// Starts `system` on `slot` (default: the system's own). `endpos`: where pg_recvlogical
     /// stops.

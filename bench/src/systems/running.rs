@@ -95,6 +95,28 @@ impl Running {
         self.connect.as_ref().map(|(_, d)| d.as_path())
     }
 
+    /// SIGKILL, as a crash: no shutdown of any kind. Waits until the process is gone (reaps our
+    /// own child; Connect's JVM is not ours, so its end is watched in /proc).
+    pub fn kill9(mut self) -> Result<()> {
+        // SAFETY: kill with a pid we started (the JVM's from Connect's pid file).
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.alive() {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "pid {} still alive 30 s after SIGKILL",
+                self.pid
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.connect = None;
+        Ok(())
+    }
+
     /// Graceful stop (SIGTERM, SIGKILL after 30 s), then waits for the exit.
     pub fn stop(self) -> Result<()> {
         self.stop_within(Duration::from_secs(30))
