@@ -11,6 +11,8 @@
 #      then one process with LADDER sources at 10 events/s each: the largest step whose p99 is
 #      within 2x the one-source step's.
 #
+#      The same idle sample for outboxx and go-pq-cdc-kafka (one process per database) and
+#      Debezium (one Connect worker, a connector per database): IDLE_PEERS (default all three);
 #   scripts/bench-sources.sh                   N=50, SAMPLE=30, LOAD_RATE=1000, LADDER=1,25,50,100,150
 #   N=20 SAMPLE=10 LADDER=1,20 scripts/bench-sources.sh     a short form
 #   PHASES=load scripts/bench-sources.sh       only part 2 (PHASES=idle: only part 1)
@@ -60,6 +62,7 @@ cleanup() {
   wait 2>/dev/null || true
   drop_dbs one
   drop_dbs many
+  for m in ox gopq dbz; do drop_dbs "$m"; done
 }
 trap 'cleanup; stack_down_if_started' EXIT
 
@@ -203,6 +206,77 @@ wait "${MANY[@]}" 2>/dev/null || true
 drop_dbs many
 }
 case ",$PHASES," in *,idle,*) idle_phase ;; esac
+
+# The native peers and Debezium idle on N databases too (issue 46 item 4, "idle memory with many
+# slots"): none of them serves more than one database per process, so outboxx and
+# go-pq-cdc-kafka run one process per database (built by bench/peers/build.sh into PEERS_DIR) and
+# Debezium one connector per database in one Connect worker. Each streams from a slot and an
+# INSERT-only publication of its own; the same sample as above (RSS, idle CPU).
+# IDLE_PEERS: which of outboxx,go-pq-cdc-kafka,debezium (default: every one that is built).
+PEERS_DIR="${PEERS_DIR:-/work/peers-src}"
+peer_slot_and_publication() { # db
+  sql "CREATE PUBLICATION $1 FOR TABLE public.outbox WITH (publish = 'insert')" "$1" >/dev/null
+  sql "SELECT pg_create_logical_replication_slot('$1', 'pgoutput')" "$1" >/dev/null
+}
+idle_peer() { # mode label
+  local mode=$1 label=$2 pids=() i db
+  log "$label"
+  make_dbs "$mode"
+  case "$mode" in
+    ox)
+      for i in $(seq 0 $((N - 1))); do
+        db="bs_ox_$i"; peer_slot_and_publication "$db"
+        printf '[metadata]\nversion = "v0"\n\n[source]\ntype = "postgres"\n\n[source.postgres]\nconnection_env = "POSTGRES_URL"\nslot_name = "%s"\npublication_name = "%s"\n\n[sink]\ntype = "kafka"\n\n[sink.kafka]\nbrokers = ["%s"]\ntls = false\n\n[[streams]]\nname = "outbox"\n\n[streams.source]\nresource = "public.outbox"\noperations = ["insert"]\n\n[streams.flow]\nformat = "json"\n\n[streams.sink]\ndestination = "bs-idle.%s"\nrouting_key = "aggregateid"\n' \
+          "$db" "$db" "$KAFKA" "$db" > "$OUT/ox-$i.toml"
+        # PostgreSQL's default wal_sender_timeout for its sessions, as in the suite (it confirms
+        # every 10 s and answers no keepalive in between).
+        POSTGRES_URL="postgres://postgres@127.0.0.1:$PGPORT/$db?sslmode=disable&options=-c%20wal_sender_timeout%3D60s" \
+          "$PEERS_DIR/outboxx/zig-out/bin/outboxx" --config "$OUT/ox-$i.toml" >"$OUT/ox-$i.log" 2>&1 &
+        pids+=("$!"); PIDS+=("$!")
+      done ;;
+    gopq)
+      for i in $(seq 0 $((N - 1))); do
+        db="bs_gopq_$i"; peer_slot_and_publication "$db"
+        "$PEERS_DIR/gopqcdc-outbox/gopqcdc-outbox" -port "$PGPORT" -db "$db" -table outbox -slot "$db" \
+          -publication "$db" -topic "bs-idle.$db" -brokers "$KAFKA" -metric-port $((18200 + i)) \
+          >/dev/null 2>"$OUT/gopq-$i.log" &
+        pids+=("$!"); PIDS+=("$!")
+      done ;;
+    dbz)
+      local files=()
+      for i in $(seq 0 $((N - 1))); do
+        db="bs_dbz_$i"
+        sed -e "s/^name=.*/name=idle-$db/" -e "s/^database.dbname=.*/database.dbname=$db/" \
+            -e "s/@SLOT@/$db/" -e "s/@PUBLICATION@/$db/" -e "s/@TOPIC_PREFIX@/bs-idle-$db/" \
+            -e "s/^topic.prefix=.*/topic.prefix=$db/" \
+            infra/debezium/connector-default.properties > "$OUT/dbz-$i.properties"
+        files+=("$OUT/dbz-$i.properties")
+      done
+      rm -rf "$OUT/connect-idle"
+      local jvm
+      jvm=$(CONNECT_DATA="$OUT/connect-idle" KAFKA_BOOTSTRAP="$KAFKA" PGPORT="$PGPORT" \
+        CONNECT_START_TIMEOUT=600 infra/debezium/start.sh "${files[@]}") || { log "Debezium did not start"; drop_dbs dbz; return 1; }
+      pids+=("$jvm"); PIDS+=("$jvm") ;;
+  esac
+  wait_active "$mode" || { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; drop_dbs "$mode"; return 1; }
+  measure "$label" "${pids[@]}"
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.2; done; done
+  drop_dbs "$mode"
+}
+idle_peers() {
+  local want="${IDLE_PEERS:-outboxx,go-pq-cdc-kafka,debezium}"
+  case ",$want," in *,outboxx,*)
+    if [ -x "$PEERS_DIR/outboxx/zig-out/bin/outboxx" ]; then idle_peer ox "outboxx, $N processes, one database each" || true
+    else log "outboxx not built (bench/peers/build.sh): skipped"; fi ;;
+  esac
+  case ",$want," in *,go-pq-cdc-kafka,*)
+    if [ -x "$PEERS_DIR/gopqcdc-outbox/gopqcdc-outbox" ]; then idle_peer gopq "go-pq-cdc-kafka, $N processes, one database each" || true
+    else log "go-pq-cdc-kafka not built (bench/peers/build.sh): skipped"; fi ;;
+  esac
+  case ",$want," in *,debezium,*) idle_peer dbz "debezium-default, one Connect worker with $N connectors" || true ;; esac
+}
+case ",$PHASES," in *,idle,*) idle_peers ;; esac
 
 case ",$PHASES," in *,load,*)
   log "under load: $N databases at $LOAD_RATE events/s; ladder $LADDER at 10 events/s each"
