@@ -124,7 +124,8 @@ struct SuiteArgs {
     /// Workloads, comma-separated: catchup,steady,saturation,crash,burst (crash: a steady writer,
     /// the system killed with SIGKILL and started again, every committed event looked for in
     /// Kafka; burst: 100,000 events written at 25,000/s (quick 50,000) into a caught-up system,
-    /// latency and drain measured like a steady run; both only when named).
+    /// latency and drain measured like a steady run, pg_recvlogical's as the database's floor;
+    /// both only when named).
     #[arg(long, value_delimiter = ',')]
     workloads: Option<Vec<String>>,
     /// Events per catch-up backlog (default 1,000,000; quick 100,000).

@@ -370,11 +370,9 @@ impl Suite {
             }
             self.save()?;
         }
+        // pg_recvlogical's burst is the database's floor, as in the steady runs.
         for spec in &plan.burst {
             for &s in &plan.steady_systems {
-                if s == System::RecvLogical {
-                    continue;
-                }
                 match self.steady_run(s, spec).await {
                     Ok(mut r) => {
                         r.workload = "burst";
