@@ -18,6 +18,12 @@ use crate::{
     },
 };
 
+/// An LSN's text (`X/Y`, hexadecimal halves) as a number.
+fn lsn(text: &str) -> u64 {
+    let (hi, lo) = text.split_once('/').expect("X/Y");
+    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+}
+
 /// The events' aggregates: `a0` to `a4`.
 fn aggregate(i: usize) -> String {
     format!("a{}", i % 5)
@@ -40,6 +46,11 @@ async fn streamed_then_stopped(db: &TestDb, cfg: &str) -> Vec<writer::Written> {
 async fn a_slot_dropped_by_hand_is_healed_and_what_cannot_be_healed_exits_5() {
     let cluster = PgCluster::start(25602, "-c track_commit_timestamp=on");
     let db = TestDb::new_on(&cluster.base(), cluster.port, "healdrop").await;
+    // The gap's commit records are still in pg_wal: the heal reads their LSNs (issue 44).
+    db.client
+        .batch_execute("CREATE EXTENSION pg_walinspect")
+        .await
+        .expect("pg_walinspect (PostgreSQL 15+ contrib)");
     let cfg = db.relay_config(&db.outbox_section());
     let mut written = streamed_then_stopped(&db, &cfg).await;
     db.drop_released_slot(&db.name).await;
@@ -58,10 +69,32 @@ async fn a_slot_dropped_by_hand_is_healed_and_what_cannot_be_healed_exits_5() {
     );
     note(&format!(
         "heal (slot dropped by hand): 50 streamed, 100 in the gap, healed {healed}, 20 after; \
-         delivered {}, lost {}, duplicates {}, order violations {}",
+         delivered {}, lost {}, duplicates {}, order violations {}; every healed record with \
+         its commit LSN (pg_walinspect)",
         f.delivered, f.lost, f.duplicated, f.order_violations
     ));
     f.assert_nothing_lost_or_reordered("heal after a dropped slot");
+    // Each event's commit LSN as its first record says: the 50 streamed, the 100 healed (one
+    // transaction each, in commit order), the 20 streamed after. Healed ones carry their own
+    // transaction's commit LSN, read from pg_wal, between the two streamed runs.
+    let lsns: Vec<u64> = written
+        .iter()
+        .map(|w| {
+            let r = got
+                .iter()
+                .find(|r| r.header("id") == w.id)
+                .expect("delivered");
+            lsn(r.header("outbox-relay.commit-lsn"))
+        })
+        .collect();
+    assert!(
+        lsns.iter().all(|&l| l > 0),
+        "a record without its commit LSN: {lsns:?}"
+    );
+    assert!(
+        lsns.windows(2).all(|w| w[0] < w[1]),
+        "commit LSNs not in commit order: {lsns:?}"
+    );
 
     // Insert-then-delete: the checkpoint's event is gone from the table, so is the gap.
     db.client

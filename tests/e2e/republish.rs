@@ -1,6 +1,7 @@
 //! `outbox-relay republish`: rows read back from the outbox table become the records streaming
-//! produced (same topic, key, value, `id`/`eventType` headers and commit time; commit-lsn 0/0),
-//! selected by ids, by aggregate and by a commit-time range; a dry run sends nothing.
+//! produced (same topic, key, value, `id`/`eventType` headers and commit time; commit-lsn 0/0
+//! unless `pg_walinspect` reads it from the WAL still on disk), selected by ids, by aggregate and
+//! by a commit-time range; a dry run sends nothing.
 
 use std::{process::Command, time::Duration};
 
@@ -380,4 +381,93 @@ async fn a_transactions_rows_on_pages_out_of_insertion_order_are_republished_in_
         at(&first_id) < at(&second_id),
         "the transaction's events out of insertion order (rows at {first_ctid}, {second_ctid}):\n{out}"
     );
+}
+
+/// Issue 44: while PostgreSQL still holds a transaction's commit record and `pg_walinspect` is
+/// installed, a re-published record carries the commit LSN streaming gave it, and (for a whole
+/// transaction without subtransactions) the same `outbox-relay.seq`: every header the streamed
+/// record's. A row a subtransaction inserted gets its top-level transaction's commit LSN too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn republished_records_carry_the_streamed_commit_lsn_while_the_wal_holds_it() {
+    let cluster = PgCluster::start(25605, "-c track_commit_timestamp=on");
+    let db = TestDb::new_on(&cluster.base(), cluster.port, "republishlsn").await;
+    db.client
+        .batch_execute("CREATE EXTENSION pg_walinspect")
+        .await
+        .expect("pg_walinspect (PostgreSQL 15+ contrib)");
+    let cfg = db.relay_config(&db.outbox_section());
+    let topic = db.topic("order");
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    // Transactions of three rows, and one whose second row a subtransaction inserts.
+    let mut written = Vec::new();
+    let mut in_subxact = Vec::new();
+    for round in 0..3 {
+        db.client.batch_execute("BEGIN").await.unwrap();
+        for agg in ["l1", "l2", "l3"] {
+            written.push(
+                writer::insert_event(&db.client, "order", agg, 0)
+                    .await
+                    .unwrap(),
+            );
+        }
+        db.client.batch_execute("COMMIT").await.unwrap();
+        if round == 1 {
+            db.client.batch_execute("BEGIN").await.unwrap();
+            written.push(
+                writer::insert_event(&db.client, "order", "l1", 0)
+                    .await
+                    .unwrap(),
+            );
+            db.client.batch_execute("SAVEPOINT s").await.unwrap();
+            let w = writer::insert_event(&db.client, "order", "l2", 0)
+                .await
+                .unwrap();
+            in_subxact.push(w.id.clone());
+            written.push(w);
+            db.client.batch_execute("RELEASE s; COMMIT").await.unwrap();
+        }
+    }
+    let streamed =
+        kafka::consume(vec![topic.clone()], Duration::from_secs(60), written.len()).await;
+    assert_eq!(streamed.len(), written.len());
+    let (code, out, err) = republish(&relay.config, &["--aggregate", "l1,l2,l3", "--execute"]);
+    assert_eq!(code, Some(0), "{err}\n{out}");
+    assert!(err.contains("commit_lsns_read"), "{err}");
+    relay.terminate(Duration::from_secs(30));
+    let expected = 2 * written.len();
+    let got = tokio::task::spawn_blocking(move || {
+        kafka::consume_until(&[topic], Duration::from_secs(60), |r| r.len() >= expected)
+    })
+    .await
+    .unwrap();
+    assert_eq!(got.len(), expected);
+    let (lsn, seq) = ("outbox-relay.commit-lsn", "outbox-relay.seq");
+    let mut same_seq = 0;
+    for w in &written {
+        let recs = of(&got, &w.id);
+        assert_eq!(recs.len(), 2, "{}", w.id);
+        let (a, b) = (recs[0], recs[1]);
+        assert_ne!(a.header(lsn), "0/0", "streamed {}", w.id);
+        assert_eq!(a.header(lsn), b.header(lsn), "commit LSN of {}", w.id);
+        assert_eq!(
+            (&a.key, &a.value, a.partition),
+            (&b.key, &b.value, b.partition)
+        );
+        if !in_subxact.contains(&w.id) {
+            assert_eq!(a.header(seq), b.header(seq), "seq of {}", w.id);
+            let mut ha: Vec<_> = a.headers.iter().collect();
+            let mut hb: Vec<_> = b.headers.iter().collect();
+            ha.sort();
+            hb.sort();
+            assert_eq!(ha, hb, "every header of {}", w.id);
+            same_seq += 1;
+        }
+    }
+    crate::support::check::note(&format!(
+        "republish with pg_walinspect: {} events re-published, every commit LSN the streamed \
+         one ({} in a subtransaction), every header equal for the other {same_seq}",
+        written.len(),
+        in_subxact.len()
+    ));
+    db.cleanup().await;
 }

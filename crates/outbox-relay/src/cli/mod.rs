@@ -85,7 +85,8 @@ pub(crate) enum Command {
         source: Option<String>,
     },
     /// Re-publish outbox rows from the table, with the records streaming produces (topic,
-    /// key, value, headers; commit-lsn 0/0). Dry run by default: prints what it would send.
+    /// key, value, headers; commit-lsn 0/0 unless pg_walinspect finds it in pg_wal). Dry run
+    /// by default: prints what it would send.
     /// See docs/operations.md ("Re-publishing events").
     Republish {
         #[arg(short, long, env = "OUTBOX_RELAY_CONFIG")]

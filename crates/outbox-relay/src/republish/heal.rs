@@ -248,7 +248,8 @@ async fn publish_gap(
             Verdict::Unplaced => done.unplaced += 1,
         }
     }
-    let records = source.records(cfg, gap)?;
+    let lsns = super::commit_lsn::read(client, gap.iter().map(|r| r.xid)).await;
+    let records = source.records(cfg, gap, &lsns)?;
     let sender = Sender::new(cfg, Ids::Relay).await?;
     let mut partitions = HashSet::new();
     for (rec, _) in &records {

@@ -4,11 +4,15 @@
 //! Invariant: a row read from the table becomes its record through the stream's own path
 //! (`relay_core::decode::Decoder::relation` then `insert`, the routing and `[outbox.debezium]`
 //! encoding of streaming), so topic, key, value and headers are the ones streaming produced,
-//! with one difference the table cannot avoid: the commit LSN is not known from a row, so the
-//! `outbox-relay.commit-lsn` header reads `0/0`, and `outbox-relay.seq` counts the row among the
-//! rows of its transaction this command sends. `outbox-relay.commit-time-us` is the commit
-//! timestamp (`track_commit_timestamp`), as streaming sends it; 0 when it is off.
+//! with what the table cannot say: the commit LSN is not known from a row, so the
+//! `outbox-relay.commit-lsn` header is read from the WAL while PostgreSQL still holds the commit
+//! record ([`commit_lsn`], `pg_walinspect`) and reads `0/0` otherwise; `outbox-relay.seq` counts
+//! the row among the rows of its transaction this command sends (the streamed value when the
+//! whole transaction is sent and no subtransaction inserted any of its rows).
+//! `outbox-relay.commit-time-us` is the commit timestamp (`track_commit_timestamp`), as
+//! streaming sends it; 0 when it is off.
 
+mod commit_lsn;
 pub(crate) mod heal;
 mod in_kafka;
 mod rows;
@@ -17,7 +21,7 @@ mod send;
 use std::collections::HashMap;
 
 use relay_core::{
-    Lsn, deadletter,
+    deadletter,
     decode::{Decoded, Decoder},
     heal::{GapRow, order_key},
     route::{Position, Record},
@@ -30,7 +34,7 @@ use rows::{Row, TableRows};
 use crate::{
     config::{Config, PoisonPolicy},
     error::{Definite, RelayError},
-    telemetry::events::REPUBLISH_DONE,
+    telemetry::events::{COMMIT_LSNS_READ, REPUBLISH_DONE},
 };
 
 /// What `outbox-relay republish` selects and whether it sends.
@@ -73,7 +77,8 @@ pub async fn republish(cfg: &Config, req: &Request) -> Result<u64, RelayError> {
     };
     let mut source = TableSource::open(&client, cfg, commit_ts).await?;
     let rows = source.read(&client, &filter).await?;
-    let records = source.records(cfg, rows)?;
+    let lsns = commit_lsn::read(&client, rows.iter().map(|r| r.xid)).await;
+    let records = source.records(cfg, rows, &lsns)?;
     let verb = if req.execute { "send" } else { "would send" };
     for (rec, row) in &records {
         println!("{verb}: {}", describe(rec, row));
@@ -167,18 +172,35 @@ impl TableSource {
     /// The records of `rows`, in the order they go out (commit time, transaction, position;
     /// `relay_core::heal::order`), each with its row. A row that cannot be routed stops here
     /// under `on_poison = "halt"`, or becomes its dead-letter record.
+    /// Each row's commit LSN is `lsns`'s (`0/0` where unknown); how many were known is logged.
     pub(crate) fn records(
         &mut self,
         cfg: &Config,
         mut rows: Vec<Row>,
+        lsns: &commit_lsn::CommitLsns,
     ) -> Result<Vec<(Record, Row)>, RelayError> {
         sort(&mut rows);
+        let known = rows.iter().filter(|r| !lsns.of(r.xid).is_zero()).count();
+        if !rows.is_empty() {
+            tracing::info!(
+                rows = rows.len(),
+                known,
+                unavailable = lsns.unavailable.as_deref().unwrap_or(""),
+                "{COMMIT_LSNS_READ}: {}",
+                if known == rows.len() {
+                    "every record carries its transaction's commit LSN, as streamed"
+                } else {
+                    "records whose commit record is no longer in pg_wal (or could not be read) \
+                     carry outbox-relay.commit-lsn 0/0"
+                }
+            );
+        }
         let mut seq: HashMap<u64, u64> = HashMap::new();
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             let n = seq.entry(row.xid).or_default();
             let pos = Position {
-                commit_lsn: Lsn::ZERO,
+                commit_lsn: lsns.of(row.xid),
                 commit_time_unix_us: row.commit_time_us.unwrap_or(0),
                 seq: *n,
             };

@@ -154,6 +154,9 @@ pub const HEAL_DONE: &str = "heal_done";
 pub const HEAL_UNCOVERED: &str = "heal_uncovered";
 /// `outbox-relay republish`: what was selected and sent (or, in a dry run, would be).
 pub const REPUBLISH_DONE: &str = "republish_done";
+/// Re-published or healed records: how many rows' commit LSNs were read from the WAL still on
+/// disk (`pg_walinspect`); the others carry `0/0`, and why is said.
+pub const COMMIT_LSNS_READ: &str = "commit_lsns_read";
 /// Another connection holds the slot (an active instance); this one waits for it.
 pub const SLOT_IN_USE: &str = "slot_in_use";
 /// A passive instance saw the slot free (its holder gone) and takes it over at once.
