@@ -7,7 +7,8 @@
 //! `pg_read_server_files`) reads it: the record's start is the LSN pgoutput sends as the
 //! transaction's commit LSN (its `final_lsn`). A row inserted by a subtransaction carries the
 //! subtransaction's xid; the top-level commit record lists its subtransactions, so the row gets
-//! the top-level commit's LSN, as streaming does.
+//! the top-level commit's LSN and is counted (`outbox-relay.seq`) and ordered among the rows of
+//! its top-level transaction, as streaming does ([`CommitLsns::top_level`]).
 //!
 //! Invariant: a row gets an LSN only from the commit record of its own transaction (or of the
 //! top-level transaction that committed its subtransaction); every other row keeps `0/0`, the
@@ -24,6 +25,8 @@ use tokio_postgres::Client;
 #[derive(Debug, Default)]
 pub(crate) struct CommitLsns {
     by_xid: HashMap<u32, Lsn>,
+    /// A subtransaction's xid → its top-level transaction's, from the commit records read.
+    top: HashMap<u32, u32>,
     /// Why no commit LSN could be read at all, for the operator (`None`: the WAL was read).
     pub(crate) unavailable: Option<String>,
 }
@@ -32,6 +35,12 @@ impl CommitLsns {
     /// The commit LSN of the transaction `xid` (a row's `xmin`), `Lsn::ZERO` when unknown.
     pub(crate) fn of(&self, xid: u64) -> Lsn {
         self.by_xid.get(&(xid as u32)).copied().unwrap_or(Lsn::ZERO)
+    }
+
+    /// The top-level transaction of `xid` when a commit record read lists it as a
+    /// subtransaction; `xid` itself otherwise.
+    pub(crate) fn top_level(&self, xid: u64) -> u64 {
+        self.top.get(&(xid as u32)).map_or(xid, |&t| u64::from(t))
     }
 }
 
@@ -43,18 +52,22 @@ pub(crate) async fn read(client: &Client, xids: impl IntoIterator<Item = u64>) -
         return CommitLsns::default();
     }
     match read_wal(client, &wanted).await {
-        Ok(by_xid) => CommitLsns {
+        Ok((by_xid, top)) => CommitLsns {
             by_xid,
+            top,
             unavailable: None,
         },
         Err(why) => CommitLsns {
-            by_xid: HashMap::new(),
             unavailable: Some(why),
+            ..CommitLsns::default()
         },
     }
 }
 
-async fn read_wal(client: &Client, wanted: &HashSet<u32>) -> Result<HashMap<u32, Lsn>, String> {
+/// (commit LSN by xid, top-level xid by subtransaction xid) of the `wanted` xids found.
+type Found = (HashMap<u32, Lsn>, HashMap<u32, u32>);
+
+async fn read_wal(client: &Client, wanted: &HashSet<u32>) -> Result<Found, String> {
     let installed = client
         .query_opt(
             "SELECT 1 FROM pg_extension WHERE extname = 'pg_walinspect'",
@@ -94,20 +107,23 @@ async fn read_wal(client: &Client, wanted: &HashSet<u32>) -> Result<HashMap<u32,
         )
         .await
         .map_err(|e| format!("cannot read the WAL with pg_walinspect: {e}"))?;
-    let mut found = HashMap::new();
+    let (mut found, mut top) = (HashMap::new(), HashMap::new());
     for r in rows {
         let xid = r.get::<_, i64>(0) as u32;
         let Ok(lsn) = r.get::<_, String>(1).parse::<Lsn>() else {
             continue;
         };
-        let subxacts = subxacts(&r.get::<_, String>(2));
-        for x in std::iter::once(xid).chain(subxacts) {
-            if wanted.contains(&x) {
-                found.insert(x, lsn);
+        if wanted.contains(&xid) {
+            found.insert(xid, lsn);
+        }
+        for sub in subxacts(&r.get::<_, String>(2)) {
+            if wanted.contains(&sub) {
+                found.insert(sub, lsn);
+                top.insert(sub, xid);
             }
         }
     }
-    Ok(found)
+    Ok((found, top))
 }
 
 /// The LSN where segment `XXXXXXXX` `YYYYYYYY` (the log and segment parts of a WAL file name,
@@ -172,5 +188,8 @@ mod tests {
         // The row's xmin as the 32-bit value the WAL holds.
         assert_eq!(l.of((1u64 << 32) | 7).to_string(), "0/10");
         assert!(l.of(8).is_zero());
+        l.top.insert(9, 7);
+        assert_eq!(l.top_level(9), 7);
+        assert_eq!(l.top_level(8), 8);
     }
 }

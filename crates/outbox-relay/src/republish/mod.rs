@@ -8,7 +8,8 @@
 //! `outbox-relay.commit-lsn` header is read from the WAL while PostgreSQL still holds the commit
 //! record ([`commit_lsn`], `pg_walinspect`) and reads `0/0` otherwise; `outbox-relay.seq` counts
 //! the row among the rows of its transaction this command sends (the streamed value when the
-//! whole transaction is sent and no subtransaction inserted any of its rows).
+//! whole transaction is sent, and, for rows a subtransaction inserted, when the WAL still
+//! names their top-level transaction).
 //! `outbox-relay.commit-time-us` is the commit timestamp (`track_commit_timestamp`), as
 //! streaming sends it; 0 when it is off.
 
@@ -179,6 +180,10 @@ impl TableSource {
         mut rows: Vec<Row>,
         lsns: &commit_lsn::CommitLsns,
     ) -> Result<Vec<(Record, Row)>, RelayError> {
+        // A subtransaction's rows belong to its top-level transaction, when the WAL said so.
+        for r in &mut rows {
+            r.xid = lsns.top_level(r.xid);
+        }
         sort(&mut rows);
         let known = rows.iter().filter(|r| !lsns.of(r.xid).is_zero()).count();
         if !rows.is_empty() {
