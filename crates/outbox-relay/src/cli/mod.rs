@@ -104,6 +104,14 @@ pub(crate) enum Command {
         /// Rows committed before this time (with --since).
         #[arg(long, value_name = "TIME", requires = "since")]
         until: Option<String>,
+        /// Rows whose transaction committed at or after this LSN (an `outbox-relay.commit-lsn`
+        /// value, e.g. 0/1A2B3C40); needs the pg_walinspect extension and that WAL still in
+        /// pg_wal.
+        #[arg(long, value_name = "LSN")]
+        since_lsn: Option<String>,
+        /// Rows whose transaction committed before this LSN (with --since-lsn).
+        #[arg(long, value_name = "LSN", requires = "since_lsn")]
+        until_lsn: Option<String>,
         /// Send the records (without it: a dry run that prints them and sends nothing).
         #[arg(long)]
         execute: bool,

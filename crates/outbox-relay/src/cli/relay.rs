@@ -81,6 +81,8 @@ pub(crate) async fn dispatch(command: Command) -> Result<ExitCode, RelayError> {
             aggregate,
             since,
             until,
+            since_lsn,
+            until_lsn,
             execute,
             source,
         } => {
@@ -89,6 +91,8 @@ pub(crate) async fn dispatch(command: Command) -> Result<ExitCode, RelayError> {
                 aggregates: aggregate,
                 since,
                 until,
+                since_lsn,
+                until_lsn,
                 execute,
             };
             republish(config, source.as_deref(), &req).await

@@ -67,7 +67,41 @@ pub(crate) async fn read(client: &Client, xids: impl IntoIterator<Item = u64>) -
 /// (commit LSN by xid, top-level xid by subtransaction xid) of the `wanted` xids found.
 type Found = (HashMap<u32, Lsn>, HashMap<u32, u32>);
 
-async fn read_wal(client: &Client, wanted: &HashSet<u32>) -> Result<Found, String> {
+/// The transactions (with their subtransactions) whose commit record starts in `[from, to)`
+/// (`to`: the flush position when `None` or beyond it), as `xmin` values; an error says why
+/// the range cannot be read (no pg_walinspect, WAL at `from` no longer on disk).
+pub(crate) async fn committed_between(
+    client: &Client,
+    from: Lsn,
+    to: Option<Lsn>,
+) -> Result<Vec<i64>, String> {
+    let oldest = readable_from(client).await?;
+    if from < oldest {
+        return Err(format!(
+            "the WAL from there is no longer in pg_wal (its oldest segment starts at {oldest})"
+        ));
+    }
+    let rows = client
+        .query(
+            "SELECT xid::text::bigint, description \
+               FROM pg_get_wal_records_info($1::text::pg_lsn, pg_current_wal_flush_lsn()) \
+              WHERE resource_manager = 'Transaction' AND record_type = 'COMMIT' \
+                AND ($2::text IS NULL OR start_lsn < $2::text::pg_lsn)",
+            &[&from.to_string(), &to.map(|t| t.to_string())],
+        )
+        .await
+        .map_err(|e| format!("cannot read the WAL with pg_walinspect: {e}"))?;
+    let mut xids = Vec::new();
+    for r in rows {
+        xids.push(r.get::<_, i64>(0));
+        xids.extend(subxacts(&r.get::<_, String>(1)).into_iter().map(i64::from));
+    }
+    Ok(xids)
+}
+
+/// Where the WAL on disk starts (the oldest segment in pg_wal), once pg_walinspect is known
+/// to be installed.
+async fn readable_from(client: &Client) -> Result<Lsn, String> {
     let installed = client
         .query_opt(
             "SELECT 1 FROM pg_extension WHERE extname = 'pg_walinspect'",
@@ -96,8 +130,12 @@ async fn read_wal(client: &Client, wanted: &HashSet<u32>) -> Result<Found, Strin
     else {
         return Err("pg_wal holds no segment".into());
     };
-    let start = segment_start(&name, segment_size as u64)
-        .ok_or_else(|| format!("unexpected WAL segment name {name:?}"))?;
+    segment_start(&name, segment_size as u64)
+        .ok_or_else(|| format!("unexpected WAL segment name {name:?}"))
+}
+
+async fn read_wal(client: &Client, wanted: &HashSet<u32>) -> Result<Found, String> {
+    let start = readable_from(client).await?;
     let rows = client
         .query(
             "SELECT xid::text::bigint, start_lsn::text, description \

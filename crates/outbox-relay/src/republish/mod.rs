@@ -22,7 +22,7 @@ mod send;
 use std::collections::HashMap;
 
 use relay_core::{
-    deadletter,
+    Lsn, deadletter,
     decode::{Decoded, Decoder},
     heal::{GapRow, order_key},
     route::{Position, Record},
@@ -45,6 +45,9 @@ pub struct Request {
     pub aggregates: Vec<String>,
     pub since: Option<String>,
     pub until: Option<String>,
+    /// Commit LSN range (`[since_lsn, until_lsn)`), read from the WAL with pg_walinspect.
+    pub since_lsn: Option<String>,
+    pub until_lsn: Option<String>,
     /// Send; without it, print what would be sent.
     pub execute: bool,
 }
@@ -52,13 +55,18 @@ pub struct Request {
 /// `outbox-relay republish`: reads the selected rows, prints each record, and with `execute`
 /// sends them. Returns how many records were selected.
 pub async fn republish(cfg: &Config, req: &Request) -> Result<u64, RelayError> {
-    if req.ids.is_empty() && req.aggregates.is_empty() && req.since.is_none() {
+    if req.ids.is_empty()
+        && req.aggregates.is_empty()
+        && req.since.is_none()
+        && req.since_lsn.is_none()
+    {
         return Err(RelayError::from(Definite::Precondition(
-            "republish needs a selection: --ids, --aggregate and/or --since (with --until); \
-             it never sends the whole table by accident"
+            "republish needs a selection: --ids, --aggregate, --since (with --until) and/or \
+             --since-lsn (with --until-lsn); it never sends the whole table by accident"
                 .into(),
         )));
     }
+    let lsn_range = lsn_range(req)?;
     let client = crate::postgres::control::connect(cfg).await?;
     rows::pin_session(&client).await?;
     let commit_ts = rows::commit_timestamps_on(&client).await?;
@@ -70,11 +78,25 @@ pub async fn republish(cfg: &Config, req: &Request) -> Result<u64, RelayError> {
                 .into(),
         )));
     }
+    let xids = match lsn_range {
+        Some((from, to)) => Some(
+            commit_lsn::committed_between(&client, from, to)
+                .await
+                .map_err(|why| {
+                    RelayError::from(Definite::Precondition(format!(
+                        "--since-lsn {from}: {why}; select by --since (commit time), \
+                         --aggregate or --ids instead"
+                    )))
+                })?,
+        ),
+        None => None,
+    };
     let filter = Filter {
         ids: req.ids.clone(),
         aggregates: req.aggregates.clone(),
         since: req.since.clone(),
         until: req.until.clone(),
+        xids,
     };
     let mut source = TableSource::open(&client, cfg, commit_ts).await?;
     let rows = source.read(&client, &filter).await?;
@@ -105,6 +127,26 @@ pub async fn republish(cfg: &Config, req: &Request) -> Result<u64, RelayError> {
         }
     );
     Ok(selected)
+}
+
+/// `--since-lsn`/`--until-lsn`, parsed: `[from, to)` (`to` open-ended when not given).
+fn lsn_range(req: &Request) -> Result<Option<(Lsn, Option<Lsn>)>, RelayError> {
+    let parse = |flag: &str, text: &str| {
+        text.parse::<Lsn>().map_err(|e| {
+            RelayError::from(Definite::Precondition(format!(
+                "{flag} {text:?}: {e} (an outbox-relay.commit-lsn header's value)"
+            )))
+        })
+    };
+    let Some(since) = &req.since_lsn else {
+        return Ok(None);
+    };
+    let from = parse("--since-lsn", since)?;
+    let to = match &req.until_lsn {
+        Some(u) => Some(parse("--until-lsn", u)?),
+        None => None,
+    };
+    Ok(Some((from, to)))
 }
 
 /// One line of the listing.

@@ -28,6 +28,9 @@ pub(crate) struct Filter {
     pub(crate) since: Option<String>,
     /// Committed before this time.
     pub(crate) until: Option<String>,
+    /// Inserted by one of these transactions (`xmin`, 32-bit; a commit LSN range's, with their
+    /// subtransactions).
+    pub(crate) xids: Option<Vec<i64>>,
 }
 
 /// One row with its source facts.
@@ -195,6 +198,10 @@ impl TableRows {
                     params.len()
                 ));
             }
+        }
+        if let Some(xids) = &filter.xids {
+            params.push(Box::new(xids.clone()));
+            conditions.push(format!("xmin::text::bigint = ANY(${})", params.len()));
         }
         let mut sql = self.select.clone();
         if !conditions.is_empty() {

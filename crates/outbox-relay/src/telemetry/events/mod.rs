@@ -265,6 +265,7 @@ pub const ALL: &[&str] = &[
     HEAL_DONE,
     HEAL_UNCOVERED,
     REPUBLISH_DONE,
+    COMMIT_LSNS_READ,
     SLOT_IN_USE,
     SLOT_FREED,
     SLOT_POLL_FAILED,
