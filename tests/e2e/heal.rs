@@ -130,6 +130,11 @@ async fn lost_slot_healed(exactly_once: bool, pg_port: u16, broker_port: u16) {
     let (_broker, kafka_proxy) = broker::behind_proxy(broker_port, broker_port + 4).await;
     let direct = format!("127.0.0.1:{}", broker_port + 2);
     let db = TestDb::new_on(&cluster.base(), cluster.port, "heal").await;
+    // The heal reads the commit LSNs of whatever the WAL still holds of the gap (issue 44).
+    db.client
+        .batch_execute("CREATE EXTENSION pg_walinspect")
+        .await
+        .expect("pg_walinspect (PostgreSQL 15+ contrib)");
     let (txn, mode) = if exactly_once {
         (
             format!("transactional_id = \"outbox-relay-{}\"\n", db.name),
@@ -203,11 +208,15 @@ async fn lost_slot_healed(exactly_once: bool, pg_port: u16, broker_port: u16) {
         .iter()
         .filter(|r| r.header("outbox-relay.commit-lsn") == "0/0")
         .count();
+    // What the heal said of the commit LSNs: read from pg_wal for `known` of its `rows`; the
+    // others' commit records went with the lost WAL, and only those may carry 0/0.
+    let (rows, known) = (lsn_field(&heal_log, "rows"), lsn_field(&heal_log, "known"));
     note(&format!(
         "heal ({}): {} events written by 4 writers throughout, Kafka cut for {} s, slot lost; \
          healed {healed} rows from the table ({doubtful} within the margin), {in_kafka} found in \
          Kafka and left out, {streamed} rows left to the new slot; delivered {}, lost {}, \
-         duplicates {}, order violations {}; {republished} records with commit-lsn 0/0",
+         duplicates {}, order violations {}; commit LSNs read from pg_wal for {known} of the \
+         {rows} rows the heal read, {republished} records with commit-lsn 0/0",
         if exactly_once {
             "exactly-once"
         } else {
@@ -229,5 +238,28 @@ async fn lost_slot_healed(exactly_once: bool, pg_port: u16, broker_port: u16) {
         f.assert_nothing_lost_or_reordered("heal after a lost slot");
     }
     assert!(healed > 0, "the gap had rows: {heal_log}");
+    // The heal read LSNs for every row it considered, the ones it then found in Kafka too.
+    let unknown = rows - known;
+    assert!(
+        (unknown.saturating_sub(in_kafka)..=unknown).contains(&(republished as u64)),
+        "{republished} records with commit-lsn 0/0, but the heal knew no commit LSN for \
+         {unknown} rows, {in_kafka} of which it found in Kafka"
+    );
+    assert!(
+        known > 0,
+        "the end of the gap is still in pg_wal: {heal_log}"
+    );
     db.cleanup().await;
+}
+
+/// `key=` of the heal's `commit_lsns_read` line.
+fn lsn_field(log: &str, key: &str) -> u64 {
+    log.lines()
+        .rfind(|l| l.contains(events::COMMIT_LSNS_READ))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in commit_lsns_read:\n{log}"))
 }
