@@ -63,14 +63,19 @@ async fn joined(handles: Vec<tokio::task::JoinHandle<Vec<Written>>>) -> Vec<Writ
 
 /// The `key=value` field of the last `heal_done` line.
 pub(crate) fn heal_field(log: &str, key: &str) -> u64 {
+    event_field(log, events::HEAL_DONE, key)
+}
+
+/// `key=` of the last log line of `event`, as a number.
+fn event_field(log: &str, event: &str, key: &str) -> u64 {
     log.lines()
-        .rfind(|l| l.contains(events::HEAL_DONE))
+        .rfind(|l| l.contains(event))
         .and_then(|l| {
             l.split_whitespace()
                 .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
         })
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key}= in heal_done:\n{log}"))
+        .unwrap_or_else(|| panic!("no {key}= in {event}:\n{log}"))
 }
 
 /// Prints, for each aggregate whose first deliveries are out of order, the records around the
@@ -210,7 +215,10 @@ async fn lost_slot_healed(exactly_once: bool, pg_port: u16, broker_port: u16) {
         .count();
     // What the heal said of the commit LSNs: read from pg_wal for `known` of its `rows`; the
     // others' commit records went with the lost WAL, and only those may carry 0/0.
-    let (rows, known) = (lsn_field(&heal_log, "rows"), lsn_field(&heal_log, "known"));
+    let (rows, known) = (
+        event_field(&heal_log, events::COMMIT_LSNS_READ, "rows"),
+        event_field(&heal_log, events::COMMIT_LSNS_READ, "known"),
+    );
     note(&format!(
         "heal ({}): {} events written by 4 writers throughout, Kafka cut for {} s, slot lost; \
          healed {healed} rows from the table ({doubtful} within the margin), {in_kafka} found in \
@@ -250,16 +258,4 @@ async fn lost_slot_healed(exactly_once: bool, pg_port: u16, broker_port: u16) {
         "the end of the gap is still in pg_wal: {heal_log}"
     );
     db.cleanup().await;
-}
-
-/// `key=` of the heal's `commit_lsns_read` line.
-fn lsn_field(log: &str, key: &str) -> u64 {
-    log.lines()
-        .rfind(|l| l.contains(events::COMMIT_LSNS_READ))
-        .and_then(|l| {
-            l.split_whitespace()
-                .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
-        })
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key}= in commit_lsns_read:\n{log}"))
 }

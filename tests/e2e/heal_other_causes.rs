@@ -18,12 +18,6 @@ use crate::{
     },
 };
 
-/// An LSN's text (`X/Y`, hexadecimal halves) as a number.
-fn lsn(text: &str) -> u64 {
-    let (hi, lo) = text.split_once('/').expect("X/Y");
-    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
-}
-
 /// The events' aggregates: `a0` to `a4`.
 fn aggregate(i: usize) -> String {
     format!("a{}", i % 5)
@@ -84,7 +78,7 @@ async fn a_slot_dropped_by_hand_is_healed_and_what_cannot_be_healed_exits_5() {
                 .iter()
                 .find(|r| r.header("id") == w.id)
                 .expect("delivered");
-            lsn(r.header("outbox-relay.commit-lsn"))
+            r.commit_lsn()
         })
         .collect();
     assert!(

@@ -54,6 +54,27 @@ async fn now(db: &TestDb) -> String {
         .get(0)
 }
 
+/// Re-publishes `aggregates` (`--execute`) and stops the relay; then the topic's records, the
+/// `streamed` ones and as many again, and the command's log.
+async fn republished_beside_streamed(
+    mut relay: Relay,
+    aggregates: &str,
+    topic: String,
+    streamed: usize,
+) -> (Vec<Rec>, String) {
+    let (code, out, err) = republish(&relay.config, &["--aggregate", aggregates, "--execute"]);
+    assert_eq!(code, Some(0), "{err}\n{out}");
+    relay.terminate(Duration::from_secs(30));
+    let expected = 2 * streamed;
+    let got = tokio::task::spawn_blocking(move || {
+        kafka::consume_until(&[topic], Duration::from_secs(60), |r| r.len() >= expected)
+    })
+    .await
+    .unwrap();
+    assert_eq!(got.len(), expected);
+    (got, err)
+}
+
 /// The records of `id` in broker order.
 fn of<'a>(got: &'a [Rec], id: &str) -> Vec<&'a Rec> {
     let mut v: Vec<&Rec> = got.iter().filter(|r| r.header("id") == id).collect();
@@ -253,21 +274,12 @@ async fn republished_debezium_records_are_the_streamed_bytes() {
         db = db.name
     ));
     let topic = db.topic("order");
-    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let relay = Relay::streaming(&db.name, &cfg).await;
     let written = write(&db, &["d1", "d2"], 2).await;
     let streamed =
         kafka::consume(vec![topic.clone()], Duration::from_secs(60), written.len()).await;
     assert_eq!(streamed.len(), written.len());
-    let (code, out, err) = republish(&relay.config, &["--aggregate", "d1,d2", "--execute"]);
-    assert_eq!(code, Some(0), "{err}\n{out}");
-    relay.terminate(Duration::from_secs(30));
-    let expected = 2 * written.len();
-    let got = tokio::task::spawn_blocking(move || {
-        kafka::consume_until(&[topic], Duration::from_secs(60), |r| r.len() >= expected)
-    })
-    .await
-    .unwrap();
-    assert_eq!(got.len(), expected);
+    let (got, _) = republished_beside_streamed(relay, "d1,d2", topic, written.len()).await;
     let skip = |h: &str| h.starts_with("outbox-relay.") || h == "__debezium.context.runId";
     for w in &written {
         let recs = of(&got, &w.id);
@@ -397,7 +409,7 @@ async fn republished_records_carry_the_streamed_commit_lsn_while_the_wal_holds_i
         .expect("pg_walinspect (PostgreSQL 15+ contrib)");
     let cfg = db.relay_config(&db.outbox_section());
     let topic = db.topic("order");
-    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let relay = Relay::streaming(&db.name, &cfg).await;
     // Transactions of three rows, and one whose second row a subtransaction inserts.
     let mut written = Vec::new();
     let mut in_subxact = Vec::new();
@@ -431,11 +443,7 @@ async fn republished_records_carry_the_streamed_commit_lsn_while_the_wal_holds_i
         kafka::consume(vec![topic.clone()], Duration::from_secs(60), written.len()).await;
     assert_eq!(streamed.len(), written.len());
     // A commit LSN range (dry runs): the second and third transactions, then the last on.
-    let lsn_of = |r: &Rec| {
-        let (hi, lo) = r.header("outbox-relay.commit-lsn").split_once('/').unwrap();
-        (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
-    };
-    let mut commits: Vec<u64> = streamed.iter().map(lsn_of).collect();
+    let mut commits: Vec<u64> = streamed.iter().map(Rec::commit_lsn).collect();
     commits.sort_unstable();
     commits.dedup();
     assert_eq!(commits.len(), 4, "four transactions");
@@ -457,7 +465,7 @@ async fn republished_records_carry_the_streamed_commit_lsn_while_the_wal_holds_i
             .collect();
         let expected: Vec<&Rec> = streamed
             .iter()
-            .filter(|r| lsn_of(r) >= from && to.is_none_or(|t| lsn_of(r) < t))
+            .filter(|r| r.commit_lsn() >= from && to.is_none_or(|t| r.commit_lsn() < t))
             .collect();
         assert_eq!(listed.len(), want, "{args:?}: {out}");
         assert_eq!(expected.len(), want);
@@ -471,17 +479,8 @@ async fn republished_records_carry_the_streamed_commit_lsn_while_the_wal_holds_i
     }
     let (code, _, err) = republish(&relay.config, &["--since-lsn", "nonsense"]);
     assert_eq!(code, Some(3), "{err}");
-    let (code, out, err) = republish(&relay.config, &["--aggregate", "l1,l2,l3", "--execute"]);
-    assert_eq!(code, Some(0), "{err}\n{out}");
+    let (got, err) = republished_beside_streamed(relay, "l1,l2,l3", topic, written.len()).await;
     assert!(err.contains("commit_lsns_read"), "{err}");
-    relay.terminate(Duration::from_secs(30));
-    let expected = 2 * written.len();
-    let got = tokio::task::spawn_blocking(move || {
-        kafka::consume_until(&[topic], Duration::from_secs(60), |r| r.len() >= expected)
-    })
-    .await
-    .unwrap();
-    assert_eq!(got.len(), expected);
     let lsn = "outbox-relay.commit-lsn";
     for w in &written {
         let recs = of(&got, &w.id);

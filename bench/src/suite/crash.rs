@@ -24,20 +24,7 @@ impl Suite {
             spec.down_s
         ));
         anyhow::ensure!(s.produces(), "{} does not produce to Kafka", s.name());
-        pg::reset(&self.ctl).await?;
-        let prefix = self.next_prefix(s);
-        let topic = format!("{prefix}.order");
-        kafka::create_topics(&self.env.brokers, std::slice::from_ref(&topic)).await?;
-        if s.is_relay() {
-            self.env.relay_setup(&prefix, &s.slot().unwrap())?;
-        }
-        if s.is_peer() {
-            let publ = s.publication().unwrap();
-            if !pg::publication_exists(&self.ctl, &publ).await? {
-                pg::create_publication(&self.ctl, &publ, 1).await?;
-            }
-            pg::create_slot(&self.ctl, &s.slot().unwrap()).await?;
-        }
+        let (prefix, topic) = self.fresh_run(s).await?;
         let running = self.env.start(s, &prefix, None, None)?;
         if let Some(slot) = s.slot() {
             wait_walsender(&self.ctl, &slot, Duration::from_secs(90)).await?;

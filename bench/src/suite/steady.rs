@@ -30,6 +30,30 @@ impl Latency {
 }
 
 impl Suite {
+    /// An empty outbox, and `s` prepared for a live run of its own: topic `<prefix>.order`, its
+    /// slot and publication (outbox-relay's by its `setup`; pg_recvlogical's and the native
+    /// peers' by the harness, as in the catch-up; Debezium makes its own). Returns (prefix,
+    /// topic).
+    pub(super) async fn fresh_run(&mut self, s: System) -> Result<(String, String)> {
+        pg::reset(&self.ctl).await?;
+        let prefix = self.next_prefix(s);
+        let topic = format!("{prefix}.order");
+        if s.produces() {
+            kafka::create_topics(&self.env.brokers, std::slice::from_ref(&topic)).await?;
+        }
+        if s.is_relay() {
+            self.env.relay_setup(&prefix, &s.slot().unwrap())?;
+        }
+        if s == System::RecvLogical || s.is_peer() {
+            let publ = s.publication().unwrap();
+            if !pg::publication_exists(&self.ctl, &publ).await? {
+                pg::create_publication(&self.ctl, &publ, 1).await?;
+            }
+            pg::create_slot(&self.ctl, &s.slot().unwrap()).await?;
+        }
+        Ok((prefix, topic))
+    }
+
     /// One steady-rate run of one system.
     pub(super) async fn steady_run(
         &mut self,
@@ -52,24 +76,7 @@ impl Suite {
             "{} does not produce to Kafka",
             s.name()
         );
-        pg::reset(&self.ctl).await?;
-        let prefix = self.next_prefix(s);
-        let topic = format!("{prefix}.order");
-        if s.produces() {
-            kafka::create_topics(&self.env.brokers, std::slice::from_ref(&topic)).await?;
-        }
-        if s.is_relay() {
-            self.env.relay_setup(&prefix, &s.slot().unwrap())?;
-        }
-        // pg_recvlogical and the native peers read a publication and slot the harness creates,
-        // as in the catch-up.
-        if database_floor || s.is_peer() {
-            let publ = s.publication().unwrap();
-            if !pg::publication_exists(&self.ctl, &publ).await? {
-                pg::create_publication(&self.ctl, &publ, 1).await?;
-            }
-            pg::create_slot(&self.ctl, &s.slot().unwrap()).await?;
-        }
+        let (prefix, topic) = self.fresh_run(s).await?;
         let sampler = self.sampler();
         let sampler_wall0 = now_us() - (sampler.now() * 1e6) as i64;
         let (running, recv_out) = if database_floor {

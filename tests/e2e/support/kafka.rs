@@ -35,6 +35,13 @@ impl Rec {
             .map(String::as_str)
             .unwrap_or_else(|| panic!("record has no header {k:?}: {self:?}"))
     }
+    /// The `outbox-relay.commit-lsn` header (`X/Y`, hexadecimal halves) as a number; 0 for
+    /// `0/0`, a re-published record's "unknown".
+    pub fn commit_lsn(&self) -> u64 {
+        let text = self.header("outbox-relay.commit-lsn");
+        let (hi, lo) = text.split_once('/').expect("an LSN is X/Y");
+        (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+    }
     /// The value's bytes exactly as the broker holds them.
     pub fn value_bytes(&self) -> Option<&[u8]> {
         self.raw_value
