@@ -410,7 +410,8 @@ async fn republished_records_carry_the_streamed_commit_lsn_while_the_wal_holds_i
     let cfg = db.relay_config(&db.outbox_section());
     let topic = db.topic("order");
     let relay = Relay::streaming(&db.name, &cfg).await;
-    // Transactions of three rows, and one whose second row a subtransaction inserts.
+    // Transactions of three rows, one whose second row a subtransaction inserts, and last one
+    // whose only row a subtransaction inserts.
     let mut written = Vec::new();
     let mut in_subxact = Vec::new();
     for round in 0..3 {
@@ -439,6 +440,13 @@ async fn republished_records_carry_the_streamed_commit_lsn_while_the_wal_holds_i
             db.client.batch_execute("RELEASE s; COMMIT").await.unwrap();
         }
     }
+    db.client.batch_execute("BEGIN; SAVEPOINT s").await.unwrap();
+    let w = writer::insert_event(&db.client, "order", "l3", 0)
+        .await
+        .unwrap();
+    in_subxact.push(w.id.clone());
+    written.push(w);
+    db.client.batch_execute("RELEASE s; COMMIT").await.unwrap();
     let streamed =
         kafka::consume(vec![topic.clone()], Duration::from_secs(60), written.len()).await;
     assert_eq!(streamed.len(), written.len());
@@ -446,11 +454,11 @@ async fn republished_records_carry_the_streamed_commit_lsn_while_the_wal_holds_i
     let mut commits: Vec<u64> = streamed.iter().map(Rec::commit_lsn).collect();
     commits.sort_unstable();
     commits.dedup();
-    assert_eq!(commits.len(), 4, "four transactions");
+    assert_eq!(commits.len(), 5, "five transactions");
     let text = |l: u64| format!("{:X}/{:X}", l >> 32, l & 0xFFFF_FFFF);
     for (from, to, want) in [
         (commits[1], Some(commits[3]), 5), // the second, and the one with a subtransaction
-        (commits[3], None, 3),
+        (commits[3], None, 4),
     ] {
         let mut args = vec!["--since-lsn".to_string(), text(from)];
         if let Some(to) = to {
@@ -501,7 +509,7 @@ async fn republished_records_carry_the_streamed_commit_lsn_while_the_wal_holds_i
     crate::support::check::note(&format!(
         "republish with pg_walinspect: {} events re-published ({} inserted by a \
          subtransaction), every header the streamed record's, commit LSN and seq included; \
-         commit LSN ranges listed 5 and 3 events, the ones committed there",
+         commit LSN ranges listed 5 and 4 events, the ones committed there",
         written.len(),
         in_subxact.len()
     ));

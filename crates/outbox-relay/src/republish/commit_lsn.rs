@@ -156,7 +156,10 @@ async fn read_wal(client: &Client, wanted: &HashSet<u32>) -> Result<Found, Strin
         }
         for sub in subxacts(&r.get::<_, String>(2)) {
             if wanted.contains(&sub) {
+                // The row goes under its top-level xid, which then needs the LSN too (a
+                // transaction whose every outbox row a subtransaction inserted).
                 found.insert(sub, lsn);
+                found.insert(xid, lsn);
                 top.insert(sub, xid);
             }
         }

@@ -200,7 +200,7 @@ async fn publish_gap(
         .await
         .map_err(query_err("compute the start of the gap"))?
         .get(0);
-    let rows = source
+    let mut rows = source
         .read(
             client,
             &Filter {
@@ -227,6 +227,13 @@ async fn publish_gap(
         candidates = rows.len(), upto = %upto, streamed_transactions = streamed.len(),
         margin_ms, "{HEAL_BOUNDS}: rows read; the new slot's transactions are left to it"
     );
+    // With pg_walinspect, a subtransaction's rows go under their top-level xid: the new slot
+    // names a transaction it streams by that xid, and without it such rows would be healed
+    // and streamed both (docs/operations.md, "Slot lost").
+    let lsns = super::commit_lsn::read(client, rows.iter().map(|r| r.xid)).await;
+    for r in &mut rows {
+        r.xid = lsns.top_level(r.xid);
+    }
     let bounds = Bounds {
         checkpoint_time_us: cp_time,
         margin_us,
@@ -248,7 +255,6 @@ async fn publish_gap(
             Verdict::Unplaced => done.unplaced += 1,
         }
     }
-    let lsns = super::commit_lsn::read(client, gap.iter().map(|r| r.xid)).await;
     let records = source.records(cfg, gap, &lsns)?;
     let sender = Sender::new(cfg, Ids::Relay).await?;
     let mut partitions = HashSet::new();
