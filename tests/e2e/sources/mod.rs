@@ -9,6 +9,7 @@
 //!
 //! The counts come from the environment so that `scripts/sources-heavy.sh` runs the long forms.
 
+mod creation;
 mod failures;
 mod network;
 mod reload;
@@ -80,11 +81,13 @@ fn check_source(
     total.delivered += f.delivered;
 }
 
-/// Waits until every one of `dbs` has its slot active (a relay streams from it).
+/// Waits until every one of `dbs` has its slot complete and active (a relay streams from it):
+/// writers started before a slot is complete may commit before its consistent point
+/// (`TestDb::slot_streaming_pid`, `creation.rs`).
 async fn all_streaming(dbs: &[&TestDb], timeout: Duration) {
     for db in dbs {
         eventually(&format!("{} to stream", db.name), timeout, || async {
-            db.slot_active_pid().await.map(|_| ())
+            db.slot_streaming_pid().await.map(|_| ())
         })
         .await;
     }

@@ -220,6 +220,16 @@ impl TestDb {
         self.slot_column("active_pid").await
     }
 
+    /// The pid streaming from this test's slot, once the slot is complete. A slot being
+    /// created is already listed as active (its creator holds it) while it waits for running
+    /// transactions, with no `confirmed_flush_lsn` yet: events committed then, before its
+    /// consistent point, are not in it. Writers must wait for this, not for `active_pid`
+    /// (issue 40: the red CI of 750b8b1).
+    pub async fn slot_streaming_pid(&self) -> Option<i32> {
+        self.slot_column("CASE WHEN confirmed_flush_lsn IS NOT NULL THEN active_pid END")
+            .await
+    }
+
     /// Whether this test's slot exists.
     pub async fn slot_exists(&self) -> bool {
         self.slot_column::<i32>("1").await.is_some()
