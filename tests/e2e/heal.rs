@@ -22,7 +22,9 @@ use crate::support::{
 };
 
 /// Writers committing three events of one aggregate per transaction (20 aggregates) until
-/// `stop`, on their own connections; what committed.
+/// `stop`, on their own connections; what committed. Writer 0 writes inside a savepoint, so
+/// its rows carry a subtransaction's xid: the heal must file them under their top-level
+/// transaction, the one the new slot names, or it would heal and stream them both.
 fn writers(
     conninfo: String,
     n: usize,
@@ -38,10 +40,19 @@ fn writers(
                 while !stop.load(Ordering::Relaxed) {
                     let agg = format!("agg-{}", (i * 7 + w * 3) % 20);
                     i += 1;
-                    let tx = c.transaction().await.unwrap();
+                    let mut tx = c.transaction().await.unwrap();
                     let mut events = Vec::new();
-                    for _ in 0..3 {
-                        events.push(writer::insert_event(&tx, "order", &agg, w).await.unwrap());
+                    if w == 0 {
+                        let sub = tx.savepoint("sub").await.unwrap();
+                        for _ in 0..3 {
+                            events
+                                .push(writer::insert_event(&sub, "order", &agg, w).await.unwrap());
+                        }
+                        sub.commit().await.unwrap();
+                    } else {
+                        for _ in 0..3 {
+                            events.push(writer::insert_event(&tx, "order", &agg, w).await.unwrap());
+                        }
                     }
                     tx.commit().await.unwrap();
                     done.extend(events);
@@ -184,11 +195,12 @@ async fn lost_slot_healed(exactly_once: bool, pg_port: u16, broker_port: u16) {
         Relay::once(&db.name, &cfg, &["setup", "--recreate-slot", "--heal"], &[]);
     assert_eq!(exit.code(), Some(0), "{heal_log}");
     assert!(heal_log.contains(events::SLOT_RECREATED), "{heal_log}");
-    let (healed, doubtful, streamed, in_kafka) = (
+    let (healed, doubtful, streamed, in_kafka, by_sub) = (
         heal_field(&heal_log, "healed"),
         heal_field(&heal_log, "doubtful"),
         heal_field(&heal_log, "streamed"),
         heal_field(&heal_log, "in_kafka"),
+        heal_field(&heal_log, "streamed_by_subtransactions"),
     );
     let mut relay = Relay::streaming(&db.name, &cfg).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -222,7 +234,8 @@ async fn lost_slot_healed(exactly_once: bool, pg_port: u16, broker_port: u16) {
     note(&format!(
         "heal ({}): {} events written by 4 writers throughout, Kafka cut for {} s, slot lost; \
          healed {healed} rows from the table ({doubtful} within the margin), {in_kafka} found in \
-         Kafka and left out, {streamed} rows left to the new slot; delivered {}, lost {}, \
+         Kafka and left out, {streamed} rows left to the new slot ({by_sub} of them written by \
+         subtransactions); delivered {}, lost {}, \
          duplicates {}, order violations {}; commit LSNs read from pg_wal for {known} of the \
          {rows} rows the heal read, {republished} records with commit-lsn 0/0",
         if exactly_once {
@@ -246,6 +259,12 @@ async fn lost_slot_healed(exactly_once: bool, pg_port: u16, broker_port: u16) {
         f.assert_nothing_lost_or_reordered("heal after a lost slot");
     }
     assert!(healed > 0, "the gap had rows: {heal_log}");
+    // The window the subtransactions test: rows of writer 0 the new slot streams, committed
+    // after its start and before the heal's snapshot (48 and 123 in the first runs).
+    assert!(
+        by_sub > 0,
+        "no row written by a subtransaction fell to the new slot: {heal_log}"
+    );
     // The heal read LSNs for every row it considered, the ones it then found in Kafka too.
     let unknown = rows - known;
     assert!(

@@ -41,6 +41,9 @@ pub(crate) struct Healed {
     pub(crate) doubtful: u64,
     /// Rows the new slot streams.
     pub(crate) streamed: u64,
+    /// Of those, rows written by a subtransaction, known as the new slot's by their top-level
+    /// transaction (pg_walinspect); without it they would be healed and streamed both.
+    pub(crate) streamed_by_subtransactions: u64,
     /// Candidates whose event id Kafka holds already (left out).
     pub(crate) in_kafka: u64,
     pub(crate) unplaced: u64,
@@ -89,6 +92,7 @@ pub(crate) async fn heal(
         healed = result.healed,
         doubtful = result.doubtful,
         streamed = result.streamed,
+        streamed_by_subtransactions = result.streamed_by_subtransactions,
         in_kafka = result.in_kafka,
         unplaced = result.unplaced,
         "{HEAL_DONE}: rows of the gap published from the outbox table (healed), ahead of \
@@ -231,9 +235,14 @@ async fn publish_gap(
     // names a transaction it streams by that xid, and without it such rows would be healed
     // and streamed both (docs/operations.md, "Slot lost").
     let lsns = super::commit_lsn::read(client, rows.iter().map(|r| r.xid)).await;
-    for r in &mut rows {
-        r.xid = lsns.top_level(r.xid);
-    }
+    let by_subtransaction: Vec<bool> = rows
+        .iter_mut()
+        .map(|r| {
+            let own = r.xid;
+            r.xid = lsns.top_level(own);
+            r.xid != own
+        })
+        .collect();
     let bounds = Bounds {
         checkpoint_time_us: cp_time,
         margin_us,
@@ -244,13 +253,16 @@ async fn publish_gap(
         ..Healed::default()
     };
     let mut gap = Vec::new();
-    for row in rows {
+    for (row, by_subtransaction) in rows.into_iter().zip(by_subtransaction) {
         match verdict(&gap_row(&row), &bounds) {
             Verdict::Heal { doubtful } => {
                 done.doubtful += u64::from(doubtful);
                 gap.push(row);
             }
-            Verdict::Streamed => done.streamed += 1,
+            Verdict::Streamed => {
+                done.streamed += 1;
+                done.streamed_by_subtransactions += u64::from(by_subtransaction);
+            }
             Verdict::InKafka => {}
             Verdict::Unplaced => done.unplaced += 1,
         }
