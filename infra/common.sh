@@ -86,3 +86,14 @@ e2e_logged() {
   fi
   return "$rc"
 }
+
+# After an end-to-end pass: its tests' times (tests/e2e/support/timing.rs writes
+# target/test-times.log) kept as target/test-times-LABEL.log, and the slowest printed with the
+# waits of 15 s or more they spent, so that a pass that is green but slow says where.
+slowest_tests() {
+  local kept="target/test-times-$1.log"
+  [ -f target/test-times.log ] || return 0
+  mv target/test-times.log "$kept"
+  echo "== the slowest tests of this pass ($kept: seconds, test, its waits of 15 s or more)"
+  sort -rn "$kept" | head -8 | cut -c1-400
+}

@@ -38,10 +38,12 @@ for major in "${majors[@]}"; do
   echo "== core subset on PostgreSQL $("$bin/postgres" --version | awk '{print $3}') (port $port)"
   PGPORT="$port" PGBIN="$bin" infra/pg/start.sh >/dev/null
   pass_log="target/e2e-pg$major.log"
+  rm -f target/test-times.log
   rc=0
   e2e_logged "$pass_log" "== why the failed tests failed on PostgreSQL $major ($pass_log)" \
     env RELAY_TEST_PG="host=127.0.0.1 port=$port user=postgres" RELAY_TEST_PGBIN="$bin" RELAY_TEST_PG_MAJOR="$major" \
     cargo test -p relay-tests --locked -- --test-threads "${TEST_THREADS:-3}" "${CORE_SUBSET[@]}" || rc=$?
+  slowest_tests "pg$major"
   PGPORT="$port" PGBIN="$bin" infra/pg/stop.sh --destroy >/dev/null || true
   [ "$rc" = 0 ] || exit "$rc"
 done

@@ -55,15 +55,21 @@ stored_sweep() {
 }
 
 echo "== end-to-end tests (real PostgreSQL, real Kafka)"
-mkdir -p target && rm -f target/test-figures.log
-e2e_pass plain cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}"
+mkdir -p target && rm -f target/test-figures.log target/test-times.log
+rc=0
+e2e_pass plain cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}" || rc=$?
+slowest_tests plain
+[ "$rc" = 0 ] || exit "$rc"
 stored_sweep
 
 echo "== the core subset on PostgreSQL 14, 16, 17 and 18 (scripts/test-versions.sh)"
 scripts/test-versions.sh
 
 echo "== end-to-end tests again, fenced (every relay with kafka.transactional_id, read-committed)"
-e2e_pass fenced env RELAY_TEST_FENCED=1 cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}"
+rc=0
+e2e_pass fenced env RELAY_TEST_FENCED=1 cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}" || rc=$?
+slowest_tests fenced
+[ "$rc" = 0 ] || exit "$rc"
 stored_sweep
 
 echo "== delivery figures (target/test-figures.log; fenced/ = the fenced pass)"

@@ -162,7 +162,7 @@ pub fn consume_until_with(
 
 /// Async wrapper (the consumer blocks).
 pub async fn consume(topics: Vec<String>, timeout: Duration, expect_ids: usize) -> Vec<Rec> {
-    tokio::task::spawn_blocking(move || {
+    let consumed = tokio::task::spawn_blocking(move || {
         consume_until(&topics, timeout, |recs| {
             let ids: std::collections::HashSet<&str> = recs
                 .iter()
@@ -170,9 +170,10 @@ pub async fn consume(topics: Vec<String>, timeout: Duration, expect_ids: usize) 
                 .collect();
             ids.len() >= expect_ids
         })
-    })
-    .await
-    .unwrap()
+    });
+    super::timing::timed(&format!("consume {expect_ids} ids"), consumed)
+        .await
+        .unwrap()
 }
 
 /// [`consume`], then again after 1.5 s: anything sent twice would come right behind.

@@ -24,6 +24,7 @@ pub mod proxy;
 pub mod recipe;
 pub mod relay;
 pub mod stored;
+pub mod timing;
 pub mod writer;
 
 use std::time::{Duration, Instant};
@@ -99,6 +100,7 @@ impl TestDb {
 
     /// The same on another cluster (`base` = connection string without dbname).
     pub async fn new_on(base: &str, port: u16, hint: &str) -> TestDb {
+        timing::begin();
         let name = format!(
             "t_{hint}_{}",
             &uuid::Uuid::new_v4().simple().to_string()[..8]
@@ -336,10 +338,12 @@ impl TestDb {
 
     /// Waits until the slot has confirmed at least `lsn`.
     pub async fn wait_confirmed(&self, lsn: Lsn, timeout: Duration) -> Lsn {
-        let deadline = Instant::now() + timeout;
+        let start = Instant::now();
+        let deadline = start + timeout;
         loop {
             let c = self.confirmed_flush().await.unwrap_or(Lsn::ZERO);
             if c >= lsn {
+                timing::waited(&format!("slot confirmed {lsn}"), start.elapsed());
                 return c;
             }
             assert!(
@@ -425,7 +429,8 @@ impl TestDb {
     /// Drops the slot (after the relay stopped) and the database.
     pub async fn cleanup(self) {
         let admin = connect(&format!("{} dbname=postgres", self.base)).await;
-        drop_slot_and_db(&admin, &self.name).await;
+        timing::timed("cleanup", drop_slot_and_db(&admin, &self.name)).await;
+        timing::end();
     }
 }
 

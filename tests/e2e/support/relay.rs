@@ -119,7 +119,8 @@ impl Relay {
 
     /// Waits until the log contains `needle`.
     pub async fn wait_log(&self, needle: &str, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
+        let start = Instant::now();
+        let deadline = start + timeout;
         while !self.log_text().contains(needle) {
             assert!(
                 Instant::now() < deadline,
@@ -128,6 +129,7 @@ impl Relay {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        super::timing::waited(&format!("relay log {needle}"), start.elapsed());
     }
 
     pub fn signal(&self, sig: &str) {
@@ -152,10 +154,12 @@ impl Relay {
     }
 
     pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
+        let start = Instant::now();
+        let deadline = start + timeout;
         let child = self.child.as_mut()?;
         loop {
             if let Some(s) = child.try_wait().unwrap() {
+                super::timing::waited("relay exit", start.elapsed());
                 return Some(s);
             }
             if Instant::now() > deadline {
