@@ -2,7 +2,7 @@
 # Benchmark: outbox-relay vs Debezium (Kafka Connect, default and tuned), a polling relay and
 # pg_recvlogical, one at a time on the same PostgreSQL 15 and Kafka 4.3.1, in one run.
 #
-#   scripts/bench.sh            full run (~22 min): 1M-event backlogs, 60 s steady runs;
+#   scripts/bench.sh            full run (~35 min): 1M-event backlogs, 60 s steady runs, a burst, a crash;
 #                               writes docs/benchmarks.md and docs/bench/*.png
 #   scripts/bench.sh --quick    regression check (a couple of minutes): 100k backlogs, 15 s steady
 #                               run, outbox-relay + pg_recvlogical + polling; writes
@@ -14,10 +14,11 @@
 #   [[message]] section (steady only), all three only when named; outboxx and go-pq-cdc-kafka: the
 #   native peers built from source by bench/peers/build.sh into $PEERS_DIR (default /work/peers-src),
 #   catch-up only, only when named);
-#   --workloads catchup,steady,saturation (the default), burst and crash (only when named: a 100k-event
-#   burst into a caught-up system; a SIGKILL and restart under a steady writer with a gap check); --events N (backlog size); --shapes 1000x200,1x200,1000x4096
-#   (catch-up: rows per transaction x payload bytes [x events: 1000000x200x1000000 = one transaction
-#   of 1M rows]); --partitions 1,3,12 (catch-up topic's partitions, default 3) and --tables 1,4
+#   --workloads catchup,steady,saturation,burst,crash (the full run's default; --quick: catchup,steady;
+#   burst: 100k events at 25k/s into a caught-up system; crash: a SIGKILL and restart under a steady
+#   writer with a gap check); --events N (backlog size); --shapes 1000x200,1x200,1000x4096,100000x200x100000
+#   (the full run's default; --quick without the last: catch-up: rows per transaction x payload bytes
+#   [x events: 100000x200x100000 = one transaction of 100k rows, skipped by the polling relay]); --partitions 1,3,12 (catch-up topic's partitions, default 3) and --tables 1,4
 #   (outbox tables the backlog is spread over, one [[outbox]] each): every shape with each;
 #   --rates 1000x200,10000x200 (steady: events/s x payload bytes); --steady-seconds S; --repeat N
 #   (drains per backlog for pg_recvlogical and outbox-relay); --relay-extra-toml FILE (merged into outbox-relay's config: config experiments);
@@ -53,7 +54,7 @@ while [ $# -gt 0 ]; do
     --out) OUT="$2"; shift ;;
     --systems|--workloads|--events|--steady-seconds|--shapes|--rates|--repeat|--partitions|--tables) ARGS+=("$1" "$2"); shift ;;
     --relay-extra-toml) ARGS+=("$1" "$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); shift ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift

@@ -124,8 +124,8 @@ struct SuiteArgs {
     /// Workloads, comma-separated: catchup,steady,saturation,crash,burst (crash: a steady writer,
     /// the system killed with SIGKILL and started again, every committed event looked for in
     /// Kafka; burst: 100,000 events written at 25,000/s (quick 50,000) into a caught-up system,
-    /// latency and drain measured like a steady run, pg_recvlogical's as the database's floor;
-    /// both only when named).
+    /// latency and drain measured like a steady run, pg_recvlogical's as the database's floor).
+    /// Default: all but crash and burst with --quick, all of them in a full run.
     #[arg(long, value_delimiter = ',')]
     workloads: Option<Vec<String>>,
     /// Events per catch-up backlog (default 1,000,000; quick 100,000).
@@ -257,7 +257,9 @@ fn plan(a: &SuiteArgs) -> Result<Plan> {
     let workloads: Vec<String> = a.workloads.clone().unwrap_or_else(|| {
         let mut w = vec!["catchup".to_string(), "steady".to_string()];
         if !quick {
-            w.push("saturation".into());
+            // The widened scenarios of issue 46 (a burst, crash recovery with a gap check) are
+            // part of every full run, as the 100k-row transaction is of its catch-up shapes.
+            w.extend(["saturation", "burst", "crash"].map(String::from));
         }
         w
     });
@@ -288,7 +290,14 @@ fn plan(a: &SuiteArgs) -> Result<Plan> {
     if has("catchup") {
         let shapes = match &a.shapes {
             Some(v) => v.iter().map(|x| shape(x)).collect::<Result<Vec<_>>>()?,
-            None => vec![(1000.0, 200, None), (1.0, 200, None), (1000.0, 4096, None)],
+            None if quick => vec![(1000.0, 200, None), (1.0, 200, None), (1000.0, 4096, None)],
+            // Full: one transaction of 100,000 rows as well (issue 46's widened scenarios).
+            None => vec![
+                (1000.0, 200, None),
+                (1.0, 200, None),
+                (1000.0, 4096, None),
+                (100_000.0, 200, Some(100_000)),
+            ],
         };
         // Time budget of the full run (~30 min on 2 cores), unless --shapes says otherwise:
         // the polling relay does not see transaction boundaries (it reads rows), so it skips
@@ -296,7 +305,8 @@ fn plan(a: &SuiteArgs) -> Result<Plan> {
         let trim = a.shapes.is_none();
         for (rows, payload, n) in shapes {
             let mut skip = Vec::new();
-            if trim && rows as i32 == 1 {
+            // Nor the 100k-row transaction: it polls it at ~900 rows/s (2 min a drain).
+            if trim && (rows as i32 == 1 || rows >= 100_000.0) {
                 skip.push(System::Polling);
             }
             if trim && payload > 1000 {
