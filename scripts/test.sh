@@ -38,10 +38,13 @@ cargo test --workspace --locked --exclude relay-tests "$@"
 
 # One end-to-end pass, its output also in target/e2e-NAME.log; when a test fails, the failures'
 # panic messages are printed again at the end, where a truncated CI log still shows them.
+# Then its slowest tests (slowest_tests, infra/common.sh), green or red.
 e2e_pass() {
-  local log="target/e2e-$1.log"
+  local label="$1" log="target/e2e-$1.log" rc=0
   shift
-  e2e_logged "$log" "== why the failed tests failed (panic messages from $log)" "$@"
+  e2e_logged "$log" "== why the failed tests failed (panic messages from $log)" "$@" || rc=$?
+  slowest_tests "$label"
+  return "$rc"
 }
 
 # After a pass: every partition the shared broker holds, read from its files; an idempotent
@@ -56,20 +59,14 @@ stored_sweep() {
 
 echo "== end-to-end tests (real PostgreSQL, real Kafka)"
 mkdir -p target && rm -f target/test-figures.log target/test-times.log
-rc=0
-e2e_pass plain cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}" || rc=$?
-slowest_tests plain
-[ "$rc" = 0 ] || exit "$rc"
+e2e_pass plain cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}"
 stored_sweep
 
 echo "== the core subset on PostgreSQL 14, 16, 17 and 18 (scripts/test-versions.sh)"
 scripts/test-versions.sh
 
 echo "== end-to-end tests again, fenced (every relay with kafka.transactional_id, read-committed)"
-rc=0
-e2e_pass fenced env RELAY_TEST_FENCED=1 cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}" || rc=$?
-slowest_tests fenced
-[ "$rc" = 0 ] || exit "$rc"
+e2e_pass fenced env RELAY_TEST_FENCED=1 cargo test -p relay-tests --locked "$@" -- --test-threads "${TEST_THREADS:-3}"
 stored_sweep
 
 echo "== delivery figures (target/test-figures.log; fenced/ = the fenced pass)"
