@@ -862,7 +862,7 @@ def main():
                "the prose at the end -->\n")
     kind = "quick variant" if meta.get("quick") else "full run"
     out.append(f"Run: {meta.get('date_utc', '?')} ({kind}, {fmt(meta.get('suite_seconds', 0))} s). "
-               f"Reproduce with `scripts/bench.sh` (full, ~20-25 min) or `scripts/bench.sh --quick` (a couple of "
+               f"Reproduce with `scripts/bench.sh` (full, ~40 min with every peer named) or `scripts/bench.sh --quick` (a couple of "
                f"minutes). Raw figures: `results.json` next to the report in `target/bench-results/`.\n")
     out.append("## Machine and versions\n")
     out.append("| | |\n|---|---|")

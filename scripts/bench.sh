@@ -2,7 +2,7 @@
 # Benchmark: outbox-relay vs Debezium (Kafka Connect, default and tuned), a polling relay and
 # pg_recvlogical, one at a time on the same PostgreSQL 15 and Kafka 4.3.1, in one run.
 #
-#   scripts/bench.sh            full run (~35 min): 1M-event backlogs, 60 s steady runs, a burst, a crash;
+#   scripts/bench.sh            full run (~40 min with every peer): 1M-event backlogs, 60 s steady runs, a burst, a crash;
 #                               writes docs/benchmarks.md and docs/bench/*.png
 #   scripts/bench.sh --quick    regression check (a couple of minutes): 100k backlogs, 15 s steady
 #                               run, outbox-relay + pg_recvlogical + polling; writes
