@@ -320,7 +320,8 @@ async fn a_topic_that_does_not_exist_with_auto_creation_off_halts_or_is_dead_let
     {
         r.unwrap();
     }
-    // librdkafka waits topic.metadata.propagation.max.ms (30 s) before calling a topic missing.
+    // librdkafka waits topic.metadata.propagation.max.ms (30 s) before calling a topic missing,
+    // and the relay's partition choice as long: 2 s here.
     let base = db
         .relay_config(&db.outbox_section())
         .replace(&crate::support::kafka_brokers(), &broker.brokers())
@@ -330,9 +331,16 @@ async fn a_topic_that_does_not_exist_with_auto_creation_off_halts_or_is_dead_let
     let c = connect(&db.conninfo()).await;
     let missing_event = writer::insert_event(&c, "missing", "m-1", 0).await.unwrap();
 
-    // halt: stops with the hint, nothing confirmed past the event.
+    // halt: stops with the hint, nothing confirmed past the event; within the 2 s set above,
+    // not the 30 s default (the relay's own wait once ignored the setting: 30 s every time).
+    let started = std::time::Instant::now();
     let (status, log) = Relay::once(&db.name, &base, &["run"], &[]);
     assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "the halt took {:?}:\n{log}",
+        started.elapsed()
+    );
     assert!(
         log.contains("does not exist") && log.contains("create it"),
         "{log}"

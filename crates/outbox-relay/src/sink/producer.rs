@@ -48,6 +48,21 @@ pub(crate) struct KafkaSink {
     /// Partition counts of the topics records went to ([`KafkaSink::partition_of`]).
     /// Looked up once per record: foldhash, not SipHash.
     partitions: Mutex<std::collections::HashMap<String, i32, foldhash::fast::FixedState>>,
+    /// How long a topic without partitions is asked for again ([`topic_wait`]).
+    topic_wait: Duration,
+}
+
+/// How long a topic the brokers do not list yet is waited for: librdkafka's own
+/// `topic.metadata.propagation.max.ms` (default 30 s) from `kafka.properties`, so that one
+/// setting decides when a missing topic is called missing, by librdkafka and by the relay's
+/// partition choice alike.
+fn topic_wait(cfg: &KafkaConfig) -> Duration {
+    let ms = cfg
+        .properties
+        .get("topic.metadata.propagation.max.ms")
+        .and_then(|v| v.expose().trim().parse::<u64>().ok())
+        .unwrap_or(30_000);
+    Duration::from_millis(ms)
 }
 
 impl KafkaSink {
@@ -117,6 +132,7 @@ impl KafkaSink {
                 brokers: cfg.brokers.clone(),
                 transactional_id: cfg.transactional_id.clone(),
                 partitions: Default::default(),
+                topic_wait: topic_wait(cfg),
             },
             rx,
         ))
@@ -175,7 +191,7 @@ impl KafkaSink {
     /// The partition `rec` lands on (see
     /// [`Sink::partition_of`](super::seam::Sink::partition_of)), from the topic's partition
     /// count read once per producer. A topic the broker is still creating is waited for, up to
-    /// 30 s (librdkafka's `topic.metadata.propagation.max.ms`); after that, `None`.
+    /// librdkafka's `topic.metadata.propagation.max.ms` ([`topic_wait`]); after that, `None`.
     pub(crate) async fn partition_of(&self, rec: &Record) -> Option<i32> {
         if rec.partition.is_some() {
             return rec.partition;
@@ -185,11 +201,12 @@ impl KafkaSink {
             Some(n) => n,
             None => {
                 let producer = self.producer().clone();
-                let topic = rec.topic.clone();
-                let n = tokio::task::spawn_blocking(move || partition_count(&producer, &topic))
-                    .await
-                    .ok()
-                    .flatten()?;
+                let (topic, wait) = (rec.topic.clone(), self.topic_wait);
+                let n =
+                    tokio::task::spawn_blocking(move || partition_count(&producer, &topic, wait))
+                        .await
+                        .ok()
+                        .flatten()?;
                 if let Ok(mut p) = self.partitions.lock() {
                     p.insert(rec.topic.clone(), n);
                 }
@@ -217,9 +234,9 @@ impl KafkaSink {
 }
 
 /// The partition count of `topic` from the brokers' metadata; a topic being created (no
-/// partition yet) is asked again for up to 30 s.
-fn partition_count(producer: &Handle, topic: &str) -> Option<i32> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+/// partition yet) is asked again for up to `wait`.
+fn partition_count(producer: &Handle, topic: &str, wait: Duration) -> Option<i32> {
+    let deadline = std::time::Instant::now() + wait;
     loop {
         if let Ok(m) = producer
             .client()
