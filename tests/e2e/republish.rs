@@ -195,7 +195,7 @@ async fn republish_by_ids_aggregate_and_time_range_with_a_dry_run_that_sends_not
     crate::support::check::note(&format!(
         "republish: {} events streamed; re-published {again_total} (2 by id, 5 by aggregate, {} \
          by time range), each the streamed record but for commit-lsn 0/0; the dry run left the \
-         topic at {before} records",
+         topic's offsets at {before} (its records, and under transactions their commit markers)",
         all.len(),
         second.len()
     ));
