@@ -202,18 +202,28 @@ async fn relays_from_a_standby(major: u32, ports: (u16, u16)) {
     // writing, everything before it is in Kafka (nothing is confirmed before its
     // acknowledgement), so what is missing then is lost, and what only came after the first
     // wait was late.
+    // STANDBY_TXNS scales the writers up to the independent run's size (about 4,500 each for
+    // its ~50,000 events; scripts/stress.sh passes it through) and STANDBY_KILL_MS moves the
+    // kill into the middle of their writing.
+    let knob = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(default)
+    };
+    let txns = knob("STANDBY_TXNS", 40) as usize;
     let writers: Vec<_> = (0..3)
         .map(|w| {
             tokio::spawn(writer::random_writer(
                 db.conninfo(),
                 w,
-                40,
+                txns,
                 4,
                 major as u64 * 10 + w as u64,
             ))
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(knob("STANDBY_KILL_MS", 500))).await;
     relay.kill9();
     relay = Relay::streaming(&db.name, cfg).await;
     for h in writers {
