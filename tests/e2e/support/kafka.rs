@@ -1,5 +1,6 @@
 //! An independent Kafka consumer: reads whole topics from the beginning by partition
-//! assignment (no consumer group), so what it sees is exactly what the broker holds.
+//! assignment (no consumer group), so what it sees is exactly what the broker holds (the loop
+//! itself is `support::consumer`); topics, watermarks and single records for the tests.
 
 use std::{
     collections::HashMap,
@@ -7,9 +8,8 @@ use std::{
 };
 
 use rdkafka::{
-    ClientConfig, Message, TopicPartitionList,
+    ClientConfig,
     consumer::{BaseConsumer, Consumer},
-    message::Headers,
 };
 
 use super::kafka_brokers;
@@ -24,7 +24,7 @@ pub struct Rec {
     /// The value as text (invalid UTF-8 replaced: see [`Rec::value_bytes`]).
     pub value: Option<String>,
     /// The value's bytes when they are not UTF-8 (`value` then holds them lossily).
-    raw_value: Option<Vec<u8>>,
+    pub(super) raw_value: Option<Vec<u8>>,
     pub headers: HashMap<String, String>,
 }
 
@@ -54,17 +54,9 @@ impl Rec {
 }
 
 fn consumer(brokers: &str, props: &[(&str, &str)]) -> BaseConsumer {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", brokers)
-        .set("group.id", "relay-tests-unused")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed");
-    for (k, v) in props {
-        c.set(*k, *v);
-    }
-    c.create().expect("consumer")
+    super::consumer::config(brokers, props)
+        .create()
+        .expect("consumer")
 }
 
 /// Reads every record of `topics` until `done(records)` holds or `timeout` passes; returns
@@ -95,85 +87,34 @@ pub fn consume_until_with(
     timeout: Duration,
     done: impl Fn(&[Rec]) -> bool,
 ) -> Vec<Rec> {
-    let deadline = Instant::now() + timeout;
-    let c = consumer(brokers, props);
-    // (topic, partition) pairs assigned so far. Metadata is read again every half second, so
-    // partitions that were not visible yet (a topic being auto-created) are picked up, and new
-    // ones are added incrementally: partitions already assigned keep their position.
-    let mut assigned: std::collections::HashSet<(String, i32)> = Default::default();
-    let mut next_scan = Instant::now();
-    let mut out = Vec::new();
-    loop {
-        if Instant::now() >= next_scan {
-            next_scan = Instant::now() + Duration::from_millis(500);
-            let mut tpl = TopicPartitionList::new();
-            for t in topics {
-                if let Ok(md) = c.fetch_metadata(Some(t), Duration::from_secs(2))
-                    && let Some(mt) = md.topics().first()
-                    && mt.error().is_none()
-                {
-                    for p in mt.partitions() {
-                        if assigned.insert((t.clone(), p.id())) {
-                            tpl.add_partition_offset(t, p.id(), rdkafka::Offset::Beginning)
-                                .unwrap();
-                        }
-                    }
-                }
-            }
-            if tpl.count() > 0 {
-                c.incremental_assign(&tpl).unwrap();
-            }
-        }
-        let all_topics_seen = topics.iter().all(|t| assigned.iter().any(|(a, _)| a == t));
-        if let Some(m) = c.poll(Duration::from_millis(200)) {
-            let m = m.expect("consumer error");
-            let mut headers = HashMap::new();
-            if let Some(h) = m.headers() {
-                for i in 0..h.count() {
-                    let hd = h.get(i);
-                    headers.insert(
-                        hd.key.to_string(),
-                        hd.value
-                            .map(|v| String::from_utf8_lossy(v).into_owned())
-                            .unwrap_or_default(),
-                    );
-                }
-            }
-            out.push(Rec {
-                topic: m.topic().to_string(),
-                partition: m.partition(),
-                offset: m.offset(),
-                timestamp_ms: m.timestamp().to_millis().unwrap_or(0),
-                key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
-                value: m.payload().map(|v| String::from_utf8_lossy(v).into_owned()),
-                raw_value: m
-                    .payload()
-                    .filter(|v| std::str::from_utf8(v).is_err())
-                    .map(<[u8]>::to_vec),
-                headers,
-            });
-            continue;
-        }
-        if (all_topics_seen && done(&out)) || Instant::now() > deadline {
-            return out;
-        }
-    }
+    super::consumer::consume_traced(brokers, props, topics, timeout, Duration::ZERO, done).0
 }
 
 /// Async wrapper (the consumer blocks).
 pub async fn consume(topics: Vec<String>, timeout: Duration, expect_ids: usize) -> Vec<Rec> {
-    let consumed = tokio::task::spawn_blocking(move || {
-        consume_until(&topics, timeout, |recs| {
-            let ids: std::collections::HashSet<&str> = recs
-                .iter()
-                .filter_map(|r| r.headers.get("id").map(String::as_str))
-                .collect();
-            ids.len() >= expect_ids
-        })
-    });
-    super::timing::timed(&format!("consume {expect_ids} ids"), consumed)
-        .await
-        .unwrap()
+    let at = Instant::now();
+    let (recs, trace) = tokio::task::spawn_blocking(move || {
+        super::consumer::consume_traced(
+            &kafka_brokers(),
+            &[],
+            &topics,
+            timeout,
+            Duration::ZERO,
+            |recs| {
+                let ids: std::collections::HashSet<&str> = recs
+                    .iter()
+                    .filter_map(|r| r.headers.get("id").map(String::as_str))
+                    .collect();
+                ids.len() >= expect_ids
+            },
+        )
+    })
+    .await
+    .unwrap();
+    // A slow consume says whether the records were slow to reach Kafka or to reach the
+    // consumer (issue 40: a green restart run spent 15 s here once).
+    super::timing::waited(&format!("consume {expect_ids} ids ({trace})"), at.elapsed());
+    recs
 }
 
 /// [`consume`], then again after 1.5 s: anything sent twice would come right behind.

@@ -16,6 +16,7 @@ pub mod browser;
 pub mod certs;
 pub mod check;
 pub mod cluster;
+pub mod consumer;
 pub mod debezium;
 pub mod http;
 pub mod inbox;

@@ -19,8 +19,19 @@ use std::{
 
 use super::repo_root;
 
-/// A wait at least this long is named in the test's line.
+/// A wait at least this long is named in the test's line (`RELAY_TEST_SLOW_WAIT_S` sets
+/// another, e.g. for a stress loop hunting a few slow seconds).
 pub const SLOW_WAIT: Duration = Duration::from_secs(15);
+
+fn slow_wait() -> Duration {
+    static SET: std::sync::LazyLock<Duration> = std::sync::LazyLock::new(|| {
+        std::env::var("RELAY_TEST_SLOW_WAIT_S")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(SLOW_WAIT, Duration::from_secs_f64)
+    });
+    *SET
+}
 
 #[derive(Default)]
 struct Test {
@@ -54,7 +65,7 @@ pub fn begin() {
 
 /// A helper waited `took` for `what`; kept if it is [`SLOW_WAIT`] or longer.
 pub fn waited(what: &str, took: Duration) {
-    if took >= SLOW_WAIT {
+    if took >= slow_wait() {
         with_test(|t| t.waits.push((what.to_string(), took)));
     }
 }
