@@ -24,7 +24,10 @@
 #   RUN_TIMEOUT    seconds before a run is killed and counted as failed (default 1800)
 #   RELAY_TEST_LOG the relays' RUST_LOG (default info,outbox_relay::pipeline=debug; the chaos test sets
 #                  its own, the same)
-#   CHAOS_ROUNDS, CHAOS_FAULTS, RELAY_TEST_FENCED, ... are passed through to the tests.
+#   CHAOS_ROUNDS, CHAOS_FAULTS, RELAY_TEST_FENCED, ... are passed through to the tests, and so
+#                  are the slow-run hunt's RELAY_TEST_SLOW_WAIT_S (name waits from this many
+#                  seconds in target/test-times.log), RELAY_TEST_CONSUMER_DEBUG (the tests'
+#                  consumers' librdkafka log) and STANDBY_TXNS / STANDBY_KILL_MS (docs/reliability.md)
 # Replay one failure: CHAOS_SEED=<seed> cargo test -p relay-tests --locked -- --exact <test>
 # (the loop itself runs its copy of the test binary, target/stress/e2e, from tests/)
 # Note: the logs of a run are the files under target/e2e/ written during it; tests run by someone

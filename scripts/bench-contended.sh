@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Issue 46 item 3, "performance that does not depend on the host's mood": catch-up drains of each
+# system quiet and then with a CPU hog taking one of the two cores, round after round, and the
+# table the issue's criteria read: drain events/s (timed from the process start), its ratio to
+# pg_recvlogical's in the same mode, process CPU per event, the walsender's, and per system the
+# falls from quiet to contended (drain ratio quiet / contended; CPU per event contended / quiet;
+# the issue asks both within 1.5x).
+# Each drain is `bench drain` (bench/src/drain.rs): a backlog written while the system is stopped,
+# in a database, slot, publication and topic of its own, all removed at the end.
+#
+#   scripts/bench-contended.sh                          3 rounds, the bench stack, three systems
+#   ROUNDS=1 SYSTEMS="pg_recvlogical outbox-relay" scripts/bench-contended.sh
+#
+# Env: PGPORT (16432) and KAFKA (127.0.0.1:29192): the stack (default the bench stack:
+#   STACK_DIR=$PWD/.stack-bench PGPORT=16432 KAFKA_PORT=29192 infra/stack.sh up); ROUNDS (3);
+#   SYSTEMS (pg_recvlogical outbox-relay outboxx; outboxx is skipped when bench/peers/build.sh has
+#   not built it); SHAPES ("200000x1000 100000x1": events x rows per transaction); PAYLOAD (200);
+#   HOG ("stress-ng --cpu 1"); RELAY: the outbox-relay binary (default: the release build);
+#   OUT (target/bench-results/contended-<time>): every drain's JSON and summary.md.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=infra/common.sh
+. infra/common.sh
+use_cargo
+# shellcheck source=infra/apt.sh
+. infra/apt.sh
+PGPORT="${PGPORT:-16432}"
+KAFKA="${KAFKA:-127.0.0.1:29192}"
+ROUNDS="${ROUNDS:-3}"
+SYSTEMS="${SYSTEMS:-pg_recvlogical outbox-relay outboxx}"
+SHAPES="${SHAPES:-200000x1000 100000x1}"
+PAYLOAD="${PAYLOAD:-200}"
+HOG="${HOG:-stress-ng --cpu 1}"
+OUT="${OUT:-target/bench-results/contended-$(date -u +%Y%m%dT%H%M%SZ)}"
+TARGET="${CARGO_TARGET_DIR:-target}"
+PEERS_DIR="${PEERS_DIR:-/work/peers-src}"
+log() { printf '[bench-contended %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+command -v stress-ng >/dev/null || apt_install stress-ng
+command -v stress-ng >/dev/null || die "stress-ng is needed for the contended mode (apt-get install stress-ng)"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+log "building outbox-relay and bench (release)"
+cargo build --release --locked -q -p outbox-relay -p bench
+BENCH="$TARGET/release/bench"
+RELAY="${RELAY:-$TARGET/release/outbox-relay}"
+git rev-parse --short HEAD >"$OUT/rev"
+read -r -a systems <<<"$SYSTEMS"
+if [[ " $SYSTEMS " == *" outboxx "* ]] && [ ! -x "$PEERS_DIR/outboxx/zig-out/bin/outboxx" ]; then
+  log "outboxx is not built ($PEERS_DIR/outboxx/zig-out/bin/outboxx; bench/peers/build.sh): skipped"
+  systems=("${systems[@]/outboxx/}")
+fi
+
+hog_pid=""
+stop_hog() { [ -z "$hog_pid" ] || { kill -- "-$hog_pid" 2>/dev/null || kill "$hog_pid" 2>/dev/null || true; wait "$hog_pid" 2>/dev/null || true; hog_pid=""; }; }
+trap stop_hog EXIT
+
+for round in $(seq 1 "$ROUNDS"); do
+  for mode in quiet hog; do
+    if [ "$mode" = hog ]; then
+      # shellcheck disable=SC2086  # HOG is a command line
+      setsid $HOG --quiet >/dev/null 2>&1 &
+      hog_pid=$!
+      sleep 1
+    fi
+    for shape in $SHAPES; do
+      events="${shape%x*}" rows="${shape#*x}"
+      for system in "${systems[@]}"; do
+        [ -n "$system" ] || continue
+        name="$system-$shape-$mode-$round"
+        log "round $round/$ROUNDS, $mode: $system, $events events in $rows-row transactions"
+        "$BENCH" drain --pg-port "$PGPORT" --brokers "$KAFKA" --db contended --relay-bin "$RELAY" \
+          --work "$OUT/work" --events "$events" --txn-rows "$rows" --payload "$PAYLOAD" \
+          --system "$system" >"$OUT/$name.json"
+      done
+    done
+    stop_hog
+  done
+done
+
+python3 - "$OUT" "$HOG" <<'PY' | tee "$OUT/summary.md"
+import glob, json, os, statistics, sys
+out, hog = sys.argv[1], sys.argv[2]
+runs = {}
+for f in glob.glob(os.path.join(out, "*.json")):
+    system, shape, mode, _ = os.path.basename(f)[:-5].rsplit("-", 3)
+    d = json.load(open(f))
+    runs.setdefault((shape, mode, system), []).append(d)
+med = lambda xs: statistics.median(xs) if xs else float("nan")
+def figures(key):
+    ds = runs.get(key, [])
+    rates = [d["events"] / d["seconds"] for d in ds]
+    return rates, med(rates), med([d["relay_us_per_event"] for d in ds]), med([d["walsender_us_per_event"] for d in ds])
+shapes = sorted({k[0] for k in runs}, key=lambda s: -int(s.split("x")[1]))
+systems = sorted({k[2] for k in runs}, key=lambda s: (s != "pg_recvlogical", s))
+print(f"Contended drains ({hog} in the hog rows), medians of {max(len(v) for v in runs.values())} rounds; build {open(os.path.join(out, 'rev')).read().strip()}\n")
+print("| shape | mode | system | events/s (each round) | median | / pg_recvlogical | process CPU µs/event | walsender µs/event |")
+print("|---|---|---|---|---:|---:|---:|---:|")
+for shape in shapes:
+    events, rows = shape.split("x")
+    for mode in ("quiet", "hog"):
+        floor = figures((shape, mode, "pg_recvlogical"))[1]
+        for system in systems:
+            rates, rate, cpu, ws = figures((shape, mode, system))
+            if not rates:
+                continue
+            print(f"| {int(events):,} in {rows}-row txns | {mode} | {system} | {' / '.join(f'{r:,.0f}' for r in rates)} | {rate:,.0f} | {rate / floor:.2f} | {cpu:.2f} | {ws:.2f} |")
+print("\nFalls from quiet to contended (issue 46: both within 1.5x):\n")
+print("| shape | system | drain ratio quiet / hog | CPU per event hog / quiet |")
+print("|---|---|---:|---:|")
+for shape in shapes:
+    fq, fh = figures((shape, "quiet", "pg_recvlogical"))[1], figures((shape, "hog", "pg_recvlogical"))[1]
+    for system in systems:
+        if system == "pg_recvlogical":
+            continue
+        _, q, cq, _ = figures((shape, "quiet", system))
+        _, h, ch, _ = figures((shape, "hog", system))
+        print(f"| {shape} | {system} | {(q / fq) / (h / fh):.2f}x | {ch / cq:.2f}x |")
+PY
+log "results in $OUT"
