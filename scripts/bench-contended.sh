@@ -32,7 +32,6 @@ SHAPES="${SHAPES:-200000x1000 100000x1}"
 PAYLOAD="${PAYLOAD:-200}"
 HOG="${HOG:-stress-ng --cpu 1}"
 OUT="${OUT:-target/bench-results/contended-$(date -u +%Y%m%dT%H%M%SZ)}"
-TARGET="${CARGO_TARGET_DIR:-target}"
 PEERS_DIR="${PEERS_DIR:-/work/peers-src}"
 log() { printf '[bench-contended %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -41,10 +40,9 @@ command -v stress-ng >/dev/null || die "stress-ng is needed for the contended mo
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 log "building outbox-relay and bench (release)"
-cargo build --release --locked -q -p outbox-relay -p bench
-BENCH="$TARGET/release/bench"
-RELAY="${RELAY:-$TARGET/release/outbox-relay}"
-git rev-parse --short HEAD >"$OUT/rev"
+# shellcheck source=bench/release.sh
+. bench/release.sh
+bench_release_build "$OUT"
 read -r -a systems <<<"$SYSTEMS"
 if [[ " $SYSTEMS " == *" outboxx "* ]] && [ ! -x "$PEERS_DIR/outboxx/zig-out/bin/outboxx" ]; then
   log "outboxx is not built ($PEERS_DIR/outboxx/zig-out/bin/outboxx; bench/peers/build.sh): skipped"

@@ -36,16 +36,14 @@ TIMED="${TIMED:-1}"
 SYSTEM="${SYSTEM:-outbox-relay}"
 CALLGRIND="${CALLGRIND:-1}"
 OUT="${OUT:-target/profile-catchup/$(date -u +%Y%m%dT%H%M%SZ)}"
-TARGET="${CARGO_TARGET_DIR:-target}"
 log() { printf '[profile-catchup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 log "building outbox-relay and bench (release)"
-cargo build --release --locked -q -p outbox-relay -p bench
-BENCH="$TARGET/release/bench"
-RELAY="${RELAY:-$TARGET/release/outbox-relay}"
-git rev-parse --short HEAD >"$OUT/rev"
+# shellcheck source=bench/release.sh
+. bench/release.sh
+bench_release_build "$OUT"
 git status --porcelain -- crates bench >"$OUT/dirty"
 
 drain() { # $1 = name of the JSON output, then extra args of `bench drain`
