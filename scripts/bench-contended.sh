@@ -16,7 +16,9 @@
 #   SYSTEMS (pg_recvlogical outbox-relay outboxx; outboxx is skipped when bench/peers/build.sh has
 #   not built it); SHAPES ("200000x1000 100000x1": events x rows per transaction); PAYLOAD (200);
 #   HOG ("stress-ng --cpu 1"); RELAY: the outbox-relay binary (default: the release build);
-#   OUT (target/bench-results/contended-<time>): every drain's JSON and summary.md.
+#   OUT (target/bench-results/contended-<time>): every drain's JSON and summary.md;
+#   BROKER_PID: the local broker's process, whose CPU per event the summary adds (default: read
+#   from $STACK_DIR/kafka-<port>/kafka.pid, STACK_DIR defaulting to the bench stack's).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=infra/common.sh
@@ -49,8 +51,18 @@ if [[ " $SYSTEMS " == *" outboxx "* ]] && [ ! -x "$PEERS_DIR/outboxx/zig-out/bin
   systems=("${systems[@]/outboxx/}")
 fi
 
+BROKER_PID="${BROKER_PID:-$(cat "${STACK_DIR:-$PWD/.stack-bench}/kafka-${KAFKA##*:}/kafka.pid" 2>/dev/null || true)}"
+broker_args=()
+[ -z "$BROKER_PID" ] || broker_args=(--broker-pid "$BROKER_PID")
+[ -n "$BROKER_PID" ] || log "the broker's pid is not known (BROKER_PID): its CPU is left out"
+
 hog_pid=""
-stop_hog() { [ -z "$hog_pid" ] || { kill -- "-$hog_pid" 2>/dev/null || kill "$hog_pid" 2>/dev/null || true; wait "$hog_pid" 2>/dev/null || true; hog_pid=""; }; }
+stop_hog() { [ -z "$hog_pid" ] || { kill -- "-$hog_pid" 2>/dev/null || kill "$hog_pid" 2>/dev/null || true; wait "$hog_pid" 2>/dev/null || true; BROKER_PID="${BROKER_PID:-$(cat "${STACK_DIR:-$PWD/.stack-bench}/kafka-${KAFKA##*:}/kafka.pid" 2>/dev/null || true)}"
+broker_args=()
+[ -z "$BROKER_PID" ] || broker_args=(--broker-pid "$BROKER_PID")
+[ -n "$BROKER_PID" ] || log "the broker's pid is not known (BROKER_PID): its CPU is left out"
+
+hog_pid=""; }; }
 trap stop_hog EXIT
 
 for round in $(seq 1 "$ROUNDS"); do
@@ -69,7 +81,7 @@ for round in $(seq 1 "$ROUNDS"); do
         log "round $round/$ROUNDS, $mode: $system, $events events in $rows-row transactions"
         "$BENCH" drain --pg-port "$PGPORT" --brokers "$KAFKA" --db contended --relay-bin "$RELAY" \
           --work "$OUT/work" --events "$events" --txn-rows "$rows" --payload "$PAYLOAD" \
-          --system "$system" >"$OUT/$name.json"
+          --system "$system" "${broker_args[@]}" >"$OUT/$name.json"
       done
     done
     stop_hog
@@ -89,11 +101,22 @@ def figures(key):
     ds = runs.get(key, [])
     rates = [d["events"] / d["seconds"] for d in ds]
     return rates, med(rates), med([d["relay_us_per_event"] for d in ds]), med([d["walsender_us_per_event"] for d in ds])
+def extras(key):
+    # The broker's CPU per event, the walsender's waits and preemptions per 1,000 events, and
+    # the cores the three took together (events/s x their CPU per event): under a hog that is
+    # what is left of the machine, and the drain is it divided by their CPU per event.
+    ds = runs.get(key, [])
+    broker = [d.get("broker_us_per_event") for d in ds]
+    broker = med([b for b in broker if b is not None]) if any(b is not None for b in broker) else float("nan")
+    waits = med([d.get("walsender_waits", float("nan")) * 1000 / d["events"] for d in ds])
+    pre = med([d.get("walsender_preempted", float("nan")) * 1000 / d["events"] for d in ds])
+    cores = med([d["events"] / d["seconds"] * (d["relay_us_per_event"] + d["walsender_us_per_event"] + (d.get("broker_us_per_event") or 0)) / 1e6 for d in ds])
+    return broker, waits, pre, cores
 shapes = sorted({k[0] for k in runs}, key=lambda s: -int(s.split("x")[1]))
 systems = sorted({k[2] for k in runs}, key=lambda s: (s != "pg_recvlogical", s))
 print(f"Contended drains ({hog} in the hog rows), medians of {max(len(v) for v in runs.values())} rounds; build {open(os.path.join(out, 'rev')).read().strip()}\n")
-print("| shape | mode | system | events/s (each round) | median | / pg_recvlogical | process CPU µs/event | walsender µs/event |")
-print("|---|---|---|---|---:|---:|---:|---:|")
+print("| shape | mode | system | events/s (each round) | median | / pg_recvlogical | process CPU µs/event | walsender µs/event | broker µs/event | walsender waits / preempted per 1k events | cores of the three |")
+print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
 for shape in shapes:
     events, rows = shape.split("x")
     for mode in ("quiet", "hog"):
@@ -102,7 +125,8 @@ for shape in shapes:
             rates, rate, cpu, ws = figures((shape, mode, system))
             if not rates:
                 continue
-            print(f"| {int(events):,} in {rows}-row txns | {mode} | {system} | {' / '.join(f'{r:,.0f}' for r in rates)} | {rate:,.0f} | {rate / floor:.2f} | {cpu:.2f} | {ws:.2f} |")
+            broker, waits, pre, cores = extras((shape, mode, system))
+            print(f"| {int(events):,} in {rows}-row txns | {mode} | {system} | {' / '.join(f'{r:,.0f}' for r in rates)} | {rate:,.0f} | {rate / floor:.2f} | {cpu:.2f} | {ws:.2f} | {broker:.2f} | {waits:.1f} / {pre:.0f} | {cores:.2f} |")
 print("\nFalls from quiet to contended (issue 46: both within 1.5x):\n")
 print("| shape | system | drain ratio quiet / hog | CPU per event hog / quiet |")
 print("|---|---|---:|---:|")

@@ -54,6 +54,11 @@ pub struct DrainArgs {
     /// /dev/null, up to the backlog's end LSN).
     #[arg(long, default_value = "outbox-relay")]
     system: String,
+    /// The broker's process (a local broker, e.g. `$STACK_DIR/kafka-<port>/kafka.pid`): its CPU
+    /// over the same window, per event. On a machine this small the broker competes with the
+    /// walsender and the system for the same cores.
+    #[arg(long)]
+    broker_pid: Option<i32>,
 }
 
 /// What one drain measured. CPU is user + system from `/proc/<pid>/stat`, from the process's
@@ -70,6 +75,12 @@ struct Drained {
     /// Of `relay_cpu_s`, in the kernel (system time: socket reads and writes, wake-ups).
     relay_system_s: f64,
     walsender_cpu_s: f64,
+    /// The walsender's voluntary context switches (waits on its socket or latch: a client that
+    /// reads behind it, or nothing to send) and involuntary ones (preempted), over the drain.
+    walsender_waits: u64,
+    walsender_preempted: u64,
+    /// The broker's CPU per event over the same window (with `--broker-pid`).
+    broker_us_per_event: Option<f64>,
     /// The relay's threads: (name, user s, system s, context switches), busiest first.
     relay_threads: Vec<(String, f64, f64, u64)>,
     relay_us_per_event: f64,
@@ -205,6 +216,7 @@ async fn drain(
     let eo = EndOffsets::new(&a.brokers, topic)?;
     let loadavg_before = loadavg();
     let machine0 = procstat::machine_cpu_seconds();
+    let broker0 = a.broker_pid.and_then(procstat::cpu_seconds);
     let t0 = Instant::now();
     let floor = system == System::RecvLogical;
     let running = env.start(system, prefix, Some(slot), floor.then_some(endpos.as_str()))?;
@@ -215,8 +227,10 @@ async fn drain(
         // pg_recvlogical exits at the end LSN and its walsender with it: its CPU is the last
         // reading before that (up to 10 ms short); the exited client stays readable.
         let mut walsender_last = 0.0;
+        let mut switches_last = (0, 0);
         while floor && running.alive() {
             walsender_last = procstat::cpu_seconds(walsender).unwrap_or(walsender_last);
+            switches_last = procstat::ctxt_switches(walsender).unwrap_or(switches_last);
             anyhow::ensure!(
                 Instant::now() < deadline,
                 "pg_recvlogical still running after {} s",
@@ -242,7 +256,12 @@ async fn drain(
         let relay_cpu_s = user + system;
         let relay_threads = procstat::threads(running.pid);
         let walsender_cpu_s = procstat::cpu_seconds(walsender).unwrap_or(walsender_last);
+        let (walsender_waits, walsender_preempted) =
+            procstat::ctxt_switches(walsender).unwrap_or(switches_last);
         let machine = procstat::machine_cpu_seconds() - machine0;
+        let broker_cpu_s = broker0
+            .zip(a.broker_pid.and_then(procstat::cpu_seconds))
+            .map(|(b0, b1)| b1 - b0);
         // Then until PostgreSQL has the backlog's end confirmed (pg_recvlogical confirmed it
         // before it exited).
         let mut confirmed = floor;
@@ -274,6 +293,9 @@ async fn drain(
             relay_cpu_s,
             relay_system_s: system,
             walsender_cpu_s,
+            walsender_waits,
+            walsender_preempted,
+            broker_us_per_event: broker_cpu_s.map(per_event),
             relay_threads,
             relay_us_per_event: per_event(relay_cpu_s),
             walsender_us_per_event: per_event(walsender_cpu_s),

@@ -102,6 +102,15 @@ fn status_kb(pid: i32, key: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// `(voluntary, involuntary)` context switches of a single-threaded process so far: how often
+/// it slept waiting (a walsender: on its socket or latch) and how often it was preempted.
+pub fn ctxt_switches(pid: i32) -> Option<(u64, u64)> {
+    Some((
+        status_kb(pid, "voluntary_ctxt_switches:")?,
+        status_kb(pid, "nonvoluntary_ctxt_switches:")?,
+    ))
+}
+
 /// Peak resident set size (VmHWM) in KiB.
 pub fn peak_rss_kb(pid: i32) -> Option<u64> {
     status_kb(pid, "VmHWM:")
