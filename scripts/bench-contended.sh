@@ -17,8 +17,8 @@
 #   not built it); SHAPES ("200000x1000 100000x1": events x rows per transaction); PAYLOAD (200);
 #   HOG ("stress-ng --cpu 1"); RELAY: the outbox-relay binary (default: the release build);
 #   OUT (target/bench-results/contended-<time>): every drain's JSON and summary.md;
-#   BROKER_PID: the local broker's process, whose CPU per event the summary adds (default: read
-#   from $STACK_DIR/kafka-<port>/kafka.pid, STACK_DIR defaulting to the bench stack's).
+#   BROKER_PID: the local broker's process, whose CPU per event the summary adds (default: the
+#   process listening on KAFKA's port, from `ss`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=infra/common.sh
@@ -51,18 +51,14 @@ if [[ " $SYSTEMS " == *" outboxx "* ]] && [ ! -x "$PEERS_DIR/outboxx/zig-out/bin
   systems=("${systems[@]/outboxx/}")
 fi
 
-BROKER_PID="${BROKER_PID:-$(cat "${STACK_DIR:-$PWD/.stack-bench}/kafka-${KAFKA##*:}/kafka.pid" 2>/dev/null || true)}"
+# The process listening on the broker's port (a local broker).
+BROKER_PID="${BROKER_PID:-$(ss -Hltnp "sport = :${KAFKA##*:}" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2 || true)}"
 broker_args=()
 [ -z "$BROKER_PID" ] || broker_args=(--broker-pid "$BROKER_PID")
 [ -n "$BROKER_PID" ] || log "the broker's pid is not known (BROKER_PID): its CPU is left out"
 
 hog_pid=""
-stop_hog() { [ -z "$hog_pid" ] || { kill -- "-$hog_pid" 2>/dev/null || kill "$hog_pid" 2>/dev/null || true; wait "$hog_pid" 2>/dev/null || true; BROKER_PID="${BROKER_PID:-$(cat "${STACK_DIR:-$PWD/.stack-bench}/kafka-${KAFKA##*:}/kafka.pid" 2>/dev/null || true)}"
-broker_args=()
-[ -z "$BROKER_PID" ] || broker_args=(--broker-pid "$BROKER_PID")
-[ -n "$BROKER_PID" ] || log "the broker's pid is not known (BROKER_PID): its CPU is left out"
-
-hog_pid=""; }; }
+stop_hog() { [ -z "$hog_pid" ] || { kill -- "-$hog_pid" 2>/dev/null || kill "$hog_pid" 2>/dev/null || true; wait "$hog_pid" 2>/dev/null || true; hog_pid=""; }; }
 trap stop_hog EXIT
 
 for round in $(seq 1 "$ROUNDS"); do
