@@ -17,6 +17,8 @@
 #   not built it); SHAPES ("200000x1000 100000x1": events x rows per transaction); PAYLOAD (200);
 #   HOG ("stress-ng --cpu 1"); RELAY: the outbox-relay binary (default: the release build);
 #   OUT (target/bench-results/contended-<time>): every drain's JSON and summary.md;
+#   BENCH_PG_HOST: the server's socket directory, to stream outbox-relay and pg_recvlogical over
+#   a Unix-domain socket instead of TCP on 127.0.0.1 (outboxx stays on TCP);
 #   BROKER_PID: the local broker's process, whose CPU per event the summary adds (default: the
 #   process listening on KAFKA's port, from `ss`).
 set -euo pipefail
@@ -84,9 +86,9 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-python3 - "$OUT" "$HOG" <<'PY' | tee "$OUT/summary.md"
+python3 - "$OUT" "$HOG" "${BENCH_PG_HOST:-127.0.0.1}" <<'PY' | tee "$OUT/summary.md"
 import glob, json, os, statistics, sys
-out, hog = sys.argv[1], sys.argv[2]
+out, hog, pg_host = sys.argv[1], sys.argv[2], sys.argv[3]
 runs = {}
 for f in glob.glob(os.path.join(out, "*.json")):
     system, shape, mode, _ = os.path.basename(f)[:-5].rsplit("-", 3)
@@ -110,7 +112,8 @@ def extras(key):
     return broker, waits, pre, cores
 shapes = sorted({k[0] for k in runs}, key=lambda s: -int(s.split("x")[1]))
 systems = sorted({k[2] for k in runs}, key=lambda s: (s != "pg_recvlogical", s))
-print(f"Contended drains ({hog} in the hog rows), medians of {max(len(v) for v in runs.values())} rounds; build {open(os.path.join(out, 'rev')).read().strip()}\n")
+transport = "TCP on 127.0.0.1" if not pg_host.startswith("/") else f"outbox-relay and pg_recvlogical over the Unix socket in {pg_host}"
+print(f"Contended drains ({hog} in the hog rows), medians of {max(len(v) for v in runs.values())} rounds; build {open(os.path.join(out, 'rev')).read().strip()}; PostgreSQL: {transport}\n")
 print("| shape | mode | system | events/s (each round) | median | / pg_recvlogical | process CPU µs/event | walsender µs/event | broker µs/event | walsender waits / preempted per 1k events | cores of the three |")
 print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
 for shape in shapes:

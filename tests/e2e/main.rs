@@ -52,4 +52,5 @@ mod standby;
 mod status_watch;
 mod stop;
 mod tls;
+mod unix_socket;
 mod versions;

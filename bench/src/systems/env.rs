@@ -71,9 +71,11 @@ impl Env {
         let path = self.work.join(format!("{prefix}-relay.toml"));
         let (publ, db) = (&self.relay_publication, &self.database);
         let base = format!(
-            "[postgres]\nhost = \"127.0.0.1\"\nport = {}\nuser = \"postgres\"\ndatabase = \"{db}\"\n\
+            "[postgres]\nhost = \"{}\"\nport = {}\nuser = \"postgres\"\ndatabase = \"{db}\"\n\
              slot = \"{slot}\"\npublication = \"{publ}\"\n\n[kafka]\nbrokers = \"{}\"\n",
-            self.pg_port, self.brokers
+            super::pg_host(),
+            self.pg_port,
+            self.brokers
         );
         let outboxes: String = crate::pg::outbox_tables(self.outbox_tables.max(1))
             .iter()

@@ -223,3 +223,10 @@ impl System {
         format!("b{stamp}-{n}-{}", self.short())
     }
 }
+
+/// Where outbox-relay and pg_recvlogical reach PostgreSQL: `127.0.0.1` (TCP), or with
+/// `BENCH_PG_HOST` set to the server's socket directory, a Unix-domain socket (what the
+/// transport costs the walsender; outboxx and the other systems stay on TCP).
+pub(crate) fn pg_host() -> String {
+    std::env::var("BENCH_PG_HOST").unwrap_or_else(|_| "127.0.0.1".into())
+}

@@ -30,9 +30,7 @@ impl Env {
         stderr: std::fs::File,
     ) -> Result<Child> {
         let mut cmd = Command::new("/usr/lib/postgresql/15/bin/pg_recvlogical");
-        // BENCH_RECVLOGICAL_HOST: a socket directory to stream over a Unix-domain socket
-        // instead of TCP (what the transport costs the walsender).
-        let host = std::env::var("BENCH_RECVLOGICAL_HOST").unwrap_or_else(|_| "127.0.0.1".into());
+        let host = super::pg_host();
         cmd.args([
             "-h",
             &host,

@@ -148,6 +148,19 @@ mod tests {
     fn tls_and_password_combinations_are_checked() {
         let e = load("[postgres]\nsslmode = \"verify-full\"\n", &[]).unwrap_err();
         assert!(e.to_string().contains("postgres.sslrootcert"), "{e}");
+        // A socket directory: a Unix-domain socket, which carries no TLS.
+        let e = load(
+            "[postgres]\nhost = \"/var/run/postgresql\"\nsslmode = \"verify-full\"\n\
+             sslrootcert = \"ca.pem\"\n",
+            &[],
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("postgres.sslmode") && e.to_string().contains("no TLS"),
+            "{e}"
+        );
+        let c = load("[postgres]\nhost = \"/var/run/postgresql\"\n", &[]).unwrap();
+        assert!(c.postgres.is_unix_socket());
         let c = load(
             "[postgres]\nsslmode = \"verify-full\"\nsslrootcert = \"ca.pem\"\n",
             &[],

@@ -178,7 +178,7 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
                 quiet_commit_at: None,
                 since_quiet: 0,
                 trickle: super::trickle::Trickle::default(),
-                reader: crate::postgres::reader_thread::PaceVote::default(),
+                reader: crate::postgres::reader_thread::PaceVote::for_host(&cfg.postgres.host),
                 paused: None,
                 last_checkpoint: None,
             },

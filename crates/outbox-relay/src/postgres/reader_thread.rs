@@ -43,9 +43,20 @@ const THREAD: &str = "replication";
 /// `linger.ms` (20 ms by default), so the millisecond does not show in its latency.
 pub(crate) const PACE: Duration = Duration::from_millis(1);
 
-/// Whether the readers' thread runs in turns: how many sources' streams are busy.
+/// The turn while a busy stream comes over a Unix-domain socket (`postgres.host` a socket
+/// directory). Such a socket holds what the walsender's send buffer allows (`wmem_default`,
+/// ~208 KiB) counted with each message's kernel overhead, ~1.4 KiB for a 200-byte event: about
+/// 150 events, less than a millisecond of a catch-up, so at [`PACE`] the walsender waits for
+/// every turn (5-11 waits per 1,000 events, drains at 100k and 51k events/s against 118k and
+/// 69k at this turn; bench/notebook.md, 2026-12-07). TCP's window grows instead, and there the
+/// shorter turn only costs wake-ups.
+pub(crate) const PACE_UNIX: Duration = Duration::from_micros(250);
+
+/// Whether the readers' thread runs in turns: how many sources' streams are busy, and how many
+/// of those come over a Unix-domain socket (the turn is then [`PACE_UNIX`]).
 pub(crate) struct Pacing {
     busy: AtomicUsize,
+    busy_unix: AtomicUsize,
     /// Wakes the thread out of its unpaced wait when the first stream turns busy.
     turned_busy: Notify,
     /// Paced turns taken (for the tests).
@@ -59,12 +70,20 @@ impl Pacing {
     const fn new() -> Self {
         Self {
             busy: AtomicUsize::new(0),
+            busy_unix: AtomicUsize::new(0),
             turned_busy: Notify::const_new(),
             turns: AtomicU64::new(0),
         }
     }
 
-    fn vote(&self, busy: bool) {
+    fn vote(&self, busy: bool, unix: bool) {
+        if unix {
+            if busy {
+                self.busy_unix.fetch_add(1, Ordering::AcqRel);
+            } else {
+                self.busy_unix.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
         if busy {
             if self.busy.fetch_add(1, Ordering::AcqRel) == 0 {
                 self.turned_busy.notify_one();
@@ -76,6 +95,15 @@ impl Pacing {
 
     fn paced(&self) -> bool {
         self.busy.load(Ordering::Acquire) > 0
+    }
+
+    /// The length of a turn: the shorter one while any busy stream is on a Unix socket.
+    fn turn(&self) -> Duration {
+        if self.busy_unix.load(Ordering::Acquire) > 0 {
+            PACE_UNIX
+        } else {
+            PACE
+        }
     }
 
     /// Until some stream is busy (the thread's wait while none is: every task runs as it
@@ -90,12 +118,12 @@ impl Pacing {
         }
     }
 
-    /// Drives `rt` for ever: unpaced while no stream is busy, in turns of [`PACE`] while one
-    /// is.
+    /// Drives `rt` for ever: unpaced while no stream is busy, in turns of [`PACE`] (or
+    /// [`PACE_UNIX`]) while one is.
     fn drive(&self, rt: &Runtime) -> ! {
         loop {
             if self.paced() {
-                std::thread::sleep(PACE);
+                std::thread::sleep(self.turn());
                 self.turns.fetch_add(1, Ordering::Relaxed);
                 // One turn: the first yield lets the runtime run what was woken from other
                 // threads and then poll its sockets and timers (without waiting); the second
@@ -116,14 +144,24 @@ impl Pacing {
 #[derive(Debug, Default)]
 pub(crate) struct PaceVote {
     busy: bool,
+    /// The stream comes over a Unix-domain socket.
+    unix: bool,
 }
 
 impl PaceVote {
+    /// The vote of a stream from `host` (a socket directory when it starts with `/`).
+    pub(crate) fn for_host(host: &str) -> Self {
+        Self {
+            busy: false,
+            unix: host.starts_with('/'),
+        }
+    }
+
     /// The stream is busy (or a trickle again).
     pub(crate) fn set(&mut self, busy: bool) {
         if busy != self.busy {
             self.busy = busy;
-            PACING.vote(busy);
+            PACING.vote(busy, self.unix);
         }
     }
 }
@@ -225,9 +263,9 @@ mod tests {
         assert_eq!(pacing.turns.load(Ordering::Relaxed), 0, "unpaced: no turns");
 
         // Two sources busy, one turns back: still paced.
-        pacing.vote(true);
-        pacing.vote(true);
-        pacing.vote(false);
+        pacing.vote(true, false);
+        pacing.vote(true, false);
+        pacing.vote(false, false);
         let reader = {
             let (tx, rx) = std::sync::mpsc::channel();
             h.spawn(async move {
@@ -248,7 +286,7 @@ mod tests {
         );
 
         // The last busy source is a trickle again: the thread waits unpaced.
-        pacing.vote(false);
+        pacing.vote(false, false);
         std::thread::sleep(10 * PACE);
         let settled = pacing.turns.load(Ordering::Relaxed);
         std::thread::sleep(20 * PACE);
@@ -265,5 +303,28 @@ mod tests {
         });
         assert_eq!(echoed, b'x');
         assert_eq!(pacing.turns.load(Ordering::Relaxed), settled);
+    }
+
+    /// The turn is the Unix socket's while any busy stream comes over one, TCP's otherwise; a
+    /// trickle on a Unix socket does not shorten it.
+    #[test]
+    fn the_turn_is_the_unix_socket_s_while_a_busy_stream_comes_over_one() {
+        let pacing = Pacing::new();
+        assert_eq!(pacing.turn(), PACE);
+        pacing.vote(true, false);
+        assert_eq!(pacing.turn(), PACE, "a busy TCP stream");
+        pacing.vote(true, true);
+        assert_eq!(pacing.turn(), PACE_UNIX, "and a busy Unix-socket stream");
+        pacing.vote(false, true);
+        assert_eq!(
+            pacing.turn(),
+            PACE,
+            "the Unix-socket stream is a trickle again"
+        );
+        assert!(pacing.paced(), "the TCP stream is still busy");
+        pacing.vote(false, false);
+        assert!(!pacing.paced());
+        assert!(PaceVote::for_host("/var/run/postgresql").unix);
+        assert!(!PaceVote::for_host("db.internal").unix);
     }
 }

@@ -23,8 +23,9 @@ use crate::config::{
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PgConnection {
-    /// Host name or IP address of the server. Default `127.0.0.1`. (The relay's may be the
-    /// primary or a standby, PostgreSQL 16+, docs/platforms.md.)
+    /// Host name or IP address of the server, or its socket directory (starting with `/`) for a
+    /// Unix-domain socket. Default `127.0.0.1`. (The relay's may be the primary or a standby,
+    /// PostgreSQL 16+, docs/platforms.md.)
     #[serde(default = "default_host")]
     pub host: String,
     /// Port. Default 5432.
@@ -175,7 +176,24 @@ impl PgConnection {
                 "set postgres.password or postgres.password_file, not both",
             ));
         }
+        if self.sslmode == PgSslMode::VerifyFull && self.is_unix_socket() {
+            return Err(InvalidOption::new(
+                "postgres.sslmode",
+                format!(
+                    "postgres.host = {:?} is a socket directory, and a Unix-domain socket carries \
+                     no TLS: set postgres.sslmode = \"disable\", or give the server's name for \
+                     verify-full over TCP",
+                    self.host
+                ),
+            ));
+        }
         Ok(())
+    }
+
+    /// Whether `host` is a socket directory (it starts with `/`, as libpq reads it): the
+    /// connections go over the Unix-domain socket `<host>/.s.PGSQL.<port>`, not TCP.
+    pub fn is_unix_socket(&self) -> bool {
+        self.host.starts_with('/')
     }
 
     /// Opens a SQL connection to `host:port` (this section's, or another server reached with
