@@ -9,32 +9,9 @@ use crate::support::{TestDb, check, kafka, relay::Relay, writer};
 async fn concurrent_writers_with_rollbacks_and_savepoints_arrive_complete_and_in_commit_order() {
     let db = TestDb::new("concurrent").await;
     let mut relay = Relay::streaming(&db.name, &db.relay_config(&db.outbox_section())).await;
-
-    let stats = writer::run_writers(&db.conninfo(), 4, 60, 20).await;
-    assert!(
-        stats.rolled_back_txns > 0 && stats.rolled_back_savepoints > 0,
-        "workload must roll back"
-    );
-
-    let got = kafka::consume(
-        vec![db.topic("order")],
-        Duration::from_secs(90),
-        stats.written.len(),
-    )
-    .await;
-    let f = check::check("concurrent_writers", |t| db.topic(t), &stats.written, &got);
-    check::assert_absent(&stats.discarded, &got);
-    f.assert_exactly_once("");
-
-    // Everything acknowledged, the slot catches up with the end of WAL.
-    let end = db.current_wal_lsn().await;
-    db.wait_confirmed(end, Duration::from_secs(30)).await;
-    let status = relay.terminate(Duration::from_secs(30));
-    assert!(
-        status.success(),
-        "graceful stop must exit 0, got {status}; log:\n{}",
-        relay.log_text()
-    );
+    relay
+        .delivers_concurrent_writers_once(&db, "concurrent_writers")
+        .await;
     db.cleanup().await;
 }
 

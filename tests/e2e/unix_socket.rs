@@ -2,9 +2,7 @@
 //! Unix-domain socket (a relay on the database's own host), and nothing else changes: every
 //! committed event arrives once, in commit order, and the slot is confirmed to the end of WAL.
 
-use std::time::Duration;
-
-use crate::support::{TestDb, check, kafka, relay::Relay, writer};
+use crate::support::{TestDb, relay::Relay};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_on_the_socket_directory_streams_over_the_unix_socket() {
@@ -40,24 +38,8 @@ async fn a_relay_on_the_socket_directory_streams_over_the_unix_socket() {
         "the replication connection is not on the Unix socket"
     );
 
-    let stats = writer::run_writers(&db.conninfo(), 4, 60, 20).await;
-    let got = kafka::consume(
-        vec![db.topic("order")],
-        Duration::from_secs(90),
-        stats.written.len(),
-    )
-    .await;
-    let f = check::check("unix_socket", |t| db.topic(t), &stats.written, &got);
-    check::assert_absent(&stats.discarded, &got);
-    f.assert_exactly_once("");
-
-    let end = db.current_wal_lsn().await;
-    db.wait_confirmed(end, Duration::from_secs(30)).await;
-    let status = relay.terminate(Duration::from_secs(30));
-    assert!(
-        status.success(),
-        "graceful stop must exit 0, got {status}; log:\n{}",
-        relay.log_text()
-    );
+    relay
+        .delivers_concurrent_writers_once(&db, "unix_socket")
+        .await;
     db.cleanup().await;
 }

@@ -202,3 +202,36 @@ impl Drop for Relay {
         }
     }
 }
+
+impl Relay {
+    /// Four writers (rollbacks and savepoints among their transactions) while this relay
+    /// streams `db`: every committed event arrives once in commit order, nothing rolled back
+    /// arrives, the slot is confirmed to the end of WAL and a SIGTERM stops the relay with
+    /// exit 0. `test` names the figures' line.
+    pub async fn delivers_concurrent_writers_once(&mut self, db: &super::TestDb, test: &str) {
+        use super::{check, kafka, writer};
+        let stats = writer::run_writers(&db.conninfo(), 4, 60, 20).await;
+        assert!(
+            stats.rolled_back_txns > 0 && stats.rolled_back_savepoints > 0,
+            "workload must roll back"
+        );
+        let got = kafka::consume(
+            vec![db.topic("order")],
+            Duration::from_secs(90),
+            stats.written.len(),
+        )
+        .await;
+        let f = check::check(test, |t| db.topic(t), &stats.written, &got);
+        check::assert_absent(&stats.discarded, &got);
+        f.assert_exactly_once("");
+
+        let end = db.current_wal_lsn().await;
+        db.wait_confirmed(end, Duration::from_secs(30)).await;
+        let status = self.terminate(Duration::from_secs(30));
+        assert!(
+            status.success(),
+            "graceful stop must exit 0, got {status}; log:\n{}",
+            self.log_text()
+        );
+    }
+}
