@@ -178,7 +178,9 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
                 quiet_commit_at: None,
                 since_quiet: 0,
                 trickle: super::trickle::Trickle::default(),
-                reader: crate::postgres::reader_thread::PaceVote::for_host(&cfg.postgres.host),
+                reader: crate::postgres::reader_thread::PaceVote::new(
+                    cfg.postgres.is_unix_socket(),
+                ),
                 paused: None,
                 last_checkpoint: None,
             },
