@@ -7,7 +7,7 @@ if [ "$(id -u)" != 0 ]; then
   if command -v sudo >/dev/null; then SUDO=(sudo); fi
 fi
 
-installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed'; }
+installed() { [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed"* ]]; }
 
 APT_UPDATED=0
 apt_update() {

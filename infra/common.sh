@@ -82,7 +82,7 @@ e2e_logged() {
   set -e
   if [ "$rc" != 0 ]; then
     echo "$header"
-    grep -A8 "panicked at" "$log" | cut -c1-400 | head -150 || true
+    grep -A8 "panicked at" "$log" | cut -c1-400 | sed -n 1,150p || true
   fi
   return "$rc"
 }
@@ -95,5 +95,5 @@ slowest_tests() {
   [ -f target/test-times.log ] || return 0
   mv target/test-times.log "$kept"
   echo "== the slowest tests of this pass ($kept: seconds, test, its waits of 15 s or more)"
-  sort -rn "$kept" | head -8 | cut -c1-400
+  sort -rn "$kept" | sed -n 1,8p | cut -c1-400
 }

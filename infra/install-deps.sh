@@ -26,8 +26,8 @@ LOG_TAG=deps
 # shellcheck source=apt.sh
 . "$INFRA_DIR/apt.sh"
 
-java_major() { java -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | head -n1; }
-javac_major() { javac -version 2>&1 | sed -n 's/^javac \([0-9]*\).*/\1/p' | head -n1; }
+java_major() { java -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | sed -n 1p; }
+javac_major() { javac -version 2>&1 | sed -n 's/^javac \([0-9]*\).*/\1/p' | sed -n 1p; }
 
 # 1. Debian packages (checked with dpkg-query; apt-get update only when something is missing).
 # Note: installing postgresql-15 also creates+starts Debian's default cluster 15/main on port 5432; the stack
@@ -50,7 +50,7 @@ fi
 if ! command -v cargo >/dev/null && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
   if ! command -v rustup >/dev/null; then
     apt_update
-    if apt-cache policy rustup 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+    if [[ "$(apt-cache policy rustup 2>/dev/null || true)" =~ Candidate:\ [0-9] ]]; then
       apt_install rustup
     else
       die "cargo not found and no Debian 'rustup' package here (bookworm has none; Debian's own cargo is too old for edition 2024). Install rustup from https://rustup.rs, then re-run."
@@ -109,7 +109,7 @@ fetch_pg() {
   mvn -B -q -Dstyle.color=never -f "$INFRA_DIR/pg/pom.xml" -Dpg.version="$ver" -Dpg.jar.dir="$dir.jar" \
     -Dpg.arch="$arch" dependency:copy-dependencies >"$STACK_DIR/mvn-pg$major.out" 2>&1 \
     || { cat "$STACK_DIR/mvn-pg$major.out" >&2; die "Maven download of the PostgreSQL $major binaries failed"; }
-  jar="$(find "$dir.jar" -name "embedded-postgres-binaries-linux-*-$ver.jar" | head -n1)"
+  jar="$(find "$dir.jar" -name "embedded-postgres-binaries-linux-*-$ver.jar" -print -quit)"
   [ -n "$jar" ] || die "Maven finished but the PostgreSQL $ver jar is missing in $dir.jar"
   # the jar holds one postgres-linux-*.txz: unpack it with python's zipfile (no unzip needed)
   python3 - "$jar" "$dir.new" <<'PY'

@@ -54,7 +54,7 @@ if [[ " $SYSTEMS " == *" outboxx "* ]] && [ ! -x "$PEERS_DIR/outboxx/zig-out/bin
 fi
 
 # The process listening on the broker's port (a local broker).
-BROKER_PID="${BROKER_PID:-$(ss -Hltnp "sport = :${KAFKA##*:}" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2 || true)}"
+BROKER_PID="${BROKER_PID:-$(ss -Hltnp "sport = :${KAFKA##*:}" 2>/dev/null | grep -o 'pid=[0-9]*' | sed -n 1p | cut -d= -f2 || true)}"
 broker_args=()
 [ -z "$BROKER_PID" ] || broker_args=(--broker-pid "$BROKER_PID")
 [ -n "$BROKER_PID" ] || log "the broker's pid is not known (BROKER_PID): its CPU is left out"

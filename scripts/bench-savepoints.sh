@@ -22,8 +22,8 @@ for mode in plain savepoints; do
   reader=$!
   pgbench -n -d savepoints -c 1 -T "$SECS" -f "$dir/$mode.sql" >"$dir/writer-$mode.out" 2>&1
   wait "$reader"
-  w=$(grep -oP 'tps = \K[0-9.]+' "$dir/writer-$mode.out" | head -1)
-  r=$(grep -oP 'tps = \K[0-9.]+' "$dir/reader-$mode.out" | head -1)
+  w=$(grep -oP 'tps = \K[0-9.]+' "$dir/writer-$mode.out" | sed -n 1p)
+  r=$(grep -oP 'tps = \K[0-9.]+' "$dir/reader-$mode.out" | sed -n 1p)
   echo "$mode: writer $w transactions/s ($(awk "BEGIN{printf \"%.0f\", $w*100}") records/s), readers $r scans/s"
   psql -q -d savepoints -c "TRUNCATE t"
 done

@@ -37,7 +37,7 @@ OUT="${OUT:-$REPO_DIR/target/bench-results/sources}"
 # Walsenders and slots for the largest step (and the idle phase's two modes' leftovers).
 MOST=$(printf '%s\n' "$N" ${LADDER//,/ } | sort -n | tail -1)
 export PG_EXTRA_OPTS="${PG_EXTRA_OPTS:-} -c max_wal_senders=$((MOST + 20)) -c max_replication_slots=$((MOST + 20)) -c max_connections=$((MOST * 4 + 100))"
-PSQL="$(ls /usr/lib/postgresql/*/bin/psql | head -1)"
+PSQL="$(ls /usr/lib/postgresql/*/bin/psql | sed -n 1p)"
 log() { printf '[bench-sources %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 sql() { "$PSQL" -qAtX -h 127.0.0.1 -p "$PGPORT" -U postgres -d "${2:-postgres}" -c "$1"; }
 

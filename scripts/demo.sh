@@ -19,7 +19,7 @@ cargo build --locked --bin outbox-relay
 BIN=target/debug/outbox-relay
 
 echo "== database demo with the outbox table (migrations/)"
-psql -X -q "$PG dbname=postgres" -tc "SELECT 1 FROM pg_database WHERE datname = 'demo'" | grep -q 1 \
+[ "$(psql -X -q "$PG dbname=postgres" -tAc "SELECT 1 FROM pg_database WHERE datname = 'demo'")" = 1 ] \
   || psql -X -q "$PG dbname=postgres" -c "CREATE DATABASE demo"
 psql -X -q -v ON_ERROR_STOP=1 "$PG dbname=demo" -f migrations/0001_outbox.sql
 psql -X -q -v ON_ERROR_STOP=1 "$PG dbname=demo" -c "CREATE TABLE IF NOT EXISTS orders (id text PRIMARY KEY, total numeric NOT NULL)"

@@ -63,7 +63,7 @@ if [ "$CALLGRIND" = 1 ]; then
   log "drain under callgrind (about 50x slower than native)"
   drain callgrind --wrap "valgrind --tool=callgrind --callgrind-out-file=$OUT/callgrind.out"
   # "summary: <Ir>" (valgrind 3.19); "totals:" in older versions.
-  IR=$(sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$OUT/callgrind.out" | head -1)
+  IR=$(sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$OUT/callgrind.out" | sed -n 1p)
   callgrind_annotate --auto=no --inclusive=yes "$OUT/callgrind.out" >"$OUT/inclusive.txt" 2>/dev/null
   callgrind_annotate --auto=no "$OUT/callgrind.out" >"$OUT/exclusive.txt" 2>/dev/null
   # Who calls what (callers of a function: grep its line with a '*' in caller.txt).

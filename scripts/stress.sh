@@ -200,7 +200,7 @@ for i in "${!tests[@]}"; do
       rm -f "$marker"
       [ "$result" = timeout ] && stop_own_servers "$servers_before" "$keep"
       log "$t run $run/$RUNS seed=$shown_seed $result ${secs} s (exit $rc): output and logs in $keep/"
-      grep -E 'panicked|^failures:|FAILED|test result' "$keep/output.log" | head -n 8 | sed 's/^/    /' >&2 || true
+      grep -E 'panicked|^failures:|FAILED|test result' "$keep/output.log" | sed -n '1,8s/^/    /p' >&2 || true
     fi
   done
   median=$(printf '%s\n' "${durations[@]}" | sort -n |

@@ -15,6 +15,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . infra/common.sh
 use_cargo
 
+echo "== shell scripts: they parse, and no pipe ends in a reader that stops early (SIGPIPE)"
+scripts/check-shell.sh
+
 infra/install-deps.sh
 stack_up
 

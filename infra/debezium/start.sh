@@ -85,11 +85,11 @@ while [ "$(date +%s)" -lt "$deadline" ]; do
   running=0
   for name in "${names[@]}"; do
     st="$(status "$name" || true)"
-    if printf '%s' "$st" | grep -q '"state":"FAILED"'; then
+    if [[ $st == *'"state":"FAILED"'* ]]; then
       log "connector $name FAILED:"; printf '%s\n' "$st" >&2
       kill -TERM "$pid" 2>/dev/null || true; exit 1
     fi
-    if printf '%s' "$st" | grep -q '"tasks":\[{"id":0,"state":"RUNNING"'; then running=$((running + 1)); fi
+    if [[ $st == *'"tasks":[{"id":0,"state":"RUNNING"'* ]]; then running=$((running + 1)); fi
   done
   if [ "$running" = "${#names[@]}" ]; then
     log "connectors ${names[*]} RUNNING (pid $pid, rest $REST_PORT, log $CONNECT_DATA/connect.out)"

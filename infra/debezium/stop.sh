@@ -6,7 +6,7 @@ set -euo pipefail
 PIDFILE="$CONNECT_DATA/connect.pid"
 [ -s "$PIDFILE" ] || { echo "[debezium] not running (no $PIDFILE)" >&2; exit 0; }
 pid="$(cat "$PIDFILE")"
-if ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE 'ConnectStandalone|ConnectDistributed'; then
+if ! [[ "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)" =~ ConnectStandalone|ConnectDistributed ]]; then
   echo "[debezium] pid $pid is not a Connect worker; nothing to stop" >&2; rm -f "$PIDFILE"; exit 0
 fi
 kill -TERM "$pid"

@@ -20,6 +20,6 @@ kafka_pid() {
   pid="$(cat "$PIDFILE" 2>/dev/null)" || return 1
   if [ -z "$pid" ] || ! pid_alive "$pid"; then return 1; fi
   # guard against pid reuse: the command line must be ours
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "kafka.Kafka $CFG" || return 1
+  [[ "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)" == *"kafka.Kafka $CFG"* ]] || return 1
   echo "$pid"
 }
