@@ -16,7 +16,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scripts=()
 while IFS= read -r -d '' f; do scripts+=("$f"); done \
-  < <(find scripts infra .ci -type f \( -name '*.sh' -o -name run -o -name kjava \) -print0 | sort -z)
+  < <(find scripts infra bench .ci -type f -not -path '*/target/*' \( -name '*.sh' -o -name run -o -name kjava \) -print0 | sort -z)
 
 bad=0
 for f in "${scripts[@]}"; do

@@ -87,7 +87,7 @@ build_outboxx() {
   local Z="$PEERS_DIR/venv/bin/python -m ziglang"
   export ZIG_GLOBAL_CACHE_DIR="$PEERS_DIR/zig-global-cache"
   need_debs librdkafka-dev libpq-dev pkg-config || return 1
-  if ! "$PEERS_DIR/venv/bin/python" -m ziglang version 2>/dev/null | grep -qx "$ZIG_VERSION"; then
+  if [ "$("$PEERS_DIR/venv/bin/python" -m ziglang version 2>/dev/null || true)" != "$ZIG_VERSION" ]; then
     log "pip install ziglang==$ZIG_VERSION (venv $PEERS_DIR/venv)"
     { [ -x "$PEERS_DIR/venv/bin/pip" ] || python3 -m venv "$PEERS_DIR/venv"; } \
       && "$PEERS_DIR/venv/bin/pip" install -q "ziglang==$ZIG_VERSION" \
