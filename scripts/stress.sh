@@ -20,8 +20,11 @@
 #   TESTS          space-separated test filters; a filter naming one test exactly runs with --exact,
 #                  any other (a module, e.g. sources::failures) is passed to the test harness as given
 #   SEED           first seed (run i gets SEED+i-1), to replay a loop; default: a random seed per run
+#   SEED_STEP=0    every run gets SEED itself (the same fault schedule each time, e.g. CI's 42)
 #   HOG_CPUS       CPU hog workers (default: the number of cores, nproc); 0 runs without a hog
 #   RUN_TIMEOUT    seconds before a run is killed and counted as failed (default 1800)
+#   STRESS_RELAY_BIN  a relay binary to run instead of building this tree's (e.g. an old commit's
+#                  debug build, to replay a red run against the code it had); the tests are this tree's
 #   RELAY_TEST_LOG the relays' RUST_LOG (default info,outbox_relay::pipeline=debug; the chaos test sets
 #                  its own, the same)
 #   CHAOS_ROUNDS, CHAOS_FAULTS, RELAY_TEST_FENCED, ... are passed through to the tests, and so
@@ -72,9 +75,16 @@ trap cleanup EXIT
 OUT="$REPO_DIR/target/stress"
 rm -rf "$OUT"
 mkdir -p "$OUT"
-log "building outbox-relay and the end-to-end tests"
-cargo build -p outbox-relay --bin outbox-relay --locked
-cp "${CARGO_TARGET_DIR:-target}/debug/outbox-relay" "$OUT/outbox-relay"
+if [ -n "${STRESS_RELAY_BIN:-}" ]; then
+  # Another build's relay (an old commit's, to replay a red run against the code it had).
+  [ -x "$STRESS_RELAY_BIN" ] || die "STRESS_RELAY_BIN=$STRESS_RELAY_BIN is not an executable"
+  log "the relay under test: $STRESS_RELAY_BIN ($("$STRESS_RELAY_BIN" --version 2>&1 || true))"
+  cp "$STRESS_RELAY_BIN" "$OUT/outbox-relay"
+else
+  log "building outbox-relay and the end-to-end tests"
+  cargo build -p outbox-relay --bin outbox-relay --locked
+  cp "${CARGO_TARGET_DIR:-target}/debug/outbox-relay" "$OUT/outbox-relay"
+fi
 RELAY_TEST_BIN="$OUT/outbox-relay"
 export RELAY_TEST_BIN
 # The test binary is copied too and run directly (from tests/, as cargo would): an edit in the
@@ -156,7 +166,9 @@ for i in "${!tests[@]}"; do
   durations=()
   for run in $(seq "$RUNS"); do
     seq_no=$((seq_no + 1))
-    if [ -n "${SEED:-}" ]; then
+    if [ -n "${SEED:-}" ] && [ "${SEED_STEP:-1}" = 0 ]; then
+      seed="$SEED"
+    elif [ -n "${SEED:-}" ]; then
       seed=$((SEED + run - 1))
     else
       seed=$(( (RANDOM << 30) | (RANDOM << 15) | RANDOM ))
