@@ -19,8 +19,9 @@
 #   RUNS           runs per test (default 20)
 #   TESTS          space-separated test filters; a filter naming one test exactly runs with --exact,
 #                  any other (a module, e.g. sources::failures) is passed to the test harness as given
-#   SEED           first seed (run i gets SEED+i-1), to replay a loop; default: a random seed per run
-#   SEED_STEP=0    every run gets SEED itself (the same fault schedule each time, e.g. CI's 42)
+#   SEED           first seed (run i gets SEED+(i-1)*SEED_STEP), to replay a loop; default: a random
+#                  seed per run
+#   SEED_STEP      default 1; 0 gives every run SEED itself (the same fault schedule each time, e.g. CI's 42)
 #   HOG_CPUS       CPU hog workers (default: the number of cores, nproc); 0 runs without a hog
 #   RUN_TIMEOUT    seconds before a run is killed and counted as failed (default 1800)
 #   STRESS_RELAY_BIN  a relay binary to run instead of building this tree's (e.g. an old commit's
@@ -52,6 +53,8 @@ restart::graceful_and_kill9_restarts_mid_stream_lose_nothing
 standby::pg16_relays_from_a_standby_through_kill9_and_promotion
 standby::pg18_relays_from_a_standby_through_kill9_and_promotion"
 RUNS="${RUNS:-20}"
+SEED_STEP="${SEED_STEP:-1}"
+case "$SEED_STEP" in '' | *[!0-9]*) die "SEED_STEP=$SEED_STEP: a number (0 repeats SEED)" ;; esac
 read -r -a tests <<<"$(echo "${TESTS:-$DEFAULT_TESTS}" | tr '\n' ' ')"
 [ "${#tests[@]}" -gt 0 ] || die "TESTS names no test"
 case "$RUNS" in '' | *[!0-9]* | 0) die "RUNS=$RUNS: a positive number" ;; esac
@@ -166,10 +169,8 @@ for i in "${!tests[@]}"; do
   durations=()
   for run in $(seq "$RUNS"); do
     seq_no=$((seq_no + 1))
-    if [ -n "${SEED:-}" ] && [ "${SEED_STEP:-1}" = 0 ]; then
-      seed="$SEED"
-    elif [ -n "${SEED:-}" ]; then
-      seed=$((SEED + run - 1))
+    if [ -n "${SEED:-}" ]; then
+      seed=$((SEED + (run - 1) * SEED_STEP))
     else
       seed=$(( (RANDOM << 30) | (RANDOM << 15) | RANDOM ))
     fi
