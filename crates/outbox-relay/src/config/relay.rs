@@ -57,6 +57,15 @@ pub struct RelayConfig {
     /// of 1000 and half the server's `wal_sender_timeout`.
     #[serde(default, deserialize_with = "option_from_str_or_native")]
     pub status_interval_ms: Option<u64>,
+    /// Without Kafka transactions: a checkpoint is also written as soon as Kafka acknowledged
+    /// this many payload bytes (key and value) since the last one, not only once per status
+    /// interval, so that what a crash of the relay sends again in a catch-up is about this much
+    /// plus what was in flight, not a second's worth. Default 1048576 (1 MiB); 0: by time only.
+    #[serde(
+        default = "default_checkpoint_bytes",
+        deserialize_with = "from_str_or_native"
+    )]
+    pub checkpoint_bytes: u64,
     /// First delay before restarting after a transient failure. Default 500. Doubles up to
     /// `restart_backoff_max_ms` (default 30000), with jitter.
     #[serde(
@@ -97,8 +106,8 @@ pub struct RelayConfig {
     #[serde(default)]
     pub on_poison: PoisonPolicy,
     /// `at-least-once` (default): nothing is lost; after a crash some events are sent again
-    /// (after a relay crash what was in flight, after a PostgreSQL crash fewer than before
-    /// thanks to the checkpoints in `kafka.checkpoint_topic`). `exactly-once`: read-committed
+    /// (what the last checkpoint in `kafka.checkpoint_topic` did not cover: what was in flight
+    /// and what Kafka acknowledged since, see `checkpoint_bytes`). `exactly-once`: read-committed
     /// consumers see every event exactly once through relay, broker and database crashes.
     /// Requires `kafka.transactional_id`; every Kafka transaction ends with a checkpoint, and
     /// after a restart what Kafka already holds is skipped (docs/reliability.md).
@@ -145,6 +154,9 @@ fn default_relay_headers() -> bool {
 }
 fn default_shutdown_timeout_ms() -> u64 {
     30_000
+}
+fn default_checkpoint_bytes() -> u64 {
+    1 << 20
 }
 fn default_restart_backoff_initial_ms() -> u64 {
     500

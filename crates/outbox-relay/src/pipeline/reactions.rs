@@ -325,13 +325,18 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         }
     }
 
-    /// A checkpoint without records (idle progress) or outside transactions is due: at most
-    /// one per status interval.
+    /// A checkpoint without records (idle progress) or outside transactions is due: once per
+    /// status interval, and outside transactions also once Kafka acknowledged
+    /// `relay.checkpoint_bytes` since the last one (the progress rule's
+    /// [`checkpoint_volume_due`](relay_core::progress::Progress::checkpoint_volume_due)).
     fn checkpoint_due(&self) -> bool {
         let every = status_interval(self.cfg, Duration::ZERO);
         self.pace
             .last_checkpoint
             .is_none_or(|t| t.elapsed() >= every)
+            || self
+                .progress
+                .checkpoint_volume_due(self.cfg.relay.checkpoint_bytes)
     }
 
     /// `relay.backpressure_release_ms`.

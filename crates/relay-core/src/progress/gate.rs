@@ -10,6 +10,11 @@
 //! - **Without Kafka transactions a checkpoint only moves forward** and covers no more than
 //!   Kafka acknowledged; with them it covers every closed source transaction handed to the
 //!   open Kafka transaction, never an open one ([`Progress::checkpoint_position_handed`]).
+//! - **Without Kafka transactions a checkpoint is due by volume too**
+//!   ([`Progress::checkpoint_volume_due`]): a start after a crash of the relay skips what the
+//!   newest checkpoint covers, so what a crash sends again is what Kafka acknowledged after it
+//!   plus what was in flight. Written once per status interval only, a catch-up at 100k events/s
+//!   re-sends up to a second of them; by volume too, about `relay.checkpoint_bytes`.
 //! - **An idle checkpoint commits alone**: in exactly-once mode the stream's progress without
 //!   records (keepalives, other tables) is confirmable only through a checkpoint, written in a
 //!   transaction of its own, so never while records wait for a commit or a commit runs.
@@ -64,6 +69,19 @@ impl Progress {
     /// Without transactions: a checkpoint covering `covered` was handed to Kafka.
     pub fn checkpoint_written(&mut self, covered: Lsn) {
         self.last_written = self.last_written.max(covered);
+        self.acked_bytes_unwritten = 0;
+    }
+
+    /// Without transactions, with checkpoints on this connection: Kafka acknowledged at least
+    /// `every_bytes` of payload (`relay.checkpoint_bytes`; 0: never) since the last checkpoint
+    /// written, so one is due now whatever the clock says. Whether one may be written, and what
+    /// it covers, is still [`checkpoint_to_write`](Self::checkpoint_to_write)'s: this only
+    /// says when to ask.
+    pub fn checkpoint_volume_due(&self, every_bytes: u64) -> bool {
+        self.checkpoints
+            && !self.transactional
+            && every_bytes > 0
+            && self.acked_bytes_unwritten >= every_bytes
     }
 
     /// Exactly-once mode, idle: a Kafka transaction holding only a checkpoint is due (the

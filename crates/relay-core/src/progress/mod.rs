@@ -63,6 +63,9 @@ pub struct Progress {
     skip_released: bool,
     /// Without Kafka transactions: the covered LSN of the last checkpoint written.
     last_written: Lsn,
+    /// Payload bytes Kafka acknowledged since the last checkpoint written
+    /// ([`checkpoint_volume_due`](Self::checkpoint_volume_due)).
+    acked_bytes_unwritten: u64,
     /// After a failed delivery: what was confirmable then, never exceeded again (a skip
     /// released or a checkpoint committed later lifts no cap).
     frozen: Option<Lsn>,
@@ -89,6 +92,7 @@ impl Progress {
             checkpoints: false,
             skip_released: false,
             last_written: start,
+            acked_bytes_unwritten: 0,
             frozen: None,
         }
     }
@@ -193,6 +197,7 @@ impl Progress {
     pub fn ack(&mut self, tx: TxId, bytes: u64) -> Result<(), FramingError> {
         self.tracker.ack(tx)?;
         self.acked += 1;
+        self.acked_bytes_unwritten = self.acked_bytes_unwritten.saturating_add(bytes);
         self.in_flight_bytes = self.in_flight_bytes.saturating_sub(bytes);
         Ok(())
     }

@@ -16,6 +16,10 @@ const LIMITS: Limits = Limits {
 /// Every record of the model carries this many bytes.
 const BYTES: u64 = 10;
 
+/// `relay.checkpoint_bytes` in the model: three records exactly (as [`BY_BYTES`], so that `<`
+/// and `<=` differ).
+const VOLUME: u64 = 3 * BYTES;
+
 #[derive(Debug, Clone)]
 enum Op {
     Begin,
@@ -96,6 +100,8 @@ struct Model {
     checkpoint_cover: Lsn,
     /// Without transactions: the last checkpoint written.
     last_written: Option<Lsn>,
+    /// Payload bytes acknowledged since the last checkpoint written.
+    acked_unwritten: u64,
     /// The highest LSN the stream reached (commit ends, keepalives).
     received: u64,
 }
@@ -207,6 +213,7 @@ fn run(ops: &[Op], mode: Mode) -> Result<(), TestCaseError> {
             Op::Ack(n) => {
                 if let Some(r) = m.recs.iter_mut().filter(|r| !r.acked).nth(*n) {
                     p.ack(r.tx, BYTES).unwrap();
+                    m.acked_unwritten += BYTES;
                     r.acked = true;
                     r.committed = !transactional;
                 }
@@ -216,6 +223,7 @@ fn run(ops: &[Op], mode: Mode) -> Result<(), TestCaseError> {
                 // The commit flushes the open transaction's records first.
                 for r in m.recs.iter_mut().filter(|r| !r.acked && r.ktxn == m.ktxn) {
                     p.ack(r.tx, BYTES).unwrap();
+                    m.acked_unwritten += BYTES;
                     r.acked = true;
                 }
                 if let Some(h) = h {
@@ -282,6 +290,7 @@ fn run(ops: &[Op], mode: Mode) -> Result<(), TestCaseError> {
                 );
                 p.checkpoint_written(c);
                 m.last_written = Some(c);
+                m.acked_unwritten = 0;
             }
             Op::SkipVerified => skip.verified = true,
             Op::SkipDone if skip.verified => skip.done = true,
@@ -389,6 +398,16 @@ fn run(ops: &[Op], mode: Mode) -> Result<(), TestCaseError> {
 fn check_exact(p: &Progress, m: &Model, skip: SkipStatus, mode: Mode) -> Result<(), TestCaseError> {
     let transactional = mode.transactional;
     prop_assert_eq!(p.received(), Lsn(m.received));
+    // A checkpoint is due by volume once VOLUME bytes were acknowledged since the last one
+    // written, only where checkpoints follow acknowledgements; never with a bound of 0.
+    prop_assert_eq!(
+        p.checkpoint_volume_due(VOLUME),
+        mode.checkpoints && !transactional && m.acked_unwritten >= VOLUME
+    );
+    prop_assert!(
+        !p.checkpoint_volume_due(0),
+        "due with relay.checkpoint_bytes = 0"
+    );
     prop_assert_eq!(p.kafka_committing(), m.committing.is_some());
     prop_assert_eq!(
         p.kafka_commit_pending(),
@@ -503,6 +522,7 @@ fn kafka_commit(
     };
     for r in m.recs.iter_mut().filter(|r| !r.acked) {
         p.ack(r.tx, BYTES).unwrap();
+        m.acked_unwritten += BYTES;
         r.acked = true;
     }
     if let Some(h) = h {

@@ -122,6 +122,12 @@ impl MemorySink {
         self.inner.lock().unwrap().steps.clone()
     }
 
+    /// The checkpoints handed over, in order.
+    pub(super) fn checkpoints(&self) -> Vec<Vec<u8>> {
+        let inner = self.inner.lock().unwrap();
+        inner.checkpoints.iter().map(|(_, c)| c.clone()).collect()
+    }
+
     /// Records handed and not reported yet.
     pub(super) fn pending(&self) -> usize {
         self.inner.lock().unwrap().pending.len()

@@ -46,6 +46,7 @@ pub(super) fn refused_with(code: rdkafka::error::RDKafkaErrorCode) -> crate::sin
     crate::sink::failure_of(&rdkafka::error::KafkaError::MessageProduction(code))
 }
 
+mod cadence;
 mod drain;
 mod fatal;
 mod memory;

@@ -18,7 +18,10 @@ pub(super) struct Ended {
 }
 
 /// A script, and before which of its events the stream is quiet for 300 ms.
-pub(super) struct Script(VecDeque<ReplicationEvent>, Option<usize>);
+pub(super) struct Script(
+    pub(super) VecDeque<ReplicationEvent>,
+    pub(super) Option<usize>,
+);
 
 /// Runs the loop (then, after a stop, the drain, as `run_pipeline` does) over `script` and
 /// `sink`, beside `driver`, which plays Kafka and may stop the loop (SIGTERM) with the sender
@@ -27,7 +30,20 @@ pub(super) async fn run<F: Future<Output = ()>>(
     cfg: &Config,
     sink: &MemorySink,
     reports: &mut Reports,
+    script: Script,
+    driver: impl FnOnce(Arc<Mutex<Lsn>>, Arc<watch::Sender<bool>>) -> F,
+) -> Ended {
+    run_with(cfg, sink, reports, script, None, driver).await
+}
+
+/// [`run`] on a connection that writes checkpoints under `checkpoints` (a start without one
+/// to skip by).
+pub(super) async fn run_with<F: Future<Output = ()>>(
+    cfg: &Config,
+    sink: &MemorySink,
+    reports: &mut Reports,
     Script(script, pause_before): Script,
+    checkpoints: Option<Identity>,
     driver: impl FnOnce(Arc<Mutex<Lsn>>, Arc<watch::Sender<bool>>) -> F,
 ) -> Ended {
     let applied = Arc::new(Mutex::new(Lsn::ZERO));
@@ -38,7 +54,7 @@ pub(super) async fn run<F: Future<Output = ()>>(
         played: 0,
     };
     let mut carry = Carry::default();
-    let mut p = pipeline(cfg, sink, reports, &mut carry, session, None);
+    let mut p = pipeline(cfg, sink, reports, &mut carry, session, checkpoints);
     if !sink.is_at_heads() {
         p.heads = None;
     }
