@@ -217,3 +217,93 @@ async fn multi_row_insert_and_copy_with_kill9_in_the_middle_lose_nothing() {
     relay.terminate(Duration::from_secs(30));
     db.cleanup().await;
 }
+
+/// A `kill -9` in the middle of a catch-up re-sends about `relay.checkpoint_bytes` of
+/// acknowledged events plus what was in flight, not everything Kafka acknowledged since the last
+/// status update: the restart skips what the newest checkpoint covers, and without Kafka
+/// transactions a checkpoint follows every `checkpoint_bytes` acknowledged. The status interval
+/// is 4 s here, longer than the catch-up up to the kill, so neither a status update nor a
+/// checkpoint by time bounds it. (In the fenced pass the relay runs Kafka transactions, each
+/// ending with a checkpoint: the same bound holds.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill9_in_a_catch_up_re_sends_about_checkpoint_bytes_not_a_status_interval() {
+    const EVENTS: i32 = 40_000;
+    const TXN_ROWS: i32 = 1_000;
+    const IN_FLIGHT: usize = 2_000;
+    const CHECKPOINT_BYTES: usize = 262_144;
+    let db = TestDb::new("cpvolume").await;
+    let cfg = db.relay_config(&format!(
+        "{}\n[relay]\nstatus_interval_ms = 4000\nmax_in_flight_records = {IN_FLIGHT}\n\
+         checkpoint_bytes = {CHECKPOINT_BYTES}\n",
+        db.outbox_section()
+    ));
+    // The slot first, then a backlog written while the relay is down.
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    assert!(relay.terminate(Duration::from_secs(30)).success());
+    let c = connect(&db.conninfo()).await;
+    // In transactions of 1,000 rows: a checkpoint covers whole source transactions, so inside
+    // one large transaction (one bulk INSERT) a crash re-sends its acknowledged prefix.
+    for t in 0..EVENTS / TXN_ROWS {
+        writer::bulk_insert(&c, &format!("cv{t}-"), TXN_ROWS, 200).await;
+    }
+    let written = writer::written_rows(&c, "cv").await;
+    assert_eq!(written.len(), EVENTS as usize);
+
+    // Killed once Kafka holds 40 % of the backlog.
+    let mut relay = Relay::start(&db.name, &cfg);
+    let topic = db.topic("order");
+    let stored_at_kill = tokio::task::spawn_blocking(move || {
+        let w = kafka::watermark_client();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let stored = kafka::high_watermark_sum(&w, &topic);
+            if stored >= i64::from(EVENTS) * 2 / 5 || std::time::Instant::now() > deadline {
+                return stored;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    })
+    .await
+    .unwrap();
+    relay.kill9();
+    assert!(
+        stored_at_kill < i64::from(EVENTS),
+        "the catch-up ended before the kill ({stored_at_kill} stored): nothing was tested\n{}",
+        relay.log_text()
+    );
+    assert!(
+        stored_at_kill >= i64::from(EVENTS) * 2 / 5,
+        "the catch-up did not get going within 120 s\n{}",
+        relay.log_text()
+    );
+
+    let mut relay = Relay::streaming(&db.name, &cfg).await;
+    let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
+    let f = check::check("kill9_in_catch_up", |t| db.topic(t), &written, &got);
+    f.assert_nothing_lost_or_reordered("");
+    // What may come again: what was in flight (handed, maybe stored, not reported), and what
+    // was acknowledged after the newest checkpoint Kafka stored. A checkpoint is written once
+    // checkpoint_bytes were acknowledged and a transaction ended since the last (it covers
+    // whole transactions), so the newest one written is at most checkpoint_bytes plus one
+    // transaction behind, and the newest one stored at most one more such step: events of
+    // ~250 B of key and payload.
+    let per_event = 250;
+    let step = CHECKPOINT_BYTES / per_event + TXN_ROWS as usize;
+    let bound = IN_FLIGHT + 2 * step;
+    check::note(&format!(
+        "kill9_in_catch_up: {} events, killed with {stored_at_kill} in Kafka, {} sent again \
+         (bound {bound}: max_in_flight_records {IN_FLIGHT} + 2 x (checkpoint_bytes \
+         {CHECKPOINT_BYTES} / {per_event} B + a transaction of {TXN_ROWS}))",
+        written.len(),
+        f.duplicated
+    ));
+    assert!(
+        f.duplicated <= bound,
+        "{} sent again after a kill -9 with {stored_at_kill} of {EVENTS} in Kafka; at most \
+         {bound} expected\n{}",
+        f.duplicated,
+        relay.log_text()
+    );
+    relay.terminate(Duration::from_secs(30));
+    db.cleanup().await;
+}

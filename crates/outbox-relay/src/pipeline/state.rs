@@ -87,6 +87,10 @@ pub(super) struct Pipeline<'a, S, K> {
     pub(super) heads: Option<relay_core::head::Heads>,
     /// The head rule's clock starts here ([`head_clock_ms`](Self::head_clock_ms)).
     born: Instant,
+    /// The last position this connection handed the session as applied ([`confirm`](Self::confirm)):
+    /// what a stop's last status update must carry. `None`: nothing confirmed on this
+    /// connection, so a stop waits for no status update.
+    pub(super) told: Option<Lsn>,
 }
 
 /// What one connection starts from: its session, what the checkpoint said, the decoder for
@@ -186,6 +190,7 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
             },
             heads: (!transactional).then(relay_core::head::Heads::new),
             born: Instant::now(),
+            told: None,
         }
     }
 
@@ -222,6 +227,7 @@ impl<'a, S: Session, K: Sink> Pipeline<'a, S, K> {
         if let Some(w) = w {
             tracing::debug!(lsn = %w, "{LSN_CONFIRMED}");
             self.client.update_applied_lsn(w);
+            self.told = Some(w);
             self.carry.refusals.forget_below(w);
             metrics::gauge!(m::CONFIRMED_LSN).set(w.0 as f64);
             metrics::gauge!(m::LAST_CONFIRMATION).set(now_unix_us() as f64 / 1e6);

@@ -93,3 +93,52 @@ async fn a_stop_with_only_purged_reports_confirms_nothing() {
     );
     assert_eq!(confirmed, Lsn::ZERO);
 }
+
+/// A session whose status updates never leave (the server is slow, or the interval long): its
+/// last sent position stays at zero.
+struct Unsent;
+
+impl Session for Unsent {
+    async fn recv(&mut self) -> Result<Option<StreamEvent>, PgWireError> {
+        std::future::pending().await
+    }
+    fn update_applied_lsn(&self, _: Lsn) {}
+    fn last_applied_lsn(&self) -> Lsn {
+        Lsn::ZERO
+    }
+    fn is_running(&self) -> bool {
+        true
+    }
+}
+
+/// How long (paused clock) the drain of a connection that started at 0/500 takes, with a
+/// status interval of 1 s, after `moved` (the stream's progress before the stop, if any) was
+/// confirmed.
+async fn drain_time(moved: Option<Lsn>) -> Duration {
+    let cfg = super::paused::memory_config("");
+    let (sink, mut reports) = super::memory::MemorySink::new(false, false, Duration::ZERO);
+    let mut carry = Carry::default();
+    let health = HEALTH.get_or_init(crate::observe::health::Shared::new);
+    let mut conn = connection(&cfg, Unsent, None);
+    conn.start.start = Lsn(0x500);
+    let mut p = Pipeline::new(&cfg, &sink, &mut reports, &mut carry, health, conn);
+    if let Some(lsn) = moved {
+        p.progress.keepalive(lsn);
+        p.confirm();
+    }
+    let at = tokio::time::Instant::now();
+    p.drain(Duration::from_secs(1)).await.unwrap();
+    at.elapsed()
+}
+
+/// A stop waits for the status update that carries its last confirmation (bounded by two
+/// intervals and a second), and for none when nothing was confirmed on the connection: the
+/// slot already holds where the connection started. It used to wait for the start position
+/// too, which the session never sends, so every stop of a relay that had confirmed nothing yet
+/// took the whole bound (3 s at the default interval, 9 s at 4 s).
+#[tokio::test(start_paused = true)]
+async fn a_stop_waits_for_the_last_confirmation_to_leave_and_for_nothing_else() {
+    assert_eq!(drain_time(None).await, Duration::ZERO);
+    let waited = drain_time(Some(Lsn(0x600))).await;
+    assert!(waited >= Duration::from_secs(3), "{waited:?}");
+}
