@@ -281,19 +281,20 @@ async fn a_kill9_in_a_catch_up_re_sends_about_checkpoint_bytes_not_a_status_inte
     let got = kafka::consume_settled(vec![db.topic("order")], written.len()).await;
     let f = check::check("kill9_in_catch_up", |t| db.topic(t), &written, &got);
     f.assert_nothing_lost_or_reordered("");
-    // What may come again: what was in flight (handed, maybe stored, not reported), and what
-    // was acknowledged after the newest checkpoint Kafka stored. A checkpoint is written once
-    // checkpoint_bytes were acknowledged and a transaction ended since the last (it covers
-    // whole transactions), so the newest one written is at most checkpoint_bytes plus one
-    // transaction behind, and the newest one stored at most one more such step: events of
-    // ~250 B of key and payload.
+    // What may come again: what was in flight (handed, maybe stored, not reported: at most
+    // IN_FLIGHT), and what was acknowledged after the newest checkpoint Kafka stored. A
+    // checkpoint is written once checkpoint_bytes were acknowledged and a transaction ended
+    // since the last (it covers whole transactions): a step of checkpoint_bytes of events of
+    // ~250 B of key and payload, plus a transaction. The next one then waits for the request
+    // in flight and goes in the one after it, while at most two more windows of IN_FLIGHT are
+    // acknowledged.
     let per_event = 250;
     let step = CHECKPOINT_BYTES / per_event + TXN_ROWS as usize;
-    let bound = IN_FLIGHT + 2 * step;
+    let bound = 3 * IN_FLIGHT + step;
     check::note(&format!(
         "kill9_in_catch_up: {} events, killed with {stored_at_kill} in Kafka, {} sent again \
-         (bound {bound}: max_in_flight_records {IN_FLIGHT} + 2 x (checkpoint_bytes \
-         {CHECKPOINT_BYTES} / {per_event} B + a transaction of {TXN_ROWS}))",
+         (bound {bound}: 3 x max_in_flight_records {IN_FLIGHT} + checkpoint_bytes \
+         {CHECKPOINT_BYTES} / {per_event} B + a transaction of {TXN_ROWS})",
         written.len(),
         f.duplicated
     ));

@@ -232,8 +232,9 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         Ok(Some(covered))
     }
 
-    /// Without transactions (the caller calls it at most once per status interval): a
-    /// checkpoint for the acknowledged prefix, if it moved. A failure is warned about and
+    /// Without transactions (the caller calls it when one is due: once per status interval, or
+    /// once `relay.checkpoint_bytes` were acknowledged since the last): a checkpoint for the
+    /// acknowledged prefix, if it moved. A failure is warned about and
     /// changes nothing else. `true`: one was handed to the producer.
     pub(super) async fn write_acknowledged(&mut self) -> bool {
         if let Some(e) = self.sink.checkpoint_failure() {
