@@ -249,7 +249,7 @@ async fn a_kill9_in_a_catch_up_re_sends_about_checkpoint_bytes_not_a_status_inte
     let written = writer::written_rows(&c, "cv").await;
     assert_eq!(written.len(), EVENTS as usize);
 
-    // Killed once Kafka holds 40 % of the backlog.
+    // Killed once Kafka holds half of the backlog.
     let mut relay = Relay::start(&db.name, &cfg);
     let topic = db.topic("order");
     let stored_at_kill = tokio::task::spawn_blocking(move || {
@@ -257,7 +257,7 @@ async fn a_kill9_in_a_catch_up_re_sends_about_checkpoint_bytes_not_a_status_inte
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         loop {
             let stored = kafka::high_watermark_sum(&w, &topic);
-            if stored >= i64::from(EVENTS) * 2 / 5 || std::time::Instant::now() > deadline {
+            if stored >= i64::from(EVENTS) / 2 || std::time::Instant::now() > deadline {
                 return stored;
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -272,7 +272,7 @@ async fn a_kill9_in_a_catch_up_re_sends_about_checkpoint_bytes_not_a_status_inte
         relay.log_text()
     );
     assert!(
-        stored_at_kill >= i64::from(EVENTS) * 2 / 5,
+        stored_at_kill >= i64::from(EVENTS) / 2,
         "the catch-up did not get going within 120 s\n{}",
         relay.log_text()
     );
@@ -285,16 +285,18 @@ async fn a_kill9_in_a_catch_up_re_sends_about_checkpoint_bytes_not_a_status_inte
     // IN_FLIGHT), and what was acknowledged after the newest checkpoint Kafka stored. A
     // checkpoint is written once checkpoint_bytes were acknowledged and a transaction ended
     // since the last (it covers whole transactions): a step of checkpoint_bytes of events of
-    // ~250 B of key and payload, plus a transaction. The next one then waits for the request
-    // in flight and goes in the one after it, while at most two more windows of IN_FLIGHT are
-    // acknowledged.
+    // ~250 B of key and payload, plus a transaction. The next one then waits out linger.ms and
+    // the request in flight, while about two more windows of IN_FLIGHT are acknowledged: 8,048
+    // in all. Observed 824-5,802 in 13 runs under a CPU hog; the bound takes one step more for
+    // a loaded CI, still half of what the kill leaves without checkpoints by volume (everything
+    // acknowledged since the first checkpoint: about the 20,000 in Kafka at the kill).
     let per_event = 250;
     let step = CHECKPOINT_BYTES / per_event + TXN_ROWS as usize;
-    let bound = 3 * IN_FLIGHT + step;
+    let bound = 3 * IN_FLIGHT + 2 * step;
     check::note(&format!(
         "kill9_in_catch_up: {} events, killed with {stored_at_kill} in Kafka, {} sent again \
-         (bound {bound}: 3 x max_in_flight_records {IN_FLIGHT} + checkpoint_bytes \
-         {CHECKPOINT_BYTES} / {per_event} B + a transaction of {TXN_ROWS})",
+         (bound {bound}: 3 x max_in_flight_records {IN_FLIGHT} + 2 x (checkpoint_bytes \
+         {CHECKPOINT_BYTES} / {per_event} B + a transaction of {TXN_ROWS}))",
         written.len(),
         f.duplicated
     ));

@@ -250,6 +250,11 @@ impl<S: Session, K: Sink> Pipeline<'_, S, K> {
         else {
             return false;
         };
+        let covered = if super::deliberate::on(super::deliberate::Bug::CheckpointBeyondAcks) {
+            covered.max(self.progress.received())
+        } else {
+            covered
+        };
         match self.write_checkpoint(covered).await {
             Ok(Some(c)) => {
                 self.progress.checkpoint_written(c);

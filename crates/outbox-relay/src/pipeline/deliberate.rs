@@ -21,6 +21,9 @@ pub(crate) enum Bug {
     /// A checkpoint names whole source transactions only: where a Kafka transaction ends in
     /// the middle of one (`kafka.max_transaction_records`), the split point is forgotten.
     ForgetSplitPoint,
+    /// Without Kafka transactions a checkpoint covers what was read, not what Kafka
+    /// acknowledged (a restart then skips what was in flight).
+    CheckpointBeyondAcks,
 }
 
 #[cfg(test)]

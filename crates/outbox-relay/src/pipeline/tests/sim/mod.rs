@@ -47,16 +47,16 @@
 use std::collections::HashSet;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use relay_core::checkpoint::Trail;
 
 use super::{
     memory::{MemorySink, MemoryView},
     paused::memory_config,
     *,
 };
-use crate::pipeline::state::{Connection, Start};
+use crate::pipeline::state::Connection;
 
 mod check;
+mod checkpoints;
 mod kafka;
 mod poison;
 mod postgres;
@@ -126,12 +126,12 @@ async fn run_once(
         let sink = poison::at_once(world, sink);
         // As `pipeline::stream`: fence the earlier holders, then read what Kafka holds.
         let begun = if world.bug == Bug::ReadBeforeFence {
-            let begun = start_of(world, cfg, start);
+            let begun = checkpoints::start_of(world, cfg, start, carry);
             takeover::fence(world, rng);
             begun
         } else {
             takeover::fence(world, rng);
-            start_of(world, cfg, start)
+            checkpoints::start_of(world, cfg, start, carry)
         };
         sink.fence_and_begin(Duration::from_secs(1)).await.unwrap();
         *world.view.lock().unwrap() = Some(sink.view());
@@ -139,7 +139,11 @@ async fn run_once(
     } else {
         let (sink, reports) = MemorySink::new(false, false, Duration::ZERO);
         let sink = poison::at_once(world, sink.at_heads());
-        (sink, reports, start_of(world, cfg, start))
+        (
+            sink,
+            reports,
+            checkpoints::start_of(world, cfg, start, carry),
+        )
     };
     // A process's own health (a static shared with the other loop tests would make a schedule
     // depend on them).
@@ -157,6 +161,8 @@ async fn run_once(
     }
     let (stop, mut shutdown) = watch::channel(false);
     let mut broken = HashSet::new();
+    let mut killed = false;
+    let mut contradicted = false;
     let ended = {
         let pipeline = async {
             match p.run(&mut shutdown).await {
@@ -180,12 +186,23 @@ async fn run_once(
                 Err(e @ RelayError::Definite(_)) => RunEnd::Definite(e),
                 Err(e) => {
                     world.step(format!("relay: restarts on {}", e.reason()));
+                    // As `pipeline::stream`: at-least-once, the next start ignores a
+                    // checkpoint the stream contradicted.
+                    contradicted = matches!(
+                        e,
+                        RelayError::Transient(crate::error::Transient::CheckpointContradicted(_))
+                    );
                     RunEnd::Restart { process_ended: false }
                 }
             },
-            killed = driver => RunEnd::Restart { process_ended: killed },
+            k = driver => {
+                killed = k;
+                RunEnd::Restart { process_ended: k }
+            }
         }
     };
+    drop(p);
+    carry.ignore_checkpoint = contradicted;
     if world.exactly_once {
         *world.view.lock().unwrap() = None;
         if std::mem::take(&mut *world.cut_off.lock().unwrap()) {
@@ -226,6 +243,8 @@ async fn run_once(
         }
         log.extend(of_p[..kept].iter().map(|kv| (*kv).clone()));
     }
+    drop(log);
+    checkpoints::store(world, &sink, killed);
     ended
 }
 
@@ -254,28 +273,6 @@ fn make_visible(world: &World, view: &MemoryView, uncertain: bool) {
     world.checkpoints.lock().unwrap().extend(checkpoints);
 }
 
-/// Where a run starts: the slot's position, and in exactly-once mode the skip and trail of the
-/// newest committed checkpoint, as `checkpoints::start` reads them back.
-fn start_of(world: &World, cfg: &Config, slot: u64) -> Start {
-    let start = Lsn(slot);
-    if !world.exactly_once {
-        return Start {
-            start,
-            skip: Skip::none(),
-            trail: Trail::new(None),
-            checkpoints: None,
-        };
-    }
-    let c = world
-        .checkpoints
-        .lock()
-        .unwrap()
-        .last()
-        .map(|v| relay_core::checkpoint::Checkpoint::from_json(v).unwrap());
-    let c = c.filter(|_| world.bug != Bug::NoSkip);
-    crate::pipeline::checkpoints::resume(c, start, Identity::new(cfg, "42", 1))
-}
-
 /// Plays schedule `seed`: its violations and its steps.
 async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<String>) {
     crate::pipeline::deliberate::set(match bug {
@@ -298,6 +295,7 @@ async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<
         exactly_once,
         messages,
         checkpoints: Mutex::default(),
+        checkpoint_draws: Mutex::new(StdRng::seed_from_u64(seed.rotate_left(32))),
         view: Mutex::default(),
         pg: Mutex::new(pg),
         log: Mutex::default(),
@@ -320,8 +318,14 @@ async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<
              max_transaction_records = {max_transaction_records}\n"
         )
     } else {
-        String::new()
+        "checkpoint_topic = \"cp\"\n".into()
     };
+    let checkpoint_bytes = checkpoints::bytes_of(seed);
+    if !exactly_once {
+        world.step(format!(
+            "relay: relay.checkpoint_bytes = {checkpoint_bytes}"
+        ));
+    }
     let sections = if messages {
         "[[outbox]]\ntable = \"public.outbox\"\n[[message]]\nprefix = \"outbox\"\n"
     } else {
@@ -351,7 +355,7 @@ async fn schedule(seed: u64, exactly_once: bool, bug: Bug) -> (Vec<String>, Vec<
     };
     let cfg = memory_config(&format!(
         "{transactions}[relay]\ndelivery = \"{delivery}\"\nmax_in_flight_records = {MAX_IN_FLIGHT}\n\
-         {poison_policy}{sections}"
+         checkpoint_bytes = {checkpoint_bytes}\n{poison_policy}{sections}"
     ));
     if exactly_once && max_transaction_records < 10_000 {
         world.step(format!(

@@ -5,8 +5,8 @@
 
 use super::{Bug, schedule};
 use crate::pipeline::deliberate::Bug::{
-    CommitBeforeSettled, ConfirmBeforeAck, ForgetSplitPoint, ResumeFromCheckpoint, SkipOneTooMany,
-    SuspectDeadLettered,
+    CheckpointBeyondAcks, CommitBeforeSettled, ConfirmBeforeAck, ForgetSplitPoint,
+    ResumeFromCheckpoint, SkipOneTooMany, SuspectDeadLettered,
 };
 
 /// Odd seeds run at-least-once, even ones exactly-once.
@@ -139,6 +139,7 @@ async fn each_deliberate_bug_is_caught_within_a_few_hundred_schedules() {
         (Bug::Pipeline(ConfirmBeforeAck), false),
         (Bug::Pipeline(ConfirmBeforeAck), true),
         (Bug::Pipeline(SkipOneTooMany), true),
+        (Bug::Pipeline(CheckpointBeyondAcks), false),
         (Bug::Pipeline(CommitBeforeSettled), true),
         (Bug::Pipeline(SuspectDeadLettered), false),
         (Bug::Pipeline(SuspectDeadLettered), true),

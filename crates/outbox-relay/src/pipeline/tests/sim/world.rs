@@ -15,8 +15,12 @@ pub(super) struct World {
     /// Some rows are written as logical messages (`[[message]]`) instead of outbox rows.
     pub(super) messages: bool,
     pub(super) pg: Mutex<Pg>,
-    /// Exactly-once: the checkpoints of committed Kafka transactions, in order.
+    /// The checkpoints Kafka holds, in order: exactly-once, those of committed Kafka
+    /// transactions; at-least-once, those the broker stored (`checkpoints`).
     pub(super) checkpoints: Mutex<Vec<Vec<u8>>>,
+    /// At-least-once: the draws of how many of a killed run's checkpoints were stored (a
+    /// generator of their own, so that a seed's other draws stay what they were).
+    pub(super) checkpoint_draws: Mutex<StdRng>,
     /// Exactly-once: the running producer's transactions (those that commit become visible).
     pub(super) view: Mutex<Option<MemoryView>>,
     /// Stored records as (key, value), in each partition's order (one key, one partition).
