@@ -110,6 +110,7 @@ impl KafkaSink {
             checkpoint_failure: Default::default(),
             last_topic: Default::default(),
             unreported: Default::default(),
+            aborting: Default::default(),
         };
         let ids = cfg.transactional_ids();
         let mut producers = Vec::new();

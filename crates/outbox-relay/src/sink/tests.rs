@@ -597,3 +597,53 @@ fn each_client_error_maps_to_the_failure_the_pipeline_decides_on() {
         );
     }
 }
+
+/// The relay's abort of a failed pipeline's transaction answered INVALID_TXN_STATE (as the
+/// clean-clone CI of ba52eba saw, librdkafka issue 4849): the abort fails, the producer's error
+/// is fatal, so the next start builds a new one (`fatal_error`), and librdkafka's two log lines
+/// for it, taken from that run, are the ones the context lowers to a warning while the relay
+/// aborts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_the_broker_refuses_leaves_a_fatal_producer_and_is_a_warning() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("t", 1, 1).unwrap();
+    let cfg = kafka_config(
+        &mock.bootstrap_servers(),
+        "transactional_id = \"refused-abort\"\n",
+    );
+    let (sink, _reports) = KafkaSink::new(&cfg).unwrap();
+    sink.fence_and_begin(Duration::from_secs(30)).await.unwrap();
+    let origin = origins();
+    sink.send(&record("t", "k"), origin(0)).await.unwrap();
+    assert!(sink.reports_served(Duration::from_secs(10)).await);
+    mock.request_errors(
+        RDKafkaApiKey::EndTxn,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE],
+    );
+    assert!(sink.abort(Duration::from_secs(10)).await.is_err());
+    assert!(
+        sink.fatal_error().is_some(),
+        "the next start must rebuild it"
+    );
+    assert!(!sink.context().aborting.load(Ordering::Acquire));
+    for (fac, line) in [
+        (
+            "TXNERR",
+            "[thrd:main]: Fatal transaction error: Failed to end transaction: Broker: Producer \
+             attempted a transactional operation in an invalid state (INVALID_TXN_STATE)",
+        ),
+        (
+            "FATAL",
+            "[thrd:main]: Fatal error: Broker: Producer attempted a transactional operation in \
+             an invalid state: Failed to end transaction: Broker: Producer attempted a \
+             transactional operation in an invalid state",
+        ),
+    ] {
+        assert!(super::context::own_abort_failed(fac, line), "{line}");
+    }
+    assert!(!super::context::own_abort_failed(
+        "ADDPARTS",
+        "Failed to add partition \"t\" [0] to transaction: Broker: Topic authorization failed"
+    ));
+}

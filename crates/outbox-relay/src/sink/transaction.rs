@@ -115,8 +115,13 @@ impl KafkaSink {
     /// Aborts the open transaction: its records are purged and never visible to
     /// read-committed consumers.
     pub(crate) async fn abort(&self, timeout: Duration) -> Result<(), RelayError> {
-        self.transaction(move |p| p.abort_transaction(timeout))
-            .await
+        let aborting = self.context().aborting.clone();
+        aborting.store(true, Ordering::Release);
+        let aborted = self
+            .transaction(move |p| p.abort_transaction(timeout))
+            .await;
+        aborting.store(false, Ordering::Release);
+        aborted
     }
 
     /// Runs a blocking transaction call off the runtime's thread.
